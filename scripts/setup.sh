@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install what Axon needs on a fresh Debian/Ubuntu machine. Idempotent: a second run only checks.
+#   scripts/setup.sh          the package and the native server's speedups (enough for the demo)
+#   scripts/setup.sh --all    also what the tests and benchmarks start: nginx, wrk, the peers
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_all=0
+[ "${1:-}" = "--all" ] && want_all=1
+
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+
+if [ "$want_all" = 1 ]; then
+  # Debian's packages: nginx is the yardstick and a front end in the tests; wrk the load tool.
+  missing=""
+  for cmd in nginx:nginx wrk:wrk; do
+    command -v "${cmd%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${cmd%%:*}" ] || missing="$missing ${cmd##*:}"
+  done
+  if [ -n "$missing" ]; then
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+  fi
+  extras="server,tools,test"
+else
+  extras="server"
+fi
+
+python3 -m pip install --disable-pip-version-check -q -e ".[${extras}]" 2>&1 | grep -v "^WARNING: Location" || true
+python3 -c "import axon" # fail loudly if the install did not work

@@ -1,0 +1,14 @@
+"""Axon: serve files in batches over HTTP.
+
+One request names many files; one ``multipart/mixed`` response carries them all, streamed at
+constant memory. The same :class:`App` runs under WSGI, ASGI and Axon's own server.
+"""
+
+from .app import App, Request, Response
+from .errors import HTTPError
+from .files import FileStore, OpenFile
+from .limits import Limits
+from .sansio.segments import FileSlice
+
+__all__ = ["App", "FileSlice", "FileStore", "HTTPError", "Limits", "OpenFile", "Request", "Response"]
+__version__ = "1.0.0.dev0"

@@ -1,0 +1,291 @@
+"""The App: routes, the Request, and Axon's built-in endpoints.
+
+One App runs unchanged as a WSGI app, an ASGI app and on Axon's own server; each runtime builds
+a :class:`Request`, calls :meth:`App.handle` (or :meth:`App.handle_async`) and sends the
+:class:`~axon.response.Response` it gets back. Users add their own endpoints with
+:meth:`App.route`, as the original allowed:
+
+    app = App("/srv/files")
+
+    @app.route("/api/echo", methods=["POST"])
+    def echo(request):
+        return request.json()          # dict or list -> JSON, str -> text, or any Response
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import os
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Awaitable, Callable, Iterable
+from urllib.parse import parse_qsl
+
+from .errors import BadRequest, HTTPError, MethodNotAllowed, NotFound, URITooLong
+from .files import FileStore
+from .limits import DEFAULT_LIMITS, Limits
+from .log import access_logger, logger
+from .response import Response, error_response, json_response, redirect, stream_response, text_response
+from .sansio.batch import plan_batch
+from .sansio.single_file import plan_file
+
+__all__ = [
+    "App", "Request", "Response", "json_response", "text_response", "stream_response", "redirect",
+]
+
+Handler = Callable[["Request"], Any]
+_PARAM = re.compile(r"<(?:(path):)?([A-Za-z_][A-Za-z0-9_]*)>")
+_HEALTH = b'{"status":"available"}'
+
+
+class Request:
+    """One HTTP request as the runtime received it. ``path`` is percent-decoded exactly once;
+    ``query_string`` is raw (decoded once by :attr:`query`); header names are lower case."""
+
+    __slots__ = ("method", "path", "query_string", "headers", "body", "params", "_query")
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        query_string: str = "",
+        headers: dict[str, str] | None = None,
+        body: bytes = b"",
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.query_string = query_string
+        self.headers = headers if headers is not None else {}
+        self.body = body
+        self.params: dict[str, str] = {}
+        self._query: list[tuple[str, str]] | None = None
+
+    @property
+    def query(self) -> list[tuple[str, str]]:
+        """The query's (name, value) pairs, in order, repeats kept, decoded once as UTF-8."""
+        if self._query is None:
+            try:
+                self._query = parse_qsl(self.query_string, keep_blank_values=True, errors="strict")
+            except UnicodeDecodeError:
+                raise BadRequest("query string is not valid UTF-8 once percent-decoded", code="bad_query") from None
+        return self._query
+
+    def arg(self, name: str, default: str | None = None) -> str | None:
+        for key, value in self.query:
+            if key == name:
+                return value
+        return default
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise BadRequest(f"request body is not valid JSON: {exc}", code="bad_json") from None
+
+
+class Route:
+    __slots__ = ("handler", "is_async", "blocking")
+
+    def __init__(self, handler: Handler, blocking: bool | None) -> None:
+        self.handler = handler
+        self.is_async = inspect.iscoroutinefunction(handler)
+        # A plain function may block (disk, database): async runtimes run it in a thread pool,
+        # unless its author says it never blocks, as Axon's own endpoints do.
+        self.blocking = (not self.is_async) if blocking is None else blocking
+
+
+class App:
+    """Routes requests to handlers; owns the FileStore (the root jail) and the Limits."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+        store: FileStore | None = None,
+        allow_hidden: bool = False,
+        builtins: bool = True,
+        threads: int = 32,
+    ) -> None:
+        if store is None:
+            store = FileStore(root if root is not None else os.environ.get("AXON_ROOT", "."), allow_hidden=allow_hidden)
+        self.store = store
+        self.limits = limits
+        self.threads = threads
+        self._exact: dict[str, dict[str, Route]] = {}
+        self._patterns: list[tuple[re.Pattern[str], dict[str, Route]]] = []
+        self._executor: ThreadPoolExecutor | None = None
+        if builtins:
+            self.add_route("/api/health", self._health, ["GET"], blocking=False)
+            self.add_route("/api/stream-files", self._stream_files, ["GET", "POST"], blocking=False)
+            self.add_route("/files/<path:path>", self._file, ["GET"], blocking=False)
+
+    # -- routing -------------------------------------------------------------------------------
+
+    def route(self, pattern: str, methods: Iterable[str] = ("GET",), *, blocking: bool | None = None):
+        """Decorator: ``@app.route("/items/<name>", methods=["GET"])``. ``<path:name>`` spans
+        slashes. GET routes answer HEAD too. Set ``blocking=False`` on a plain function that
+        never blocks so async runtimes call it inline instead of in a thread."""
+
+        def decorate(handler: Handler) -> Handler:
+            self.add_route(pattern, handler, methods, blocking=blocking)
+            return handler
+
+        return decorate
+
+    def add_route(self, pattern: str, handler: Handler, methods: Iterable[str] = ("GET",), *, blocking: bool | None = None) -> None:
+        if not pattern.startswith("/"):
+            raise ValueError(f"a route pattern starts with '/': {pattern!r}")
+        route = Route(handler, blocking)
+        if _PARAM.search(pattern) is None:
+            table = self._exact.setdefault(pattern, {})
+        else:
+            regex = re.compile(_compile(pattern))
+            table = next((t for r, t in self._patterns if r.pattern == regex.pattern), None)
+            if table is None:
+                table = {}
+                self._patterns.append((regex, table))
+        for method in methods:
+            table[method.upper()] = route
+
+    def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
+        params: dict[str, str] = {}
+        table = self._exact.get(path)
+        if table is None:
+            for regex, candidate in self._patterns:
+                found = regex.fullmatch(path)
+                if found:
+                    table, params = candidate, found.groupdict()
+                    break
+            else:
+                raise NotFound("no such endpoint", code="no_route")
+        route = table.get(method)
+        if route is None and method == "HEAD":
+            route = table.get("GET")
+        if route is None:
+            allowed = set(table) | ({"HEAD"} if "GET" in table else set())
+            raise MethodNotAllowed(allowed)
+        return route, params
+
+    # -- handling ------------------------------------------------------------------------------
+
+    def handle(self, request: Request) -> Response:
+        """For synchronous runtimes (WSGI): run the handler here, in the caller's thread."""
+        started = time.perf_counter()
+        try:
+            route = self._prepare(request)
+            result = route.handler(request)
+            if route.is_async:
+                result = asyncio.run(result)
+            response = _to_response(result)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON response
+            response = _failure(exc, request)
+        return self._finish(request, response, started)
+
+    async def handle_async(self, request: Request) -> Response:
+        """For asynchronous runtimes (ASGI, native): blocking handlers go to a thread pool."""
+        started = time.perf_counter()
+        try:
+            route = self._prepare(request)
+            if route.is_async:
+                result = await route.handler(request)
+            elif route.blocking:
+                loop = asyncio.get_running_loop()
+                result = await loop.run_in_executor(self.executor, route.handler, request)
+            else:
+                result = route.handler(request)
+            response = _to_response(result)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON response
+            response = _failure(exc, request)
+        return self._finish(request, response, started)
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="axon-handler")
+        return self._executor
+
+    def _prepare(self, request: Request) -> Route:
+        limits = self.limits
+        if len(request.query_string) > limits.max_query_bytes:
+            raise URITooLong(f"query string longer than {limits.max_query_bytes} bytes")
+        if len(request.path) + len(request.query_string) > limits.max_url_bytes:
+            raise URITooLong(f"URL longer than {limits.max_url_bytes} bytes")
+        route, request.params = self.match(request.method, request.path)
+        return route
+
+    def _finish(self, request: Request, response: Response, started: float) -> Response:
+        if request.method == "HEAD":
+            response.without_body()
+        if access_logger.isEnabledFor(logging.INFO):
+            access_logger.info(
+                '%s %s %d %s %.1fms', request.method, request.path, response.status,
+                "-" if response.length is None else response.length, (time.perf_counter() - started) * 1000,
+                extra={"method": request.method, "path": request.path, "status": response.status,
+                       "bytes": response.length, "ms": round((time.perf_counter() - started) * 1000, 3)},
+            )
+        return response
+
+    # -- responses users build from files --------------------------------------------------
+
+    def send_file(self, request: Request, path: str) -> Response:
+        """One file under the root, with ETag, Last-Modified, Range (206/416) and 304/412."""
+        return plan_file(self.store, path, request.method, request.headers, self.limits)
+
+    def send_batch(self, request: Request, paths: list[str]) -> Response:
+        """Files under the root as one ``multipart/mixed`` body; any bad path is one JSON 4xx."""
+        return plan_batch(self.store, paths, self.limits)
+
+    # -- built-in endpoints --------------------------------------------------------------------
+
+    def _health(self, request: Request) -> Response:
+        return Response(200, [("Content-Type", "application/json")], [_HEALTH])
+
+    def _stream_files(self, request: Request) -> Response:
+        if request.method == "POST":
+            if len(request.body) > self.limits.max_body_bytes:  # runtimes refuse earlier; be sure
+                raise BadRequest("request body too large", code="body_too_large", status=413)
+            data = request.json()
+            paths = data.get("files") if isinstance(data, dict) else None
+            if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+                raise BadRequest('POST a JSON object {"files": ["path", ...]}', code="bad_json")
+        else:
+            paths = [value for _, value in request.query]
+        return self.send_batch(request, paths)
+
+    def _file(self, request: Request) -> Response:
+        return self.send_file(request, request.params["path"])
+
+
+def _compile(pattern: str) -> str:
+    out, pos = [], 0
+    for m in _PARAM.finditer(pattern):
+        out.append(re.escape(pattern[pos : m.start()]))
+        out.append(f"(?P<{m.group(2)}>.+)" if m.group(1) else f"(?P<{m.group(2)}>[^/]+)")
+        pos = m.end()
+    out.append(re.escape(pattern[pos:]))
+    return "".join(out)
+
+
+def _to_response(result: Any) -> Response:
+    if isinstance(result, Response):
+        return result
+    if isinstance(result, (dict, list)):
+        return json_response(result)
+    if isinstance(result, str):
+        return text_response(result)
+    if isinstance(result, bytes):
+        return Response(200, [("Content-Type", "application/octet-stream")], [result])
+    raise TypeError(f"a handler returned {type(result).__name__}; return a Response, dict, list, str or bytes")
+
+
+def _failure(exc: Exception, request: Request) -> Response:
+    if isinstance(exc, HTTPError):
+        return error_response(exc)
+    # Unexpected: log it whole, tell the client nothing about the internals.
+    logger.error("unhandled error in %s %s", request.method, request.path, exc_info=exc)
+    return error_response(HTTPError("internal server error"))

@@ -1,0 +1,202 @@
+"""Axon as an ASGI application: uvicorn, hypercorn, granian.
+
+    uvicorn axon.asgi:application           # serves $AXON_ROOT (default: the current directory)
+
+File bodies go out through the server's zero-copy extensions when it advertises them
+(``http.response.zerocopysend``, or ``http.response.pathsend`` for a whole single file), and as
+``http.response.body`` chunks of ``Limits.chunk_size`` otherwise. Reading stops as soon as the
+client disconnects. Lifespan events are answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, Awaitable, Callable
+
+from .app import App, Request
+from .chunks import FileChanged, iter_chunks
+from .errors import BadRequest, HTTPError, PayloadTooLarge
+from .limits import DEFAULT_LIMITS, Limits
+from .response import Response, error_response
+from .sansio.segments import FileSlice
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict]]
+Send = Callable[[dict], Awaitable[None]]
+_BODY_METHODS = ("POST", "PUT", "PATCH")
+
+
+class ClientGone(Exception):
+    """The client disconnected; stop producing the body."""
+
+
+class ASGIApp:
+    """Adapts an :class:`App` to ASGI 3."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self.http(scope, receive, send)
+        elif kind == "lifespan":
+            await lifespan(receive, send)
+        # Anything else (websocket) is not served: returning closes it.
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        app = self.app
+        try:
+            request = await self.request(scope, receive)
+        except HTTPError as exc:
+            response = error_response(exc)
+        else:
+            response = await app.handle_async(request)
+        try:
+            await send({"type": "http.response.start", "status": response.status, "headers": _encode(response.headers)})
+            if response.stream is not None:
+                await send_stream(response, send, app)
+            elif response.files and response.body:
+                await send_segments(scope, receive, send, response, app.limits.chunk_size)
+            else:
+                await send({"type": "http.response.body", "body": b"".join(response.body)})  # type: ignore[arg-type]
+        except FileChanged:
+            raise  # the server must cut the connection: the body cannot be what it claimed
+        except (ClientGone, OSError):
+            pass  # the client went away; there is no one left to tell
+        finally:
+            response.close()
+
+    async def request(self, scope: Scope, receive: Receive) -> Request:
+        # Servers percent-decode the path once into scope["path"]; the query stays raw.
+        path = scope["path"]
+        query = scope.get("query_string", b"").decode("latin-1")
+        headers: dict[str, str] = {}
+        for name, value in scope.get("headers", ()):
+            key = name.decode("latin-1").lower()
+            text = value.decode("latin-1")
+            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        body = b""
+        if scope["method"] in _BODY_METHODS:
+            body = await read_body(receive, headers, self.app.limits)
+        return Request(scope["method"], path, query, headers, body)
+
+
+async def read_body(receive: Receive, headers: dict[str, str], limits: Limits) -> bytes:
+    limit = limits.max_body_bytes
+    declared = headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise BadRequest("bad Content-Length", code="bad_request")
+        if int(declared) > limit:
+            raise PayloadTooLarge(f"request body larger than {limit} bytes", code="body_too_large")
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body larger than {limit} bytes", code="body_too_large")
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+async def send_segments(scope: Scope, receive: Receive, send: Send, response: Response, chunk_size: int) -> None:
+    extensions = scope.get("extensions") or {}
+    body = response.body
+    if "http.response.pathsend" in extensions and len(body) == 1 and isinstance(body[0], FileSlice):
+        whole = response.files[0]
+        if body[0].offset == 0 and body[0].count == whole.size:
+            # The path of our open descriptor, never the name again: what the server opens is
+            # the very file we checked, even if the name was swapped meanwhile.
+            await send({"type": "http.response.pathsend", "path": f"/proc/self/fd/{whole.fd}"})
+            return
+    watcher = asyncio.ensure_future(_wait_disconnect(receive))
+    try:
+        if "http.response.zerocopysend" in extensions:
+            await _zerocopy(send, body, watcher)
+        else:
+            for chunk in iter_chunks(body, chunk_size):
+                if watcher.done():
+                    raise ClientGone()
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        watcher.cancel()
+
+
+async def _zerocopy(send: Send, body: list, watcher: asyncio.Future) -> None:
+    files: dict[int, Any] = {}
+    try:
+        for seg in body:
+            if watcher.done():
+                raise ClientGone()
+            if isinstance(seg, bytes):
+                await send({"type": "http.response.body", "body": seg, "more_body": True})
+                continue
+            handle = files.get(seg.fd)
+            if handle is None:
+                handle = files[seg.fd] = os.fdopen(seg.fd, "rb", buffering=0, closefd=False)
+            await send({"type": "http.response.zerocopysend", "file": handle, "offset": seg.offset, "count": seg.count, "more_body": True})
+    finally:
+        for handle in files.values():
+            handle.close()
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def send_stream(response: Response, send: Send, app: App) -> None:
+    stream = response.stream
+    if hasattr(stream, "__aiter__"):
+        async for chunk in stream:  # type: ignore[union-attr]
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    else:
+        # A plain generator may block: step it in the app's thread pool.
+        loop = asyncio.get_running_loop()
+        iterator = iter(stream)  # type: ignore[arg-type]
+        done = object()
+        while (chunk := await loop.run_in_executor(app.executor, next, iterator, done)) is not done:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def _encode(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+
+
+def create_app(root: str | os.PathLike[str] | None = None, *, limits: Limits = DEFAULT_LIMITS, app: App | None = None) -> ASGIApp:
+    """An ASGI callable serving ``root`` (default ``$AXON_ROOT``, else the current directory),
+    or wrapping an :class:`App` you built, with your own routes."""
+    return ASGIApp(app if app is not None else App(root, limits=limits))
+
+
+class _LazyApplication:
+    """``axon.asgi:application``: built on first call, so importing this module opens nothing."""
+
+    _app: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._app is None:
+            self._app = create_app()
+        await self._app(scope, receive, send)
+
+
+application = _LazyApplication()

@@ -1,0 +1,35 @@
+"""The ``axon`` command: a thin dispatcher. Each subcommand lives beside the code it drives."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+
+# subcommand -> module with ``add_parser(subparsers)``; the parser's ``func(args) -> int`` runs it.
+SUBCOMMANDS = {
+    "serve": "axon.server.cli",
+    "demo": "axon.demo",
+    "fetch": "axon.client.cli",
+    "bench": "axon.bench.cli",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="axon", description="Serve files in batches over HTTP.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module_name in SUBCOMMANDS.values():
+        if importlib.util.find_spec(module_name) is None:
+            continue  # a subcommand whose module is not installed is simply not offered
+        importlib.import_module(module_name).add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

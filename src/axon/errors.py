@@ -1,0 +1,99 @@
+"""One error type with a status, subclassed per failure, rendered as the wire contract's JSON.
+
+Every refusal in Axon is an ``HTTPError`` raised before the first byte of a response is written,
+so a client always gets either a complete success or one JSON 4xx that says what was wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable, Sequence
+
+
+class HTTPError(Exception):
+    """A failure that becomes an HTTP response: ``{"error": {status, code, message, paths}}``."""
+
+    status = 500
+    code = "internal_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        paths: Sequence[str] = (),
+        details: Sequence[dict] = (),
+        headers: Iterable[tuple[str, str]] = (),
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        self.paths = list(paths)
+        self.details = list(details)
+        self.headers = list(headers)
+
+    def to_dict(self) -> dict:
+        error: dict = {"status": self.status, "code": self.code, "message": self.message}
+        if self.paths:
+            error["paths"] = self.paths
+        if self.details:
+            error["details"] = self.details
+        return {"error": error}
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.to_dict(), ensure_ascii=True).encode("ascii")
+
+
+class BadRequest(HTTPError):
+    status, code = 400, "bad_request"
+
+
+class Unauthorized(HTTPError):
+    status, code = 401, "unauthorized"
+
+
+class Forbidden(HTTPError):
+    status, code = 403, "forbidden"
+
+
+class NotFound(HTTPError):
+    status, code = 404, "not_found"
+
+
+class MethodNotAllowed(HTTPError):
+    status, code = 405, "method_not_allowed"
+
+    def __init__(self, allowed: Iterable[str]) -> None:
+        allow = ", ".join(sorted(set(allowed)))
+        super().__init__(f"method not allowed; use one of: {allow}", headers=[("Allow", allow)])
+
+
+class PreconditionFailed(HTTPError):
+    status, code = 412, "precondition_failed"
+
+
+class PayloadTooLarge(HTTPError):
+    status, code = 413, "payload_too_large"
+
+
+class URITooLong(HTTPError):
+    status, code = 414, "uri_too_long"
+
+
+class RangeNotSatisfiable(HTTPError):
+    status, code = 416, "range_not_satisfiable"
+
+    def __init__(self, message: str, size: int) -> None:
+        super().__init__(message, headers=[("Content-Range", f"bytes */{size}")])
+
+
+class HeadersTooLarge(HTTPError):
+    status, code = 431, "headers_too_large"
+
+
+class ServiceUnavailable(HTTPError):
+    status, code = 503, "unavailable"

@@ -1,0 +1,212 @@
+"""FileStore: the root jail. Turns a requested path into an open, checked, regular file.
+
+The rules (DESIGN.md, "Rules that keep it safe"):
+
+* a requested path arrives decoded exactly once and is never decoded again here;
+* it must be relative and free of NUL and backslash; ``..`` may not climb above the root;
+* it is walked one component at a time with ``openat``-style calls relative to an open directory
+  and ``O_NOFOLLOW``, so the kernel never follows a link on our behalf. A symlink met on the way
+  is read and its target walked by the same rules, which refuses any target outside the root.
+  Nothing outside the root is ever opened, and there is no check-then-open race;
+* the final descriptor is checked with ``fstat``: only regular files are served.
+"""
+
+from __future__ import annotations
+
+import errno
+import mimetypes
+import os
+import stat
+from dataclasses import dataclass
+
+from .errors import BadRequest, Forbidden, HTTPError, NotFound, ServiceUnavailable
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: opening a FIFO that sits in the root must not hang the worker; it is refused after
+# fstat like any other non-regular file.
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+_MAX_SYMLINKS = 40  # as the kernel's own limit
+
+
+@dataclass(frozen=True, slots=True)
+class OpenFile:
+    """A checked regular file inside the root. Whoever holds it closes it."""
+
+    fd: int
+    path: str  # the path as requested (decoded once), for headers and error messages
+    name: str  # the normalized path relative to the root
+    size: int
+    mtime_ns: int
+    inode: int
+    device: int
+    content_type: str
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+def normalize(requested: str) -> list[str]:
+    """The components of a requested path, or an HTTPError saying why it is refused.
+
+    Pure: touches no file. ``a/./b//c`` becomes ``[a, b, c]``; ``a/../b`` becomes ``[b]``;
+    a ``..`` that would climb above the root is refused.
+    """
+    if not requested:
+        raise BadRequest("empty path", code="bad_path", paths=[requested])
+    if "\x00" in requested:
+        raise BadRequest("path contains a NUL byte", code="bad_path", paths=[requested])
+    if "\\" in requested:
+        raise BadRequest("path contains a backslash", code="bad_path", paths=[requested])
+    if requested.startswith("/"):
+        raise BadRequest("path must be relative to the root", code="bad_path", paths=[requested])
+    if len(requested) >= 2 and requested[1] == ":" and requested[0].isascii() and requested[0].isalpha():
+        raise BadRequest("path must not name a drive", code="bad_path", paths=[requested])
+    parts: list[str] = []
+    if _walk_parts(parts, requested):
+        raise Forbidden("path leaves the root", code="outside_root", paths=[requested])
+    if not parts:
+        raise Forbidden("path names the root itself", code="not_a_file", paths=[requested])
+    return parts
+
+
+def _walk_parts(stack: list[str], path: str) -> bool:
+    """Push the components of ``path`` onto ``stack``; True if a ``..`` climbs above it."""
+    for part in path.split("/"):
+        if part == "" or part == ".":
+            continue
+        if part == "..":
+            if not stack:
+                return True
+            stack.pop()
+        else:
+            stack.append(part)
+    return False
+
+
+class FileStore:
+    """Opens requested paths under one root directory, and only there."""
+
+    def __init__(self, root: str | os.PathLike[str], *, allow_hidden: bool = False) -> None:
+        self.root = os.path.realpath(os.fspath(root))
+        if not os.path.isdir(self.root):
+            raise ValueError(f"root is not a directory: {self.root}")
+        self.allow_hidden = allow_hidden
+        self._types: dict[str, str] = {}
+        mimetypes.init()
+
+    def open(self, requested: str) -> OpenFile:
+        """Open ``requested`` (already decoded once) as a regular file inside the root."""
+        parts = normalize(requested)
+        if not self.allow_hidden and any(p.startswith(".") for p in parts):
+            raise Forbidden("hidden files are not served", code="hidden", paths=[requested])
+        fd = self._walk(parts, requested)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise Forbidden("not a regular file", code="not_a_file", paths=[requested])
+        except BaseException:
+            os.close(fd)
+            raise
+        name = "/".join(parts)
+        return OpenFile(
+            fd, requested, name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, self.content_type(name)
+        )
+
+    def content_type(self, name: str) -> str:
+        dot = name.rfind(".")
+        suffix = name[dot:].lower() if dot > name.rfind("/") else ""
+        found = self._types.get(suffix)
+        if found is None:
+            guessed, encoding = mimetypes.guess_type("x" + suffix, strict=False)
+            # A compressed file is served as the bytes it is, not as what it would decompress to.
+            found = "application/octet-stream" if guessed is None or encoding else guessed
+            if found.startswith("text/") or found in ("application/json", "application/javascript"):
+                found += "; charset=utf-8"
+            if len(self._types) < 1024:
+                self._types[suffix] = found
+        return found
+
+    def _walk(self, parts: list[str], requested: str) -> int:
+        """Open the file named by ``parts`` one component at a time; return its descriptor."""
+        pending = list(reversed(parts))  # components still to walk, next one last
+        done: list[str] = []  # components walked, for resolving relative symlink targets
+        links = 0
+        current = os.open(self.root, _DIR_FLAGS)
+        try:
+            while pending:
+                part = pending.pop()
+                if part == "..":  # only from symlink targets; normalize() removed the rest
+                    if not done:
+                        raise Forbidden("symlink leaves the root", code="outside_root", paths=[requested])
+                    done.pop()
+                    os.close(current)
+                    current = self._reopen(done, requested)
+                    continue
+                last = not pending
+                try:
+                    fd = os.open(part, _FILE_FLAGS if last else _DIR_FLAGS, dir_fd=current)
+                except OSError as exc:
+                    if exc.errno != errno.ELOOP:
+                        raise _os_error(exc, requested) from None
+                    # A symlink: read it and walk its target in its place, by the same rules.
+                    links += 1
+                    if links > _MAX_SYMLINKS:
+                        raise Forbidden("too many symlinks", code="symlink_loop", paths=[requested]) from None
+                    target = _readlink(part, current, requested)
+                    if target.startswith("/"):
+                        inside = os.path.relpath(target, self.root)
+                        if inside == ".." or inside.startswith("../") or os.path.isabs(inside):
+                            raise Forbidden(
+                                "symlink leaves the root", code="outside_root", paths=[requested]
+                            ) from None
+                        done = []
+                        os.close(current)
+                        current = os.open(self.root, _DIR_FLAGS)
+                        target = inside
+                    pending.extend(reversed([p for p in target.split("/") if p not in ("", ".")]))
+                    continue
+                if last:
+                    os.close(current)
+                    current = -1
+                    return fd
+                os.close(current)
+                current = fd
+                done.append(part)
+            raise Forbidden("not a regular file", code="not_a_file", paths=[requested])
+        finally:
+            if current >= 0:
+                os.close(current)
+
+    def _reopen(self, parts: list[str], requested: str) -> int:
+        """A descriptor for the directory ``parts`` under the root (after a symlink's ``..``)."""
+        fd = os.open(self.root, _DIR_FLAGS)
+        for part in parts:
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                os.close(fd)
+                raise _os_error(exc, requested) from None
+            os.close(fd)
+            fd = nxt
+        return fd
+
+
+def _readlink(part: str, dir_fd: int, requested: str) -> str:
+    try:
+        return os.readlink(part, dir_fd=dir_fd)
+    except OSError as exc:
+        raise _os_error(exc, requested) from None
+
+
+def _os_error(exc: OSError, requested: str) -> HTTPError:
+    """Map an ``open`` failure to the wire contract's statuses (as aiohttp does)."""
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG):
+        return NotFound("no such file", paths=[requested])
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return Forbidden("permission denied", code="permission_denied", paths=[requested])
+    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+        return ServiceUnavailable("server is out of file descriptors; retry later", paths=[requested])
+    return NotFound("file cannot be opened", paths=[requested])

@@ -1,0 +1,97 @@
+"""What a handler returns: a status, headers, and a body of segments (or a generator stream).
+
+A leaf module, below ``sansio`` so that the planners build responses directly; ``app`` re-exports
+it. Runtimes read ``status``, ``headers`` (``Content-Length`` already in them when the length is
+known), then either ``body`` (a list of segments) or ``stream`` (an iterable of bytes, sent
+chunked), and call ``close()`` when done, whatever happened.
+"""
+
+from __future__ import annotations
+
+import json
+from http import HTTPStatus
+from typing import Any, AsyncIterable, Iterable, Union
+
+from .errors import HTTPError
+from .files import OpenFile
+from .sansio.segments import Segment, body_length
+
+Stream = Union[Iterable[bytes], AsyncIterable[bytes]]
+
+_JSON = ("Content-Type", "application/json")
+
+
+class Response:
+    """A planned response. ``length`` is None only for a stream (length unknown in advance)."""
+
+    __slots__ = ("status", "headers", "body", "stream", "files", "length")
+
+    def __init__(
+        self,
+        status: int = 200,
+        headers: list[tuple[str, str]] | None = None,
+        body: list[Segment] | None = None,
+        *,
+        stream: Stream | None = None,
+        files: list[OpenFile] | tuple[OpenFile, ...] = (),
+    ) -> None:
+        self.status = status
+        self.headers = headers if headers is not None else []
+        self.stream = stream
+        self.files = files
+        if stream is not None:
+            self.body: list[Segment] = []
+            self.length: int | None = None
+        else:
+            self.body = body if body is not None else []
+            self.length = body_length(self.body)
+            if status != 304 and not 100 <= status < 200 and status != 204:
+                self.headers.append(("Content-Length", str(self.length)))
+
+    @property
+    def reason(self) -> str:
+        return _REASONS.get(self.status, "Unknown")
+
+    def without_body(self) -> "Response":
+        """The same response for a HEAD request: headers kept, files released, no body."""
+        self.close()
+        self.body = []
+        self.stream = None
+        return self
+
+    def close(self) -> None:
+        """Release every descriptor and the stream. Safe to call more than once."""
+        files, self.files = self.files, ()
+        for f in files:
+            f.close()
+        stream, self.stream = self.stream, None
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+
+
+_REASONS = {s.value: s.phrase for s in HTTPStatus}
+
+
+def json_response(data: Any, status: int = 200, headers: list[tuple[str, str]] | None = None) -> Response:
+    body = json.dumps(data, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    return Response(status, [_JSON, *(headers or ())], [body])
+
+
+def text_response(text: str, status: int = 200, content_type: str = "text/plain; charset=utf-8") -> Response:
+    return Response(status, [("Content-Type", content_type)], [text.encode("utf-8")])
+
+
+def stream_response(chunks: Stream, status: int = 200, content_type: str = "application/octet-stream") -> Response:
+    """A body whose length is not known in advance: sent chunked (HTTP/1.1) by the runtime."""
+    return Response(status, [("Content-Type", content_type)], stream=chunks)
+
+
+def redirect(location: str, status: int = 307) -> Response:
+    if any(c in location for c in "\r\n\x00"):
+        raise ValueError("a redirect location must not contain CR, LF or NUL")
+    return Response(status, [("Location", location)], [])
+
+
+def error_response(error: HTTPError) -> Response:
+    return Response(error.status, [_JSON, *error.headers], [error.to_json()])

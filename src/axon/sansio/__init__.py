@@ -1,0 +1,1 @@
+"""Pure logic, no sockets: segments, multipart framing, ranges, conditional requests, batch plans."""

@@ -1,0 +1,68 @@
+"""Multipart framing (RFC 2046): boundaries, part headers, and the segments of a whole body.
+
+Part header values built from file names are escaped here and only here: the ASCII fallback
+replaces anything outside printable ASCII (and quote and backslash) with ``_``; the real name
+goes in RFC 5987 ``filename*``; ``Content-Location`` is the requested path percent-encoded.
+No CR, LF or quote from a request reaches a header raw.
+"""
+
+from __future__ import annotations
+
+import secrets
+from functools import lru_cache
+from typing import Iterable
+from urllib.parse import quote
+
+from .segments import FileSlice, Segment
+
+CRLF = b"\r\n"
+# RFC 5987 attr-char, less the alphanumerics and "_.-~" that quote() always keeps.
+_ATTR_SAFE = "!#$&+^`|"
+
+
+def new_boundary() -> str:
+    """128 random bits: unpredictable, so no file can contain the delimiter by design."""
+    return secrets.token_hex(16)
+
+
+def ascii_fallback(name: str) -> str:
+    return "".join(c if " " <= c <= "~" and c not in '"\\' else "_" for c in name)
+
+
+@lru_cache(maxsize=4096)
+def content_disposition(name: str) -> str:
+    return f"attachment; filename=\"{ascii_fallback(name)}\"; filename*=UTF-8''{quote(name, safe=_ATTR_SAFE)}"
+
+
+@lru_cache(maxsize=4096)
+def file_part_headers(requested: str, name: str, content_type: str) -> str:
+    """The per-file header lines of a batch part (without Content-Length), cached per path."""
+    basename = name.rsplit("/", 1)[-1]
+    return (
+        f"Content-Type: {content_type}\r\n"
+        f"Content-Disposition: {content_disposition(basename)}\r\n"
+        f"Content-Location: {quote(requested, safe='/')}\r\n"
+    )
+
+
+def frame(boundary: str, parts: Iterable[tuple[str, Segment]]) -> list[Segment]:
+    """The body segments for ``parts``, each a block of header lines and its content.
+
+    ``--B CRLF headers CRLF data CRLF --B ... CRLF --B-- CRLF``, with neighbouring bytes joined so
+    that each part costs one bytes segment and one file slice.
+    """
+    delimiter = f"--{boundary}\r\n"
+    segments: list[Segment] = []
+    pending = ""
+    for header_lines, content in parts:
+        size = len(content) if isinstance(content, bytes) else content.count
+        pending += f"{delimiter}{header_lines}Content-Length: {size}\r\n\r\n"
+        if isinstance(content, FileSlice):
+            segments.append(pending.encode("ascii"))
+            segments.append(content)
+            pending = "\r\n"
+        else:
+            segments.append(pending.encode("ascii") + content)
+            pending = "\r\n"
+    segments.append(f"{pending}--{boundary}--\r\n".encode("ascii"))
+    return segments

@@ -1,0 +1,63 @@
+"""Byte ranges (RFC 9110 section 14) in three steps: parse the header, resolve it against a size,
+and format ``Content-Range``.
+
+Abuse is capped (Apache CVE-2011-3192): at most ``max_ranges`` ranges in one header, inverted
+or malformed ranges refused, overlapping and adjacent ranges merged, so a response never carries
+more bytes than the representation twice over.
+"""
+
+from __future__ import annotations
+
+from ..errors import RangeNotSatisfiable
+
+Span = tuple[int, int]  # [start, stop): half-open, like a slice
+
+
+def parse_range(header: str, size: int, max_ranges: int) -> list[Span] | None:
+    """The spans a ``Range`` header asks for, sorted and merged; None to ignore the header.
+
+    A unit other than ``bytes`` is ignored (the whole representation is sent, as RFC 9110
+    allows). Malformed, inverted, too many, or none satisfiable: ``RangeNotSatisfiable``.
+    """
+    unit, sep, spec = header.partition("=")
+    if not sep or unit.strip().lower() != "bytes":
+        return None
+    items = spec.split(",")
+    if len(items) > max_ranges:
+        raise RangeNotSatisfiable(f"too many ranges (at most {max_ranges})", size)
+    spans: list[Span] = []
+    for item in items:
+        first, dash, last = item.strip().partition("-")
+        if not dash or not (first.isdigit() or (not first and last.isdigit())) or (last and not last.isdigit()):
+            raise RangeNotSatisfiable(f"malformed range: {item.strip()[:40]!r}", size)
+        if not first:  # suffix: the last N bytes
+            count = int(last)
+            if count and size:
+                spans.append((max(0, size - count), size))
+            continue
+        start = int(first)
+        stop = int(last) + 1 if last else size
+        if last and stop <= start:
+            raise RangeNotSatisfiable(f"inverted range: {item.strip()[:40]!r}", size)
+        if start < size:
+            spans.append((start, min(stop, size)))
+    if not spans:
+        raise RangeNotSatisfiable("no range is satisfiable", size)
+    return merge(spans)
+
+
+def merge(spans: list[Span]) -> list[Span]:
+    """Sort spans and join those that overlap or touch."""
+    spans = sorted(spans)
+    merged = [spans[0]]
+    for start, stop in spans[1:]:
+        last_start, last_stop = merged[-1]
+        if start <= last_stop:
+            merged[-1] = (last_start, max(last_stop, stop))
+        else:
+            merged.append((start, stop))
+    return merged
+
+
+def content_range(span: Span, size: int) -> str:
+    return f"bytes {span[0]}-{span[1] - 1}/{size}"

@@ -1,0 +1,53 @@
+"""A response body is a list of segments: ``bytes`` or a ``FileSlice`` of an open file.
+
+Runtimes consume the same list their own way (``sendfile``, ``pread`` into chunks, ASGI
+zero-copy). Slicing a list by a byte range is pure, and gives Range on single files and batches.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Union
+
+
+class FileSlice(NamedTuple):
+    """``count`` bytes of the open file ``fd`` starting at ``offset``."""
+
+    fd: int
+    offset: int
+    count: int
+
+
+Segment = Union[bytes, FileSlice]
+
+
+def body_length(segments: list[Segment]) -> int:
+    return sum(len(s) if isinstance(s, bytes) else s.count for s in segments)
+
+
+def slice_segments(segments: list[Segment], start: int, stop: int) -> list[Segment]:
+    """The segments covering bytes ``[start, stop)`` of the body, cut where they must be."""
+    out: list[Segment] = []
+    pos = 0
+    for seg in segments:
+        size = len(seg) if isinstance(seg, bytes) else seg.count
+        lo, hi = max(start, pos), min(stop, pos + size)
+        if lo < hi:
+            if isinstance(seg, bytes):
+                out.append(seg[lo - pos : hi - pos])
+            else:
+                out.append(FileSlice(seg.fd, seg.offset + lo - pos, hi - lo))
+        pos += size
+        if pos >= stop:
+            break
+    return out
+
+
+def coalesce(segments: list[Segment]) -> list[Segment]:
+    """Join neighbouring ``bytes`` segments so a runtime makes fewer writes."""
+    out: list[Segment] = []
+    for seg in segments:
+        if isinstance(seg, bytes) and out and isinstance(out[-1], bytes):
+            out[-1] = out[-1] + seg
+        elif not (isinstance(seg, bytes) and not seg) and not (isinstance(seg, FileSlice) and not seg.count):
+            out.append(seg)
+    return out

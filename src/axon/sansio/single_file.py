@@ -1,0 +1,56 @@
+"""Plan the response for one file: validators, preconditions (304/412), and ranges (206/416)."""
+
+from __future__ import annotations
+
+from ..errors import PreconditionFailed
+from ..files import FileStore, OpenFile
+from ..limits import Limits
+from ..response import Response
+from .conditional import evaluate, http_date, if_range_allows
+from .multipart import frame, new_boundary
+from .ranges import content_range, parse_range
+from .segments import FileSlice
+
+
+def etag(f: OpenFile) -> str:
+    """Strong: a replaced file (new inode) or a changed one (size, mtime) gets a new tag."""
+    return f'"{f.inode:x}-{f.mtime_ns:x}-{f.size:x}"'
+
+
+def plan_file(store: FileStore, path: str, method: str, headers: dict[str, str], limits: Limits) -> Response:
+    f = store.open(path)
+    try:
+        return _plan(f, method, headers, limits)
+    except BaseException:
+        f.close()
+        raise
+
+
+def _plan(f: OpenFile, method: str, headers: dict[str, str], limits: Limits) -> Response:
+    tag, mtime = etag(f), f.mtime_ns / 1e9
+    validators = [("ETag", tag), ("Last-Modified", http_date(mtime))]
+    verdict = evaluate(method, headers, tag, mtime)
+    if verdict == 304:
+        f.close()
+        return Response(304, validators)
+    if verdict == 412:
+        raise PreconditionFailed("the file does not match the request's preconditions", paths=[f.path])
+    out = [*validators, ("Accept-Ranges", "bytes")]
+    range_header = headers.get("range")
+    spans = None
+    if range_header is not None and if_range_allows(headers.get("if-range"), tag, mtime):
+        spans = parse_range(range_header, f.size, limits.max_ranges)
+    if spans is None:
+        out.append(("Content-Type", f.content_type))
+        return Response(200, out, [FileSlice(f.fd, 0, f.size)], files=[f])
+    if len(spans) == 1:
+        (start, stop) = spans[0]
+        out += [("Content-Type", f.content_type), ("Content-Range", content_range(spans[0], f.size))]
+        return Response(206, out, [FileSlice(f.fd, start, stop - start)], files=[f])
+    boundary = new_boundary()
+    parts = [
+        (f"Content-Type: {f.content_type}\r\nContent-Range: {content_range(s, f.size)}\r\n", FileSlice(f.fd, s[0], s[1] - s[0]))
+        for s in spans
+    ]
+    out.append(("Content-Type", f"multipart/byteranges; boundary={boundary}"))
+    return Response(206, out, frame(boundary, parts), files=[f])

@@ -1,0 +1,147 @@
+"""Axon as a WSGI application (PEP 3333): gunicorn, uWSGI, waitress, mod_wsgi.
+
+    gunicorn axon.wsgi:application          # serves $AXON_ROOT (default: the current directory)
+
+Bodies stream in bounded chunks (``Limits.chunk_size``): constant memory whatever the batch.
+A whole single file goes through ``wsgi.file_wrapper`` when the server offers one, so gunicorn
+and uWSGI send it with ``sendfile``. ``close()`` releases every descriptor even when the client
+goes away mid-stream.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Iterable, Iterator
+
+from .app import App, Request
+from .chunks import iter_chunks
+from .errors import BadRequest, HTTPError, PayloadTooLarge
+from .limits import DEFAULT_LIMITS, Limits
+from .response import Response, error_response
+from .sansio.segments import FileSlice
+
+StartResponse = Callable[..., object]
+_BODY_METHODS = ("POST", "PUT", "PATCH")
+
+
+class WSGIApp:
+    """Adapts an :class:`App` to the WSGI calling convention."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    def __call__(self, environ: dict, start_response: StartResponse) -> Iterable[bytes]:
+        app = self.app
+        try:
+            request = self.request(environ)
+        except HTTPError as exc:
+            response = error_response(exc)
+        else:
+            response = app.handle(request)
+        if hasattr(response.stream, "__aiter__"):
+            response.close()
+            response = error_response(HTTPError("an async stream cannot be served over WSGI; use a plain generator"))
+        try:
+            start_response(f"{response.status} {response.reason}", response.headers)
+        except BaseException:
+            response.close()
+            raise
+        if response.stream is not None:
+            return _StreamBody(response)
+        body = response.body
+        wrapper = environ.get("wsgi.file_wrapper")
+        if wrapper is not None and len(body) == 1 and isinstance(body[0], FileSlice) and len(response.files) == 1:
+            whole = response.files[0]
+            if body[0].offset == 0 and body[0].count == whole.size:
+                # Hand the descriptor to the server as a file object that now owns it.
+                response.files = ()
+                return wrapper(os.fdopen(whole.fd, "rb", buffering=0), app.limits.chunk_size)
+        if not response.files:
+            return body  # only bytes: the server writes them as they are
+        return _SegmentBody(response, app.limits.chunk_size)
+
+    def request(self, environ: dict) -> Request:
+        method = environ["REQUEST_METHOD"]
+        try:
+            # PEP 3333: PATH_INFO is the server's percent-decoded bytes as latin-1. Recover
+            # the bytes and decode them as UTF-8: the path is decoded once, by the server.
+            path = environ.get("PATH_INFO", "").encode("latin-1").decode("utf-8")
+        except UnicodeError:
+            raise BadRequest("path is not valid UTF-8", code="bad_path") from None
+        headers = {key[5:].replace("_", "-").lower(): value for key, value in environ.items() if key.startswith("HTTP_")}
+        if environ.get("CONTENT_TYPE"):
+            headers["content-type"] = environ["CONTENT_TYPE"]
+        if environ.get("CONTENT_LENGTH"):
+            headers["content-length"] = environ["CONTENT_LENGTH"]
+        body = b""
+        if method in _BODY_METHODS:
+            body = self.read_body(environ, self.app.limits)
+        return Request(method, path or "/", environ.get("QUERY_STRING", ""), headers, body)
+
+    @staticmethod
+    def read_body(environ: dict, limits: Limits) -> bytes:
+        limit = limits.max_body_bytes
+        stream = environ["wsgi.input"]
+        length = environ.get("CONTENT_LENGTH")
+        if length:
+            try:
+                size = int(length)
+            except ValueError:
+                raise BadRequest("bad Content-Length", code="bad_request") from None
+            if size > limit:
+                raise PayloadTooLarge(f"request body larger than {limit} bytes", code="body_too_large")
+            return stream.read(size)
+        # No length: a chunked body, which gunicorn and uWSGI de-chunk for us; read one past the
+        # limit to tell "exactly the limit" from "over it".
+        data = stream.read(limit + 1)
+        if len(data) > limit:
+            raise PayloadTooLarge(f"request body larger than {limit} bytes", code="body_too_large")
+        return data
+
+
+class _SegmentBody:
+    """The WSGI body iterable for a segment list; ``close()`` releases the response's files."""
+
+    def __init__(self, response: Response, chunk_size: int) -> None:
+        self._response = response
+        self._chunks = iter_chunks(response.body, chunk_size)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self._chunks
+
+    def close(self) -> None:
+        self._chunks.close()
+        self._response.close()
+
+
+class _StreamBody:
+    """The WSGI body iterable for a generator stream."""
+
+    def __init__(self, response: Response) -> None:
+        self._response = response
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._response.stream)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self._response.close()
+
+
+def create_app(root: str | os.PathLike[str] | None = None, *, limits: Limits = DEFAULT_LIMITS, app: App | None = None) -> WSGIApp:
+    """A WSGI callable serving ``root`` (default ``$AXON_ROOT``, else the current directory),
+    or wrapping an :class:`App` you built, with your own routes."""
+    return WSGIApp(app if app is not None else App(root, limits=limits))
+
+
+class _LazyApplication:
+    """``axon.wsgi:application``: built on first call, so importing this module opens nothing."""
+
+    _app: WSGIApp | None = None
+
+    def __call__(self, environ: dict, start_response: StartResponse) -> Iterable[bytes]:
+        if self._app is None:
+            self._app = create_app()
+        return self._app(environ, start_response)
+
+
+application = _LazyApplication()
