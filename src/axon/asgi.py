@@ -2,10 +2,15 @@
 
     uvicorn axon.asgi:application           # serves $AXON_ROOT (default: the current directory)
 
-File bodies go out through the server's zero-copy extensions when it advertises them
-(``http.response.zerocopysend``, or ``http.response.pathsend`` for a whole single file), and as
+File bodies go out through the server's zero-copy extension ``http.response.zerocopysend`` when
+it advertises it (the server is handed our open, checked descriptor), and as
 ``http.response.body`` chunks of ``Limits.chunk_size`` otherwise. Reading stops as soon as the
 client disconnects. Lifespan events are answered.
+
+``http.response.pathsend`` is deliberately not used: it hands the server a *name* to open later.
+Granian, for one, opens it after ``send`` has returned (measured: passing ``/proc/self/fd/N``
+failed because the descriptor was already closed), so the file served would be whatever the
+name points to by then, and a symlink swapped in meanwhile would escape the root jail.
 """
 
 from __future__ import annotations
@@ -109,13 +114,6 @@ async def read_body(receive: Receive, headers: dict[str, str], limits: Limits) -
 async def send_segments(scope: Scope, receive: Receive, send: Send, response: Response, chunk_size: int) -> None:
     extensions = scope.get("extensions") or {}
     body = response.body
-    if "http.response.pathsend" in extensions and len(body) == 1 and isinstance(body[0], FileSlice):
-        whole = response.files[0]
-        if body[0].offset == 0 and body[0].count == whole.size:
-            # The path of our open descriptor, never the name again: what the server opens is
-            # the very file we checked, even if the name was swapped meanwhile.
-            await send({"type": "http.response.pathsend", "path": f"/proc/self/fd/{whole.fd}"})
-            return
     watcher = asyncio.ensure_future(_wait_disconnect(receive))
     try:
         if "http.response.zerocopysend" in extensions:

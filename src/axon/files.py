@@ -149,13 +149,14 @@ class FileStore:
                 try:
                     fd = os.open(part, _FILE_FLAGS if last else _DIR_FLAGS, dir_fd=current)
                 except OSError as exc:
-                    if exc.errno != errno.ELOOP:
+                    # O_NOFOLLOW refuses a symlink with ELOOP, or ENOTDIR when O_DIRECTORY is set.
+                    target = _readlink(part, current) if exc.errno in (errno.ELOOP, errno.ENOTDIR) else None
+                    if target is None:
                         raise _os_error(exc, requested) from None
-                    # A symlink: read it and walk its target in its place, by the same rules.
+                    # A symlink: walk its target in its place, by the same rules.
                     links += 1
                     if links > _MAX_SYMLINKS:
                         raise Forbidden("too many symlinks", code="symlink_loop", paths=[requested]) from None
-                    target = _readlink(part, current, requested)
                     if target.startswith("/"):
                         inside = os.path.relpath(target, self.root)
                         if inside == ".." or inside.startswith("../") or os.path.isabs(inside):
@@ -194,11 +195,12 @@ class FileStore:
         return fd
 
 
-def _readlink(part: str, dir_fd: int, requested: str) -> str:
+def _readlink(part: str, dir_fd: int) -> str | None:
+    """The target of the symlink ``part``, or None if it is not a symlink (any more)."""
     try:
         return os.readlink(part, dir_fd=dir_fd)
-    except OSError as exc:
-        raise _os_error(exc, requested) from None
+    except OSError:
+        return None
 
 
 def _os_error(exc: OSError, requested: str) -> HTTPError:
