@@ -1,0 +1,81 @@
+"""The WSGI adapter called in-process, for the choices it makes that a server hides: when it
+hands a file to ``wsgi.file_wrapper``, and that ``close()`` frees descriptors mid-stream. The
+wire contract is tested over real sockets under gunicorn, uWSGI and waitress in tests/e2e."""
+
+from __future__ import annotations
+
+import io
+import os
+from wsgiref.util import FileWrapper, setup_testing_defaults
+
+import pytest
+
+from axon import Limits
+from axon.wsgi import create_app
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "a.bin").write_bytes(os.urandom(200_000))
+    return tmp_path
+
+
+def environ(path, query="", method="GET", body=b"", **extra):
+    env = {"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query, "wsgi.input": io.BytesIO(body)}
+    if body:
+        env["CONTENT_LENGTH"] = str(len(body))
+    env.update(extra)
+    setup_testing_defaults(env)
+    return env
+
+
+def call(app, env):
+    seen = {}
+
+    def start_response(status, headers, exc_info=None):
+        seen["status"], seen["headers"] = status, dict(headers)
+
+    return seen, app(env, start_response)
+
+
+def open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_whole_single_file_goes_to_file_wrapper(files):
+    seen, body = call(create_app(files), environ("/files/a.bin", **{"wsgi.file_wrapper": FileWrapper}))
+    assert isinstance(body, FileWrapper)
+    assert b"".join(body) == (files / "a.bin").read_bytes()
+    body.close()
+
+
+def test_ranges_and_batches_do_not_use_file_wrapper(files):
+    app = create_app(files)
+    env = environ("/files/a.bin", HTTP_RANGE="bytes=10-19", **{"wsgi.file_wrapper": FileWrapper})
+    seen, body = call(app, env)
+    assert seen["status"].startswith("206") and not isinstance(body, FileWrapper)
+    assert b"".join(body) == (files / "a.bin").read_bytes()[10:20]
+    body.close()
+
+
+def test_close_mid_stream_releases_descriptors(files):
+    app = create_app(files, limits=Limits(chunk_size=4096))
+    before = open_fds()
+    seen, body = call(app, environ("/api/stream-files", "f=a.bin&g=a.bin"))
+    first = next(iter(body))
+    assert len(first) == 4096
+    body.close()  # what a server does when the client goes away
+    assert open_fds() == before
+
+
+def test_body_over_limit_is_413_without_reading(files):
+    app = create_app(files, limits=Limits(max_body_bytes=16))
+    seen, body = call(app, environ("/api/stream-files", method="POST", body=b'{"files": ["a.bin", "a.bin"]}'))
+    assert seen["status"].startswith("413")
+    assert b"body_too_large" in b"".join(body)
+
+
+def test_path_that_is_not_utf8_is_400(files):
+    seen, body = call(create_app(files), environ("/files/\xff.bin"))
+    assert seen["status"].startswith("400")
+    assert b"bad_path" in b"".join(body)
