@@ -9,14 +9,22 @@ The rules (DESIGN.md, "Rules that keep it safe"):
   is read and its target walked by the same rules, which refuses any target outside the root.
   Nothing outside the root is ever opened, and there is no check-then-open race;
 * the final descriptor is checked with ``fstat``: only regular files are served.
+
+On Linux 5.6+ the kernel does that walk in one call: ``openat2`` with ``RESOLVE_BENEATH`` follows
+symlinks only while they stay below the root (a quarter of the cost of four ``openat`` calls;
+the standard library has no wrapper, so ``ctypes`` calls it). Anything it refuses, including an
+absolute symlink that points back inside the root, is walked again the portable way, which
+gives the precise error; where ``openat2`` is missing or forbidden, the portable walk is all.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import mimetypes
 import os
 import stat
+import sys
 from dataclasses import dataclass
 
 from .errors import BadRequest, Forbidden, HTTPError, NotFound, ServiceUnavailable
@@ -26,6 +34,34 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # fstat like any other non-regular file.
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
 _MAX_SYMLINKS = 40  # as the kernel's own limit
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def _openat2():
+    """A function ``(dir_fd, path) -> fd or -1`` using Linux's openat2, or None if unavailable."""
+    if not sys.platform.startswith("linux") or os.environ.get("AXON_NO_OPENAT2"):
+        return None  # AXON_NO_OPENAT2=1 forces the portable walk (the tests run both)
+    try:
+        syscall = ctypes.CDLL(None, use_errno=True).syscall
+    except (OSError, AttributeError):
+        return None
+    syscall.restype = ctypes.c_long
+    # 437 is openat2 on every Linux architecture (the unified syscall table). BENEATH: never
+    # leave dir_fd; NO_MAGICLINKS: no /proc/self/fd style jumps. O_NOFOLLOW is not set: the
+    # kernel follows links, but only while they stay beneath the root.
+    how = _OpenHow(_FILE_FLAGS & ~os.O_NOFOLLOW, 0, 0x08 | 0x02)
+    ref, size = ctypes.byref(how), ctypes.sizeof(how)
+
+    def openat2(dir_fd: int, path: bytes) -> int:
+        return syscall(437, dir_fd, path, ref, size)
+
+    return openat2
+
+
+_OPENAT2 = _openat2()
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +132,33 @@ class FileStore:
         self.allow_hidden = allow_hidden
         self._types: dict[str, str] = {}
         mimetypes.init()
+        # Held for the store's life: the root is this directory, even if renamed meanwhile.
+        self._root_fd = os.open(self.root, _DIR_FLAGS)
+        self._openat2 = _OPENAT2
+        probe = self._openat2(self._root_fd, b".") if self._openat2 is not None else -1
+        if probe >= 0:
+            os.close(probe)
+        else:
+            self._openat2 = None  # ENOSYS (old kernel) or EPERM (a seccomp filter): walk instead
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_root_fd", -1)
+        if fd >= 0:
+            os.close(fd)
 
     def open(self, requested: str) -> OpenFile:
         """Open ``requested`` (already decoded once) as a regular file inside the root."""
         parts = normalize(requested)
         if not self.allow_hidden and any(p.startswith(".") for p in parts):
             raise Forbidden("hidden files are not served", code="hidden", paths=[requested])
-        fd = self._walk(parts, requested)
+        fd = -1
+        if self._openat2 is not None:
+            try:
+                fd = self._openat2(self._root_fd, "/".join(parts).encode("utf-8", "surrogateescape"))
+            except ValueError:  # a NUL cannot get here (normalize refused it); be safe anyway
+                fd = -1
+        if fd < 0:
+            fd = self._walk(parts, requested)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -134,7 +190,7 @@ class FileStore:
         pending = list(reversed(parts))  # components still to walk, next one last
         done: list[str] = []  # components walked, for resolving relative symlink targets
         links = 0
-        current = os.open(self.root, _DIR_FLAGS)
+        current = os.dup(self._root_fd)
         try:
             while pending:
                 part = pending.pop()
@@ -165,7 +221,7 @@ class FileStore:
                             ) from None
                         done = []
                         os.close(current)
-                        current = os.open(self.root, _DIR_FLAGS)
+                        current = os.dup(self._root_fd)
                         target = inside
                     pending.extend(reversed([p for p in target.split("/") if p not in ("", ".")]))
                     continue
@@ -183,7 +239,7 @@ class FileStore:
 
     def _reopen(self, parts: list[str], requested: str) -> int:
         """A descriptor for the directory ``parts`` under the root (after a symlink's ``..``)."""
-        fd = os.open(self.root, _DIR_FLAGS)
+        fd = os.dup(self._root_fd)
         for part in parts:
             try:
                 nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
