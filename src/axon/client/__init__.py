@@ -1,0 +1,38 @@
+"""Axon's client: fetch a batch of files from an Axon server into a directory.
+
+``fetch`` / ``afetch`` send one request and write every part of the multipart answer to
+``dest/<path>``, each file complete or absent. ``MultipartParser`` is the sans-IO streaming
+parser underneath, usable on its own. Only the standard library is imported here.
+"""
+
+from .download import FetchedFile, FetchResult, Progress
+from .errors import FetchError, UnsafePathError
+from .fetch import afetch, fetch
+from .multipart import (
+    ContentRange,
+    MultipartError,
+    MultipartParser,
+    PartData,
+    PartEnd,
+    PartStart,
+    StreamEnd,
+    boundary_from_content_type,
+)
+
+__all__ = [
+    "ContentRange",
+    "FetchError",
+    "FetchResult",
+    "FetchedFile",
+    "MultipartError",
+    "MultipartParser",
+    "PartData",
+    "PartEnd",
+    "PartStart",
+    "Progress",
+    "StreamEnd",
+    "UnsafePathError",
+    "afetch",
+    "boundary_from_content_type",
+    "fetch",
+]

@@ -1,0 +1,35 @@
+"""The one error a fetch raises, whatever failed: the server's refusal, the network, the stream.
+
+A refusal carries the server's JSON error (``{"error": {status, code, message, paths}}``) so the
+caller can act on ``code`` and ``paths``; a malformed stream keeps the parser's
+:class:`~axon.client.multipart.MultipartError` as ``__cause__``. Errors writing to the local disk
+stay ``OSError``: they are not the server's fault.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class FetchError(Exception):
+    """A batch fetch failed; ``status`` and ``error`` are set when the server answered with one."""
+
+    def __init__(self, message: str, *, status: int | None = None, error: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.error = error
+
+    @property
+    def code(self) -> str | None:
+        """The server's error code (``"not_found"``, ``"forbidden"``...), if it sent one."""
+        return None if self.error is None else self.error.get("code")
+
+    @property
+    def paths(self) -> list[str]:
+        """The requested paths the server's error names, if any."""
+        return [] if self.error is None else list(self.error.get("paths") or [])
+
+
+class UnsafePathError(FetchError, ValueError):
+    """A path that would be written outside the destination directory, or that is malformed."""

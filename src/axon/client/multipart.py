@@ -1,0 +1,455 @@
+"""A sans-IO streaming parser for ``multipart/mixed`` and ``multipart/byteranges`` bodies.
+
+Bytes go in with :meth:`MultipartParser.feed`, events come out: :class:`PartStart`, then
+:class:`PartData` chunks, then :class:`PartEnd`, for each part, and :class:`StreamEnd` after the
+closing delimiter. No sockets, no files: the caller moves the bytes (as in h11).
+
+Memory stays constant whatever the part sizes. A part that declares ``Content-Length`` is
+streamed by count, without looking inside its data, and the delimiter must follow exactly there;
+a part without one is scanned for ``CRLF--boundary`` while holding back only the few bytes that
+could begin a delimiter. Everything the stream promises is checked: each part's length, the
+closing delimiter, and the end of input (``feed(b"")`` or :meth:`~MultipartParser.close`)
+arriving only after it. Any violation raises :class:`MultipartError` naming the part.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from email.message import Message
+from email.parser import HeaderParser
+from email.utils import collapse_rfc2231_value
+from typing import NamedTuple
+from urllib.parse import unquote
+
+__all__ = [
+    "ContentRange",
+    "Event",
+    "MultipartError",
+    "MultipartParser",
+    "PartData",
+    "PartEnd",
+    "PartStart",
+    "StreamEnd",
+    "boundary_from_content_type",
+]
+
+DEFAULT_MAX_HEADER_BYTES = 16 * 1024
+DEFAULT_MAX_PARTS = 100_000
+
+# RFC 2046 section 5.1.1: 1 to 70 characters from this set, not ending in a space.
+_BOUNDARY_CHARS = re.compile(r"[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]")
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+# Header values may hold visible ASCII, Latin-1, spaces and tabs; never CR, LF, NUL or DEL.
+_BAD_VALUE_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+class MultipartError(ValueError):
+    """The stream is malformed, truncated or over a limit.
+
+    ``part_index`` (0-based) and ``path`` (the part's decoded ``Content-Location``) say where, when
+    known; both are also in the message.
+    """
+
+    def __init__(self, message: str, *, part_index: int | None = None, path: str | None = None):
+        if part_index is not None:
+            where = f"part {part_index}" + (f" ({path!r})" if path is not None else "")
+            message = f"{where}: {message}"
+        super().__init__(message)
+        self.part_index = part_index
+        self.path = path
+
+
+def boundary_from_content_type(content_type: str) -> str:
+    """The ``boundary`` parameter of a ``multipart/*`` Content-Type value, validated.
+
+    >>> boundary_from_content_type('multipart/mixed; boundary="b1"')
+    'b1'
+    """
+    message = Message()
+    message["Content-Type"] = content_type
+    if message.get_content_maintype() != "multipart":
+        raise MultipartError(f"not a multipart content type: {content_type!r}")
+    boundary = message.get_boundary()
+    if boundary is None:
+        raise MultipartError(f"multipart content type without a boundary: {content_type!r}")
+    if not _BOUNDARY_CHARS.fullmatch(boundary):
+        raise MultipartError(f"invalid multipart boundary: {boundary!r}")
+    return boundary
+
+
+class ContentRange(NamedTuple):
+    """A part's ``Content-Range: bytes first-last/complete_length`` (``last`` inclusive)."""
+
+    first: int
+    last: int
+    complete_length: int | None
+
+    @property
+    def span(self) -> int:
+        return self.last - self.first + 1
+
+
+@dataclass(frozen=True, slots=True)
+class PartStart:
+    """A part begins. ``headers`` are (name, value) pairs in arrival order."""
+
+    index: int
+    headers: tuple[tuple[str, str], ...]
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """The first value of header ``name`` (case-insensitive)."""
+        name = name.lower()
+        for key, value in self.headers:
+            if key.lower() == name:
+                return value
+        return default
+
+    @property
+    def content_type(self) -> str | None:
+        return self.get("Content-Type")
+
+    @property
+    def content_length(self) -> int | None:
+        value = self.get("Content-Length")
+        return None if value is None else int(value)  # validated when the part was parsed
+
+    @property
+    def content_location(self) -> str | None:
+        """The raw (percent-encoded) ``Content-Location``."""
+        return self.get("Content-Location")
+
+    @property
+    def path(self) -> str | None:
+        """``Content-Location`` decoded once: the path as it was requested."""
+        location = self.content_location
+        return None if location is None else unquote(location, errors="strict")
+
+    @property
+    def content_range(self) -> ContentRange | None:
+        value = self.get("Content-Range")
+        return None if value is None else _parse_content_range(value)
+
+    @property
+    def filename(self) -> str | None:
+        """The Content-Disposition file name, preferring ``filename*`` (RFC 6266) when present."""
+        value = self.get("Content-Disposition")
+        if value is None:
+            return None
+        message = Message()
+        message["Content-Disposition"] = value
+        plain = None
+        for key, param in message.get_params(header="Content-Disposition", failobj=[]):
+            if key != "filename":
+                continue
+            if isinstance(param, tuple):  # the RFC 2231 ``filename*=charset''...`` form
+                return collapse_rfc2231_value(param)
+            plain = plain if plain is not None else param
+        return plain
+
+
+@dataclass(frozen=True, slots=True)
+class PartData:
+    """A chunk of the current part's body: at most the bytes fed, plus a delimiter's length
+    held back from the previous feed."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PartEnd:
+    """The current part ended, its length checked."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    """The closing delimiter arrived; anything after it (the epilogue) is ignored."""
+
+
+Event = PartStart | PartData | PartEnd | StreamEnd
+
+
+class State(enum.Enum):
+    PREAMBLE = "before the first boundary"
+    AFTER_DELIMITER = "right after a boundary"
+    HEADERS = "inside the part headers"
+    COUNTED_BODY = "inside a part with a Content-Length"
+    DELIMITER_AFTER_COUNT = "where the boundary must follow the part's Content-Length"
+    SCANNED_BODY = "inside a part without a Content-Length"
+    DONE = "after the closing boundary"
+    ERROR = "after an error"
+
+
+class MultipartParser:
+    """Turns the bytes of one multipart body into events, in constant memory.
+
+    ``boundary`` is the Content-Type's boundary parameter (see :func:`boundary_from_content_type`).
+    ``max_header_bytes`` caps each part's header block, ``max_parts`` the number of parts.
+    """
+
+    def __init__(
+        self,
+        boundary: str | bytes,
+        *,
+        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+        max_parts: int = DEFAULT_MAX_PARTS,
+    ) -> None:
+        if isinstance(boundary, str):
+            boundary = boundary.encode("ascii")
+        if not boundary:
+            raise ValueError("empty multipart boundary")
+        self.max_header_bytes = max_header_bytes
+        self.max_parts = max_parts
+        self._delimiter = b"\r\n--" + boundary
+        self._state = State.PREAMBLE
+        # A stream may open with "--boundary" and no CRLF before it; pretending one was there
+        # lets the preamble be scanned for the same delimiter as every part body.
+        self._pending = b"\r\n"
+        self._part_index = -1
+        self._part_path: str | None = None
+        self._in_part = False
+        self._remaining = 0  # bytes still due in a counted body
+        self._received = 0  # bytes delivered in the current part
+        self._expected: int | None = None  # length a scanned part must reach (from Content-Range)
+
+    @classmethod
+    def from_content_type(cls, content_type: str, **limits: int) -> MultipartParser:
+        return cls(boundary_from_content_type(content_type), **limits)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes held back between feeds; bounded by the header limit and the delimiter length."""
+        return len(self._pending)
+
+    @property
+    def parts_started(self) -> int:
+        return self._part_index + 1
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Event]:
+        """Parse ``data``; an empty ``data`` means the input ended (same as :meth:`close`)."""
+        if self._state is State.ERROR:
+            raise MultipartError("the parser already failed; it cannot continue")
+        if not data:
+            return self.close()
+        if self._state is State.DONE:
+            return []  # epilogue
+        buf = self._pending + data if self._pending else bytes(data)
+        self._pending = b""
+        events: list[Event] = []
+        pos = 0
+        try:
+            while True:
+                state = self._state
+                new_pos = _STEPS[state](self, buf, pos, events)
+                if new_pos == pos and self._state is state:
+                    break  # this step needs more input than there is
+                pos = new_pos
+        except MultipartError:
+            self._state = State.ERROR
+            raise
+        self._pending = buf[pos:]  # empty once DONE: the epilogue step consumes everything
+        return events
+
+    def close(self) -> list[Event]:
+        """Declare the end of input: raises unless the closing delimiter has arrived."""
+        if self._state is State.DONE:
+            return []
+        if self._state is State.ERROR:
+            raise MultipartError("the parser already failed; it cannot continue")
+        state, self._state = self._state, State.ERROR
+        if state is State.PREAMBLE:
+            raise MultipartError("stream ended before the first multipart boundary")
+        if state is State.COUNTED_BODY:
+            declared = self._received + self._remaining
+            detail = f"after {self._received} of its {declared} bytes"
+        elif state is State.SCANNED_BODY:
+            detail = f"after {self._received} bytes of the part"
+        else:
+            detail = state.value
+        raise self._error(f"stream ended {detail}, before the closing boundary")
+
+    # -- steps: each takes the buffer and a position, appends events, returns the new position.
+    # Returning the same position without changing state means "wait for more input".
+
+    def _step_scan(self, buf: bytes, pos: int, events: list[Event]) -> int:
+        """Preamble or a part without Content-Length: pass data through up to the delimiter."""
+        emit = self._state is State.SCANNED_BODY
+        found = buf.find(self._delimiter, pos)
+        if found >= 0:
+            end = found
+        else:
+            # Hold back only a tail that could be the start of a delimiter split across feeds.
+            tail_start = max(pos, len(buf) - len(self._delimiter) + 1)
+            held = buf.find(b"\r", tail_start)
+            end = held if held >= 0 else len(buf)
+        if emit and end > pos:
+            events.append(PartData(buf[pos:end]))
+            self._received += end - pos
+        if found < 0:
+            return end
+        self._state = State.AFTER_DELIMITER
+        return found + len(self._delimiter)
+
+    def _step_counted(self, buf: bytes, pos: int, events: list[Event]) -> int:
+        """A part with Content-Length: hand over the declared bytes without inspecting them."""
+        count = min(self._remaining, len(buf) - pos)
+        if count:
+            events.append(PartData(buf[pos : pos + count]))
+            self._remaining -= count
+            self._received += count
+        if self._remaining == 0:
+            self._state = State.DELIMITER_AFTER_COUNT
+        return pos + count
+
+    def _step_delimiter_after_count(self, buf: bytes, pos: int, events: list[Event]) -> int:
+        seen = buf[pos : pos + len(self._delimiter)]
+        if not self._delimiter.startswith(seen):
+            raise self._error(
+                f"the boundary does not follow its Content-Length of {self._received} bytes "
+                "(the part is longer or shorter than it declared)"
+            )
+        if len(seen) < len(self._delimiter):
+            return pos
+        self._state = State.AFTER_DELIMITER
+        return pos + len(self._delimiter)
+
+    def _step_after_delimiter(self, buf: bytes, pos: int, events: list[Event]) -> int:
+        """After ``CRLF--boundary``: ``--`` closes the stream, else padding and CRLF open a part."""
+        if len(buf) - pos < 2:
+            return pos
+        if buf.startswith(b"--", pos):
+            self._finish_part(events)
+            events.append(StreamEnd())
+            self._state = State.DONE
+            return pos + 2
+        line_end = buf.find(b"\r\n", pos)
+        padding = buf[pos : len(buf) if line_end < 0 else line_end]
+        if line_end < 0 and padding.endswith(b"\r"):
+            padding = padding[:-1]  # the CR of a CRLF still to come
+        if padding.strip(b" \t"):
+            raise self._error(f"unexpected bytes after a boundary: {bytes(padding[:20])!r}")
+        if line_end < 0:
+            if len(padding) > self.max_header_bytes:
+                raise self._error("too much padding after a boundary")
+            return pos
+        self._finish_part(events)
+        if self._part_index + 1 >= self.max_parts:
+            raise MultipartError(f"more than {self.max_parts} parts", part_index=self._part_index + 1)
+        self._part_index += 1
+        self._part_path = None
+        self._state = State.HEADERS
+        return line_end + 2
+
+    def _step_epilogue(self, buf: bytes, pos: int, events: list[Event]) -> int:
+        return len(buf)
+
+    def _step_headers(self, buf: bytes, pos: int, events: list[Event]) -> int:
+        if buf.startswith(b"\r\n", pos):
+            block_end = pos  # a part with no headers at all
+        else:
+            block_end = buf.find(b"\r\n\r\n", pos)
+            if block_end < 0:
+                if len(buf) - pos > self.max_header_bytes:
+                    raise self._header_limit_error()
+                return pos
+            block_end += 2
+        if block_end + 2 - pos > self.max_header_bytes:
+            raise self._header_limit_error()
+        start = PartStart(self._part_index, self._parse_headers(buf[pos:block_end]))
+        self._begin_part(start)
+        events.append(start)
+        return block_end + 2
+
+    # -- helpers
+
+    def _parse_headers(self, block: bytes) -> tuple[tuple[str, str], ...]:
+        text = block.decode("latin-1")
+        if text.count("\n") != text.count("\r\n") or text.count("\r") != text.count("\r\n"):
+            raise self._error("bare CR or LF in the part headers")
+        message = HeaderParser().parsestr(text, headersonly=True)
+        if message.defects or message.get_payload():
+            raise self._error(f"malformed part headers: {block[:200]!r}")
+        headers = []
+        for name, value in message.items():
+            if _BAD_VALUE_CHARS.search(value):
+                raise self._error(f"control character or folded line in header {name!r}")
+            headers.append((name, value.strip(" \t")))
+        return tuple(headers)
+
+    def _begin_part(self, start: PartStart) -> None:
+        location = start.content_location
+        if location is not None:
+            try:
+                self._part_path = unquote(location, errors="strict")
+            except UnicodeDecodeError:
+                raise self._error(f"Content-Location is not percent-encoded UTF-8: {location!r}") from None
+        lengths = {value for key, value in start.headers if key.lower() == "content-length"}
+        if len(lengths) > 1:
+            raise self._error(f"conflicting Content-Length headers: {sorted(lengths)}")
+        length = None
+        if lengths:
+            (value,) = lengths
+            if not (value.isascii() and value.isdigit()):
+                raise self._error(f"invalid Content-Length: {value!r}")
+            length = int(value)
+        content_range = None
+        if start.get("Content-Range") is not None:
+            try:
+                content_range = start.content_range
+            except ValueError as exc:
+                raise self._error(str(exc)) from None
+        if content_range is not None and length is not None and content_range.span != length:
+            raise self._error(
+                f"Content-Range covers {content_range.span} bytes but Content-Length is {length}"
+            )
+        self._in_part = True
+        self._received = 0
+        if length is not None:
+            self._remaining = length
+            self._state = State.COUNTED_BODY
+        else:
+            self._expected = None if content_range is None else content_range.span
+            self._state = State.SCANNED_BODY
+
+    def _finish_part(self, events: list[Event]) -> None:
+        if not self._in_part:
+            return
+        if self._expected is not None and self._received != self._expected:
+            raise self._error(f"received {self._received} bytes but Content-Range promised {self._expected}")
+        self._in_part = False
+        self._expected = None
+        events.append(PartEnd())
+
+    def _header_limit_error(self) -> MultipartError:
+        return self._error(f"part headers exceed {self.max_header_bytes} bytes")
+
+    def _error(self, message: str) -> MultipartError:
+        index = self._part_index if self._part_index >= 0 else None
+        return MultipartError(message, part_index=index, path=self._part_path)
+
+
+def _parse_content_range(value: str) -> ContentRange:
+    match = _CONTENT_RANGE.fullmatch(value.strip())
+    if match is None:
+        raise ValueError(f"invalid Content-Range: {value!r}")
+    first, last = int(match[1]), int(match[2])
+    complete = None if match[3] == "*" else int(match[3])
+    if last < first or (complete is not None and last >= complete):
+        raise ValueError(f"invalid Content-Range: {value!r}")
+    return ContentRange(first, last, complete)
+
+
+_STEPS = {
+    State.PREAMBLE: MultipartParser._step_scan,
+    State.SCANNED_BODY: MultipartParser._step_scan,
+    State.COUNTED_BODY: MultipartParser._step_counted,
+    State.DELIMITER_AFTER_COUNT: MultipartParser._step_delimiter_after_count,
+    State.AFTER_DELIMITER: MultipartParser._step_after_delimiter,
+    State.HEADERS: MultipartParser._step_headers,
+    State.DONE: MultipartParser._step_epilogue,
+}

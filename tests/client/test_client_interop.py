@@ -1,0 +1,131 @@
+"""The client against the real Axon WSGI app under gunicorn, over a real socket.
+
+Skipped when ``axon.wsgi`` or gunicorn cannot be imported. One server for the module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from axon.client import FetchError, MultipartParser, PartData, PartStart, afetch, fetch
+
+try:
+    import axon.wsgi  # noqa: F401
+except Exception as exc:  # the server core may be mid-way through a change
+    pytest.skip(f"axon.wsgi cannot be imported: {exc}", allow_module_level=True)
+if importlib.util.find_spec("gunicorn") is None:
+    pytest.skip("gunicorn is not installed", allow_module_level=True)
+
+FILES = {
+    "a.bin": os.urandom(100_000),
+    "dir/b.bin": os.urandom(1_000_003),
+    "dir/naïve résumé.txt": b"unicode",
+    "space and %25.bin": b"percent",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def healthy(port: int) -> bool:
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+        connection.request("GET", "/api/health")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def axon_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("served")
+    for path, data in FILES.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(data)
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--workers",
+            "1",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "axon.wsgi:application",
+        ],
+        env=dict(os.environ, AXON_ROOT=str(root)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not healthy(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("gunicorn serving axon.wsgi did not become healthy")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(10)
+
+
+def test_fetch_from_axon(axon_url: str, tmp_path: Path) -> None:
+    result = fetch(axon_url, list(FILES), tmp_path / "sync")
+    assert [f.path for f in result.files] == list(FILES)
+    assert (
+        asyncio.run(afetch(axon_url, list(FILES), tmp_path / "async")).bytes_written == result.bytes_written
+    )
+    for path, data in FILES.items():
+        assert (tmp_path / "sync" / path).read_bytes() == data
+        assert (tmp_path / "async" / path).read_bytes() == data
+
+
+def test_long_list_posted_to_axon(axon_url: str, tmp_path: Path) -> None:
+    names = ["a.bin"] * 50
+    result = fetch(axon_url, names, tmp_path / "dest", method="POST")
+    assert len(result.files) == 50 and (tmp_path / "dest" / "a.bin").read_bytes() == FILES["a.bin"]
+
+
+def test_axon_error_is_a_fetch_error(axon_url: str, tmp_path: Path) -> None:
+    with pytest.raises(FetchError) as caught:
+        fetch(axon_url, ["a.bin", "missing.bin"], tmp_path / "dest")
+    assert caught.value.status == 404 and caught.value.code == "not_found"
+    assert "missing.bin" in caught.value.paths
+
+
+def test_axon_byteranges_parse(axon_url: str) -> None:
+    connection = http.client.HTTPConnection(*axon_url.removeprefix("http://").split(":"), timeout=10)
+    connection.request("GET", "/files/dir/b.bin", headers={"Range": "bytes=0-9,500000-500099,-7"})
+    response = connection.getresponse()
+    assert response.status == 206
+    parser = MultipartParser.from_content_type(response.getheader("Content-Type"))
+    events = []
+    while chunk := response.read1(4096):
+        events += parser.feed(chunk)
+    events += parser.close()
+    ranges = [e.content_range for e in events if isinstance(e, PartStart)]
+    data = FILES["dir/b.bin"]
+    assert [(r.first, r.last, r.complete_length) for r in ranges] == [
+        (0, 9, len(data)),
+        (500000, 500099, len(data)),
+        (len(data) - 7, len(data) - 1, len(data)),
+    ]
+    received = b"".join(e.data for e in events if isinstance(e, PartData))
+    assert received == data[0:10] + data[500000:500100] + data[-7:]
