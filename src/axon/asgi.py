@@ -120,6 +120,9 @@ async def send_segments(scope: Scope, receive: Receive, send: Send, response: Re
             await _zerocopy(send, body, watcher)
         else:
             for chunk in iter_chunks(body, chunk_size):
+                # Some servers (hypercorn, granian) never suspend in send() once the client has
+                # gone; yield so the watcher can see the disconnect before the next read.
+                await asyncio.sleep(0)
                 if watcher.done():
                     raise ClientGone()
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -132,6 +135,7 @@ async def _zerocopy(send: Send, body: list, watcher: asyncio.Future) -> None:
     files: dict[int, Any] = {}
     try:
         for seg in body:
+            await asyncio.sleep(0)  # as in send_segments: let the watcher run
             if watcher.done():
                 raise ClientGone()
             if isinstance(seg, bytes):

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Iterator
 
 from .app import App, Request
 from .chunks import iter_chunks
-from .errors import BadRequest, HTTPError, PayloadTooLarge
+from .errors import BadRequest, HTTPError, PayloadTooLarge, URITooLong
 from .limits import DEFAULT_LIMITS, Limits
 from .response import Response, error_response
 from .sansio.segments import FileSlice
@@ -62,6 +62,11 @@ class WSGIApp:
 
     def request(self, environ: dict) -> Request:
         method = environ["REQUEST_METHOD"]
+        # Checked on the raw target too: uWSGI drops a variable that overflows its buffer and
+        # calls the app anyway, so a too-long query could otherwise arrive as an empty one.
+        target = environ.get("REQUEST_URI") or environ.get("RAW_URI") or ""
+        if len(target) > self.app.limits.max_url_bytes:
+            raise URITooLong(f"URL longer than {self.app.limits.max_url_bytes} bytes")
         try:
             # PEP 3333: PATH_INFO is the server's percent-decoded bytes as latin-1. Recover
             # the bytes and decode them as UTF-8: the path is decoded once, by the server.
