@@ -1,0 +1,212 @@
+"""The Lua scripts handed to wrk: the request to send, and a ``done()`` that prints JSON.
+
+wrk's text output rounds (``1.23ms``, ``5.69GB``); its Lua ``done(summary, latency, requests)``
+hook sees the exact counters, so we print those as one JSON line after a marker and parse that.
+
+Constant-rate mode (``paced_script``) is wrk with a pacing script, built so that it has no
+coordinated omission. wrk itself sends the next request on a connection as soon as the last
+response arrives, so a server that stalls is simply asked less often and its stall shows up as
+one slow sample instead of many (coordinated omission). The script gives every connection its
+own schedule -- one send every ``connections / rate`` seconds, connections staggered so the sends
+spread evenly -- and measures each response from the time the request was *meant* to go out.
+A late response makes the next send late, and that lateness is counted in the next sample, as
+wrk2 and HdrHistogram's "corrected" recording do. This needs to know which connection a
+response belongs to, and wrk's Lua hooks do not say; so paced runs use one connection per wrk
+thread (each thread has its own Lua state). The clock is CLOCK_MONOTONIC through LuaJIT's FFI
+(Debian's wrk is built on LuaJIT). wrk's timers tick in milliseconds, so a send that is on
+schedule goes out within a tick of when it was due and is measured from when it went out: the
+generator's own granularity is not charged to the server. A send that is behind schedule is
+measured from when it was due.
+"""
+
+from __future__ import annotations
+
+from .scenarios import HttpRequest
+
+MARKER = "AXON-BENCH-JSON "
+PERCENTILES = (50, 75, 90, 99, 99.9)
+# Paced runs keep a log-bucketed histogram: bucket b holds latencies in [STEP^(b-1), STEP^b) us,
+# so a reported percentile is within 1% of the true one (HdrHistogram keeps ~0.1%; 1% is finer
+# than run-to-run noise and keeps the table the threads hand back small).
+HISTOGRAM_STEP = 1.01
+
+
+def quote(value: str | bytes) -> str:
+    """A Lua string literal for any bytes (decimal escapes for everything not plain ASCII)."""
+    data = value.encode("utf-8") if isinstance(value, str) else value
+    out = []
+    for byte in data:
+        char = chr(byte)
+        if char in '"\\':
+            out.append("\\" + char)
+        elif 32 <= byte < 127:
+            out.append(char)
+        else:
+            out.append(f"\\{byte:03d}")
+    return '"' + "".join(out) + '"'
+
+
+def _request_setup(request: HttpRequest) -> str:
+    lines = [f"wrk.method = {quote(request.method)}", f"wrk.path = {quote(request.target)}"]
+    if request.body:
+        lines.append(f"wrk.body = {quote(request.body)}")
+    for name, value in request.headers:
+        lines.append(f"wrk.headers[{quote(name)}] = {quote(value)}")
+    return "\n".join(lines) + "\n"
+
+
+_JSON_HELPERS = r"""
+local function num(x)
+  if x ~= x or x == math.huge or x == -math.huge then return "null" end
+  return string.format("%.17g", x)
+end
+
+local function stats_json(s, percentiles)
+  local out = {'"min":' .. num(s.min), '"max":' .. num(s.max),
+               '"mean":' .. num(s.mean), '"stdev":' .. num(s.stdev)}
+  if percentiles then
+    local ps = {}
+    for _, p in ipairs(percentiles) do
+      ps[#ps + 1] = string.format('"%s":%s', tostring(p), num(s:percentile(p)))
+    end
+    out[#out + 1] = '"percentiles":{' .. table.concat(ps, ",") .. "}"
+  end
+  return "{" .. table.concat(out, ",") .. "}"
+end
+"""
+
+_DONE = r"""
+function done(summary, latency, requests)
+  local e = summary.errors
+  local parts = {
+    '"duration_us":' .. num(summary.duration),
+    '"requests":' .. num(summary.requests),
+    '"bytes":' .. num(summary.bytes),
+    string.format('"errors":{"connect":%s,"read":%s,"write":%s,"status":%s,"timeout":%s}',
+                  num(e.connect), num(e.read), num(e.write), num(e.status), num(e.timeout)),
+    '"latency_us":' .. stats_json(latency, AXON_PERCENTILES),
+    '"thread_rps":' .. stats_json(requests, nil),
+  }
+  if axon_paced_json then parts[#parts + 1] = '"paced":' .. axon_paced_json() end
+  io.write(AXON_MARKER .. "{" .. table.concat(parts, ",") .. "}\n")
+end
+"""
+
+_PACED = r"""
+local ffi = require("ffi")
+ffi.cdef[[
+typedef struct { long tv_sec; long tv_nsec; } axon_timespec;
+int clock_gettime(int clk_id, axon_timespec *tp);
+]]
+local CLOCK_MONOTONIC = 1
+local ts = ffi.new("axon_timespec")
+local function now_us()
+  ffi.C.clock_gettime(CLOCK_MONOTONIC, ts)
+  return tonumber(ts.tv_sec) * 1e6 + tonumber(ts.tv_nsec) / 1e3
+end
+
+-- In the main Lua state: number the threads, keep them to collect their histograms in done().
+local threads, started = {}, 0
+function setup(thread)
+  thread:set("axon_index", started)
+  started = started + 1
+  threads[#threads + 1] = thread
+end
+
+-- In each thread's Lua state (one connection per thread).
+local LOG_STEP = math.log(AXON_STEP)
+local request_text, interval_us, next_at, intended
+axon_hist, axon_count, axon_sum, axon_sumsq, axon_max = {}, 0, 0, 0, 0
+
+function init(args)
+  request_text = wrk.format()
+  interval_us = 1e6 * AXON_CONNECTIONS / AXON_RATE
+end
+
+function delay()
+  local now = now_us()
+  if next_at == nil then next_at = now + axon_index * 1e6 / AXON_RATE end
+  local wait, ms = next_at - now, 0
+  if wait > 0 then
+    ms = math.ceil(wait / 1000)
+    intended = nil                  -- on schedule: measured from the send, see request()
+  else
+    intended = next_at              -- behind schedule: the wait so far counts
+  end
+  next_at = next_at + interval_us
+  return ms
+end
+
+function request()
+  -- On schedule, the send goes out on a 1 ms timer tick, a little before or after it was due:
+  -- the generator's granularity, not the server's doing, so it is not charged.
+  if intended == nil then intended = now_us() end
+  return request_text
+end
+
+function response(status, headers, body)
+  local v = now_us() - intended
+  if v < 1 then v = 1 end
+  local b = math.floor(math.log(v) / LOG_STEP) + 1
+  axon_hist[b] = (axon_hist[b] or 0) + 1
+  axon_count = axon_count + 1
+  axon_sum = axon_sum + v
+  axon_sumsq = axon_sumsq + v * v
+  if v > axon_max then axon_max = v end
+end
+
+function axon_paced_json()
+  local buckets, count, sum, sumsq, max = {}, 0, 0, 0, 0
+  for _, t in ipairs(threads) do
+    for b, c in pairs(t:get("axon_hist")) do buckets[b] = (buckets[b] or 0) + c end
+    count = count + t:get("axon_count")
+    sum = sum + t:get("axon_sum")
+    sumsq = sumsq + t:get("axon_sumsq")
+    local m = t:get("axon_max")
+    if m > max then max = m end
+  end
+  local parts = {}
+  for b, c in pairs(buckets) do parts[#parts + 1] = string.format('"%d":%d', b, c) end
+  return string.format('{"rate":%s,"connections":%d,"step":%s,"count":%d,"sum_us":%s,"sumsq_us":%s,"max_us":%s,"buckets":{%s}}',
+                       num(AXON_RATE), AXON_CONNECTIONS, num(AXON_STEP), count, num(sum), num(sumsq), num(max),
+                       table.concat(parts, ","))
+end
+"""
+
+
+def _constants(**values: object) -> str:
+    lines = []
+    for name, value in values.items():
+        if isinstance(value, str):
+            lines.append(f"{name} = {quote(value)}")
+        elif isinstance(value, tuple):
+            lines.append(f"{name} = {{{', '.join(repr(v) for v in value)}}}")
+        else:
+            lines.append(f"{name} = {value!r}")
+    return "\n".join(lines) + "\n"
+
+
+def peak_script(request: HttpRequest) -> str:
+    """As fast as the server answers: wrk's static request, and JSON at the end."""
+    return (
+        "-- generated by axon bench\n"
+        + _constants(AXON_MARKER=MARKER, AXON_PERCENTILES=PERCENTILES)
+        + _request_setup(request)
+        + _JSON_HELPERS
+        + _DONE
+    )
+
+
+def paced_script(request: HttpRequest, rate: float, connections: int) -> str:
+    """``rate`` requests/s in total over ``connections`` connections (one per wrk thread)."""
+    if rate <= 0:
+        raise ValueError("the rate must be positive")
+    return (
+        "-- generated by axon bench (constant rate)\n"
+        + _constants(AXON_MARKER=MARKER, AXON_PERCENTILES=PERCENTILES, AXON_RATE=float(rate),
+                     AXON_CONNECTIONS=int(connections), AXON_STEP=HISTOGRAM_STEP)
+        + _request_setup(request)
+        + _JSON_HELPERS
+        + _PACED
+        + _DONE
+    )

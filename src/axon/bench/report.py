@@ -1,0 +1,187 @@
+"""Markdown reports: the article's tables per target and phase, and side-by-side summaries.
+
+The article puts scenarios in columns and metrics in rows, grouped in sections (Performance
+Results, Socket Errors, Latency Statistics, Latency Distribution, RPS Variance); we keep that
+layout and add the rows its wrk runs could not show (non-2xx responses, 99.9th percentile, peak
+RSS). With reference targets in the run, each figure is followed by its ratio to them.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .results import METRICS, RSS_LABEL, Result, ResultSet, ratio, value
+from .scenarios import Scenario
+
+PHASE_TITLES = {
+    "burst": "burst",
+    "sustained": "sustained",
+    "rate": "constant rate (latency from the intended send time)",
+}
+SHORT = {"nginx": "n", "original": "o"}
+# The summary: the figures a reader compares first.
+SUMMARY = [
+    ("rps", "Requests/s (batches)"),
+    ("transfer", "Transfer (MB/s)"),
+    ("lat_mean", "Average latency (ms)"),
+    ("p99", "99th percentile latency (ms)"),
+    ("errors", "Errors (socket errors + unexpected statuses)"),
+    ("rss", RSS_LABEL),
+]
+
+
+def fmt(kind: str, x: float | None) -> str:
+    if x is None or math.isnan(x):
+        return "–"
+    if kind == "count":
+        return f"{x:.0f}"
+    if kind == "bytes":
+        return _binary(x)
+    if kind == "ratio":
+        return f"{x:.2f}" if x < 100 else f"{x:.0f}"
+    return f"{x:.2f}"
+
+
+def _binary(n: float) -> str:
+    """Bytes as wrk prints them: 792.39MB, 5.69GB (powers of 1024)."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:.2f}{unit}" if unit != "B" else f"{n:.0f}B"
+        n /= 1024
+    return f"{n:.2f}TB"  # pragma: no cover
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _header(first: str, columns: list[str]) -> list[str]:
+    return [_row([first, *columns]), _row(["---"] + ["--:"] * len(columns))]
+
+
+def _with_ratios(text: str, rs: ResultSet, result: Result, key: str, references: tuple[str, ...]) -> str:
+    parts = []
+    for ref in references:
+        if ref == result.target or ref not in rs.targets:
+            continue
+        r = ratio(result, rs.find(ref, result.scenario, result.phase), key)
+        parts.append(f"{SHORT.get(ref, ref)} {fmt('ratio', r)}")
+    return f"{text} ({', '.join(parts)})" if parts else text
+
+
+def article_table(rs: ResultSet, target: str, phase: str, scenarios: list[Scenario],
+                  references: tuple[str, ...] = ()) -> str:
+    """One target, one phase: the article's table for ``scenarios``."""
+    results = {s.name: rs.find(target, s.name, phase) for s in scenarios}
+    lines = _header("Metric", [s.name for s in scenarios])
+    lines.append(_row(["**Contents**"] + [""] * len(scenarios)))
+    lines.append(_row(["Scenario"] + [s.label for s in scenarios]))
+    if any(s.kind == "batch" for s in scenarios):
+        lines.append(_row(["File Count (response)"] + [str(s.file_count) if s.kind == "batch" else "" for s in scenarios]))
+        lines.append(_row(["File Size (each)"] + [_size(s.file_size) for s in scenarios]))
+        lines.append(_row(["Payload Size (total)"] + [_size(s.payload) for s in scenarios]))
+    if any(r is not None and r.per_batch > 1 for r in results.values()):
+        lines.append(_row(["Requests per batch"] + [str(r.per_batch) if r else "" for r in results.values()]))
+    section = None
+    for metric in METRICS:
+        if metric.section != section:
+            section = metric.section
+            lines.append(_row([f"**{section}**"] + [""] * len(scenarios)))
+        cells = []
+        for r in results.values():
+            if r is None or not r.ok:
+                cells.append("–" if r is None else r.status)
+                continue
+            cells.append(_with_ratios(fmt(metric.kind, value(r, metric.key)), rs, r, metric.key, references))
+        lines.append(_row([metric.label, *cells]))
+    lines.append(_row(["**Memory**"] + [""] * len(scenarios)))
+    cells = []
+    for r in results.values():
+        if r is None or not r.ok:
+            cells.append("–")
+        else:
+            cells.append(_with_ratios(fmt("number", value(r, "rss")), rs, r, "rss", references))
+    lines.append(_row([RSS_LABEL, *cells]))
+    return "\n".join(lines)
+
+
+def summary_table(rs: ResultSet, phase: str, key: str, references: tuple[str, ...]) -> str:
+    """Targets in rows, scenarios in columns, one figure (with its ratios) per cell."""
+    scenarios = rs.scenarios()
+    lines = _header("Target", [s.name for s in scenarios])
+    kind = "count" if key == "errors" else ("number" if key in ("rss", "transfer") else "rate" if key == "rps" else "ms")
+    for target in rs.targets:
+        cells = []
+        for s in scenarios:
+            r = rs.find(target, s.name, phase)
+            if r is None or not r.ok:
+                cells.append("–" if r is None else r.status)
+                continue
+            shown = value(r, key, per_batch=key == "rps")
+            cells.append(_with_ratios(fmt(kind, shown), rs, r, key, references))
+        lines.append(_row([target, *cells]))
+    return "\n".join(lines)
+
+
+def legend(rs: ResultSet, references: tuple[str, ...]) -> str:
+    present = [ref for ref in references if ref in rs.targets]
+    if not present:
+        return ""
+    names = " and ".join(f"`{SHORT.get(ref, ref)}` = {ref}" for ref in present)
+    text = f"In parentheses: this figure divided by the same figure of the reference ({names}), same scenario and phase."
+    if "nginx" in present:
+        text += (" nginx serves one file per request, so a batch of n files costs it n requests: request counts and"
+                 " rates are compared per batch (its requests ÷ n); its latencies are per file.")
+    return text
+
+
+def render(rs: ResultSet, references: tuple[str, ...] = (), descriptions: dict[str, str] | None = None,
+           *, summary_only: bool = False) -> str:
+    """The whole report as Markdown (``summary_only``: the run's description and the summaries)."""
+    descriptions = descriptions or {}
+    out = ["# axon bench report", ""]
+    meta = rs.meta
+    if meta.get("command"):
+        out += [f"Command: `{meta['command']}`", ""]
+    if meta.get("machine"):
+        out += [f"Machine: {meta['machine']}", ""]
+    if meta.get("versions"):
+        out += ["Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()), ""]
+    if meta.get("settings"):
+        out += ["Settings: " + ", ".join(f"{k} {v}" for k, v in meta["settings"].items()), ""]
+    if descriptions:
+        out += ["Targets:", ""] + [f"- `{name}`: {text}" for name, text in descriptions.items()] + [""]
+    note = legend(rs, references)
+    if len(rs.targets) > 1:
+        for phase in rs.phases:
+            out += [f"## Summary: {PHASE_TITLES[phase]}", ""]
+            if note:
+                out += [note, ""]
+            for key, title in SUMMARY:
+                out += [f"### {title}", "", summary_table(rs, phase, key, references), ""]
+    if summary_only:
+        return "\n".join(out)
+    for target in rs.targets:
+        title = f"## {target}"
+        out += [title, ""]
+        scenarios = rs.scenarios(target)
+        groups = [[s for s in scenarios if s.kind == "batch"], [s for s in scenarios if s.kind != "batch"]]
+        for phase in rs.phases:
+            out += [f"### {target}: {PHASE_TITLES[phase]}", ""]
+            if note:
+                out += [note, ""]
+            for group in groups:
+                if group:
+                    out += [article_table(rs, target, phase, group, references), ""]
+        problems = [r for r in rs.results if r.target == target and not r.ok]
+        if problems:
+            out += ["Not measured:", ""]
+            out += [f"- {r.scenario} {r.phase}: {r.status}: {r.note}" for r in problems]
+            out += [""]
+    return "\n".join(out)
+
+
+def _size(n: int) -> str:
+    if not n:
+        return ""
+    return f"{n // 1024}KB" if n % 1024 == 0 else f"{n}B"

@@ -1,0 +1,216 @@
+"""Run the matrix: for each target, for each scenario, a burst phase, a sustained phase and
+optionally a constant-rate phase, with the server's peak memory sampled throughout each.
+
+The article's order: a burst run (its 1-minute "warmup"), then a sustained run on the same server.
+By default each scenario gets a freshly started server, as seed 002 restarted its daemons between
+runs, so that one scenario's leftovers (caches, grown heaps) do not count against the next and
+each scenario's peak RSS is its own.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from . import procs, wrk
+from .memory import PeakRSS
+from .results import Result, ResultSet
+from .scenarios import AXON, Dialect, HttpRequest, Scenario, request_for
+from .targets import Context, Target
+
+
+@dataclass(frozen=True)
+class Settings:
+    burst: float = 3.0  # seconds; 0 skips the phase
+    sustained: float = 10.0
+    rate: float | None = None  # requests/s for the constant-rate phase; None skips it
+    rate_duration: float = 10.0
+    connections: int = 50
+    threads: int = 2
+    timeout: float = 2.0
+    server_cpus: str | None = "0"
+    load_cpus: str | None = "1"
+    restart: bool = True  # a fresh server per scenario
+
+    def phases(self) -> list[tuple[str, wrk.Load]]:
+        out = []
+        if self.burst > 0:
+            out.append(("burst", wrk.Load(self.burst, self.connections, self.threads, self.timeout)))
+        if self.sustained > 0:
+            out.append(("sustained", wrk.Load(self.sustained, self.connections, self.threads, self.timeout)))
+        if self.rate:
+            out.append(("rate", wrk.Load(self.rate_duration, self.connections, self.threads, self.timeout, self.rate)))
+        return out
+
+    def describe(self) -> dict[str, str]:
+        out = {"connections": str(self.connections), "wrk threads": str(self.threads), "timeout": f"{self.timeout:g}s"}
+        for phase, load in self.phases():
+            out[phase] = f"{load.duration:g}s" + (f" at {load.rate:g} req/s" if load.rate else "")
+        if self.server_cpus or self.load_cpus:
+            out["server CPUs"] = self.server_cpus or "any"
+            out["load CPUs"] = self.load_cpus or "any"
+        return out
+
+
+Progress = Callable[[str], None]
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def probe(base_url: str, request: HttpRequest, timeout: float = 10.0) -> int:
+    """Send ``request`` once and return the status: a scenario whose answer is not what it
+    expects (a server without the echo route, files not where the server looks) is skipped
+    instead of benchmarking an error page."""
+    parts = urlsplit(base_url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
+    try:
+        conn.request(request.method, request.target, body=request.body or None, headers=dict(request.headers))
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def run_scenario(base_url: str, target: str, dialect: Dialect, scenario: Scenario, settings: Settings,
+                 pids: list[int], raw_dir: Path | None = None, say: Progress = _say) -> list[Result]:
+    """Every phase of one scenario against a server that is already up."""
+    phases = settings.phases()
+    request = request_for(scenario, dialect)
+    if request is None:
+        return [Result(target, scenario.name, phase, "n/a", f"{target} has no equivalent") for phase, _ in phases]
+    try:
+        status = probe(base_url, request)
+    except OSError as exc:
+        return [Result(target, scenario.name, phase, "failed", f"probe: {exc}") for phase, _ in phases]
+    if status != scenario.expect_status:
+        note = f"probe answered {status}, expected {scenario.expect_status}"
+        say(f"[{target}] {scenario.name}: skipped, {note}")
+        return [Result(target, scenario.name, phase, "skipped", note) for phase, _ in phases]
+    out = []
+    for phase, load in phases:
+        if load.rate is not None and request.per_batch > 1:
+            # Offer a static server the same batches per second: n of its requests per batch.
+            load = replace(load, rate=load.rate * request.per_batch)
+        with PeakRSS(pids) as peak:
+            try:
+                measured = wrk.run(base_url, request, load, settings.load_cpus)
+            except (RuntimeError, OSError, ValueError) as exc:
+                out.append(Result(target, scenario.name, phase, "failed", str(exc)))
+                say(f"[{target}] {scenario.name} {phase}: failed: {exc}")
+                continue
+        if raw_dir is not None:
+            try:  # wrk's own words, for anyone who doubts a figure; losing them loses no figure
+                raw_dir.mkdir(parents=True, exist_ok=True)
+                (raw_dir / f"{target}-{scenario.name}-{phase}.txt").write_text(measured.raw)
+            except OSError as exc:
+                say(f"[{target}] could not keep wrk's output: {exc}")
+        result = Result(target, scenario.name, phase, per_batch=request.per_batch, wrk=measured, peak_rss=peak.bytes)
+        out.append(result)
+        say(_line(result))
+    return out
+
+
+def _line(r: Result) -> str:
+    w = r.wrk
+    assert w is not None
+    rss = "" if r.peak_rss is None else f", peak RSS {r.peak_rss / 2**20:.0f} MB"
+    errors = f", {w.socket_errors} socket errors" if w.socket_errors else ""
+    status = f", {w.errors.get('status', 0)} non-2xx" if w.errors.get("status") else ""
+    return (f"[{r.target}] {r.scenario} {r.phase}: {w.rps:.0f} req/s, {w.transfer / 2**20:.1f} MB/s, "
+            f"avg {w.latency.mean:.2f} ms, p99 {w.latency.percentiles.get('99', 0):.2f} ms{errors}{status}{rss}")
+
+
+@contextmanager
+def started(target: Target, ctx: Context, settings: Settings, log_dir: Path) -> Iterator[tuple[str, list[int]]]:
+    """``target`` running and answering its health check; yields (base URL, its process ids)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with procs.Group(log_dir, settings.server_cpus) as group:
+        for command in target.commands(ctx):
+            group.start(command)
+        base = f"http://{ctx.host}:{ctx.port}"
+        try:
+            procs.wait_ready(base + "/api/health", group)
+        except (TimeoutError, RuntimeError) as exc:
+            raise RuntimeError(f"{target.name} did not start: {exc} (logs in {log_dir})") from None
+        yield base, group.pids
+
+
+def run_target(target: Target, scenarios: list[Scenario], settings: Settings, root: Path, cache_dir: Path,
+               out_dir: Path, say: Progress = _say) -> list[Result]:
+    """Start ``target`` (once, or once per scenario) and run ``scenarios`` against it."""
+    missing = target.missing()
+    if missing:
+        note = f"not installed: {', '.join(missing)}"
+        say(f"[{target.name}] skipped, {note}")
+        return [Result(target.name, s.name, p, "skipped", note) for s in scenarios for p, _ in settings.phases()]
+    raw_dir = out_dir / "raw"
+    results: list[Result] = []
+    batches = [[s] for s in scenarios] if settings.restart else [scenarios]
+    with tempfile.TemporaryDirectory(prefix=f"axon-bench-{target.name}-") as tmp:
+        for i, batch in enumerate(batches):
+            ctx = Context(root, Path(tmp) / f"run{i}", procs.free_port(), cache_dir)
+            try:
+                with started(target, ctx, settings, out_dir / "logs" / target.name) as (base, pids):
+                    for scenario in batch:
+                        results += run_scenario(base, target.name, target.dialect, scenario, settings, pids, raw_dir, say)
+            except (RuntimeError, OSError, TimeoutError) as exc:
+                say(f"[{target.name}] failed: {exc}")
+                done = {(r.scenario, r.phase) for r in results}
+                results += [Result(target.name, s.name, p, "failed", str(exc))
+                            for s in batch for p, _ in settings.phases() if (s.name, p) not in done]
+    return results
+
+
+def run_compare(targets: list[Target], scenarios: list[Scenario], settings: Settings, root: Path,
+                cache_dir: Path, out_dir: Path, results: ResultSet, say: Progress = _say) -> ResultSet:
+    """Every target, one after another on this machine; results are added to ``results`` as they come."""
+    before = os.sched_getaffinity(0)
+    if settings.load_cpus:
+        # Keep this process (it samples memory, waits on wrk) off the server's CPUs too.
+        os.sched_setaffinity(0, parse_cpus(settings.load_cpus))
+    try:
+        for target in targets:
+            say(f"[{target.name}] {target.description}")
+            for result in run_target(target, scenarios, settings, root, cache_dir, out_dir, say):
+                results.add(result)
+    finally:
+        os.sched_setaffinity(0, before)
+    return results
+
+
+def run_url(base_url: str, scenarios: list[Scenario], settings: Settings, pids: list[int], out_dir: Path,
+            results: ResultSet, name: str = "server", dialect: Dialect | None = None, say: Progress = _say) -> ResultSet:
+    """The matrix against a server someone else started (memory only if its ``pids`` are given)."""
+    raw_dir = out_dir / "raw"
+    base = base_url.rstrip("/")
+    for scenario in scenarios:
+        for result in run_scenario(base, name, dialect or AXON, scenario, settings, pids, raw_dir, say):
+            results.add(result)
+    return results
+
+
+def parse_cpus(spec: str) -> set[int]:
+    """taskset's list syntax: ``1``, ``0,2``, ``2-3``."""
+    cpus: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            cpus.update(range(int(lo), int(hi) + 1))
+        else:
+            cpus.add(int(part))
+    if not cpus:
+        raise ValueError(f"no CPUs in {spec!r}")
+    return cpus

@@ -1,0 +1,142 @@
+"""The servers ``axon bench --compare`` starts, each as it would be deployed for speed on one core.
+
+Choices that hold for every target, so that the comparison is of the servers and not of their
+settings: no per-request server log (seed 001), keep-alive on, a listen backlog of 2048, the
+whole target pinned to the server CPUs. Threaded WSGI servers run the original's tuned
+2 processes x 16 threads; event-loop servers run one worker per server CPU, since more processes
+than cores only adds switching. Every Axon target serves :mod:`axon.bench.echo_app`: Axon's
+built-in endpoints plus the echo route.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import nginx, original
+from .procs import Command
+from .scenarios import AXON, STATIC, Dialect
+
+WSGI_APP = "axon.bench.echo_app:wsgi"
+ASGI_APP = "axon.bench.echo_app:asgi"
+BACKLOG = "2048"
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where a target runs: the files it serves, a scratch directory of its own, its port."""
+
+    root: Path
+    workdir: Path
+    port: int
+    cache_dir: Path
+    workers: int = 1  # event-loop servers: one per server CPU
+
+    @property
+    def host(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"AXON_ROOT": str(self.root)}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    description: str
+    dialect: Dialect
+    commands: Callable[[Context], list[Command]]  # started in order; the last one takes the port
+    requires: tuple[str, ...] = ()  # executables ("nginx") or modules ("py:gunicorn") it needs
+
+    def missing(self) -> list[str]:
+        """What this machine lacks to run the target (empty when it can)."""
+        out = []
+        for need in self.requires:
+            if need.startswith("py:"):
+                if importlib.util.find_spec(need[3:]) is None:
+                    out.append(f"Python module {need[3:]}")
+            elif shutil.which(need) is None and shutil.which(need, path="/usr/sbin:/sbin") is None:
+                out.append(need)  # (sbin: nginx is there, and not on a non-root user's PATH)
+        return out
+
+
+def _nginx(ctx: Context) -> list[Command]:
+    return [nginx.static_command(ctx.workdir / "nginx", ctx.port, ctx.root)]
+
+
+def _original(ctx: Context) -> list[Command]:
+    site = original.install(ctx.cache_dir)
+    workdir = original.prepare_workdir(ctx.workdir / "original", ctx.root)
+    sock = ctx.workdir / "uwsgi.sock"
+    return [
+        original.uwsgi_command(site, workdir, sock),
+        nginx.uwsgi_front_command(ctx.workdir / "nginx", ctx.port, sock),
+    ]
+
+
+def _gunicorn(ctx: Context) -> list[Command]:
+    # gthread: the threaded worker, the only sync-style one that keeps connections alive.
+    argv = [sys.executable, "-m", "gunicorn", "-k", "gthread", "-w", "2", "--threads", "16",
+            "--keep-alive", "75", "--backlog", BACKLOG, "--log-level", "warning",
+            "-b", f"{ctx.host}:{ctx.port}", WSGI_APP]
+    return [Command(argv, "gunicorn", ctx.env)]
+
+
+def _uwsgi(ctx: Context) -> list[Command]:
+    # http11-socket: uWSGI parses HTTP in its workers (no router process) and keeps alive.
+    argv = [shutil.which("uwsgi") or "uwsgi", "--http11-socket", f"{ctx.host}:{ctx.port}",
+            "--master", "--processes", "2", "--threads", "16", "--module", WSGI_APP,
+            "--listen", BACKLOG, "--disable-logging", "--die-on-term", "--need-app"]
+    return [Command(argv, "uwsgi", ctx.env)]
+
+
+def _uvicorn(ctx: Context) -> list[Command]:
+    argv = [sys.executable, "-m", "uvicorn", ASGI_APP, "--host", ctx.host, "--port", str(ctx.port),
+            "--workers", str(ctx.workers), "--no-access-log", "--log-level", "warning",
+            "--backlog", BACKLOG, "--loop", "auto", "--http", "auto"]
+    return [Command(argv, "uvicorn", ctx.env)]
+
+
+def _granian(ctx: Context) -> list[Command]:
+    argv = [sys.executable, "-m", "granian", "--interface", "asgi", "--host", ctx.host,
+            "--port", str(ctx.port), "--workers", str(ctx.workers), "--no-access-log",
+            "--log-level", "warning", "--backlog", BACKLOG, ASGI_APP]
+    return [Command(argv, "granian", ctx.env)]
+
+
+def _axon_serve(ctx: Context) -> list[Command]:
+    argv = [sys.executable, "-m", "axon.cli", "serve", str(ctx.root), "--host", ctx.host,
+            "--port", str(ctx.port), "--workers", str(ctx.workers), "--app", "axon.bench.echo_app:app",
+            "--log-level", "warning"]
+    return [Command(argv, "axon-serve", ctx.env)]
+
+
+TARGETS = {
+    t.name: t
+    for t in [
+        Target("nginx", "nginx, static files one per request (the yardstick)", STATIC, _nginx, ("nginx",)),
+        Target("original", f"axon-api {original.VERSION} on uWSGI 2x16 behind nginx (its own deployment)",
+               AXON, _original, ("nginx", "uwsgi")),
+        Target("gunicorn", "Axon WSGI on gunicorn, gthread 2x16", AXON, _gunicorn, ("py:gunicorn",)),
+        Target("uwsgi", "Axon WSGI on uWSGI, http11-socket 2x16", AXON, _uwsgi, ("uwsgi",)),
+        Target("uvicorn", "Axon ASGI on uvicorn (httptools, uvloop), 1 worker", AXON, _uvicorn, ("py:uvicorn",)),
+        Target("granian", "Axon ASGI on granian, 1 worker", AXON, _granian, ("py:granian",)),
+        Target("axon", "axon serve (native server), 1 worker", AXON, _axon_serve, ("py:axon.server.cli",)),
+    ]
+}
+REFERENCES = ("nginx", "original")  # every figure is also given as a ratio to these
+
+
+def select(spec: str) -> list[Target]:
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if names == ["all"]:
+        return list(TARGETS.values())
+    unknown = [n for n in names if n not in TARGETS]
+    if unknown:
+        raise ValueError(f"unknown target(s) {', '.join(unknown)}; choose from {', '.join(TARGETS)}")
+    return [TARGETS[n] for n in names]

@@ -1,0 +1,113 @@
+"""Short real runs, so that the tool cannot rot: a server started here, wrk for a second or two.
+
+These check that every figure is produced and every file written; they assert no speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from axon.bench import cli, nginx, procs, runner, scenarios, targets
+
+pytestmark = pytest.mark.skipif(shutil.which("wrk") is None or not Path(nginx.binary()).exists(),
+                                reason="wrk and nginx are installed by scripts/setup.sh --all")
+PIN = ["--server-cpus", "0", "--load-cpus", "1"] if (os.cpu_count() or 1) >= 2 else ["--no-pin"]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return scenarios.ensure_files(tmp_path_factory.mktemp("bench-files"))
+
+
+def _rows(out: Path) -> list[dict]:
+    return json.loads((out / "results.json").read_text())["results"]
+
+
+def test_url_mode_against_a_server_started_here(root, tmp_path):
+    port = procs.free_port()
+    server = procs.start(
+        procs.Command([sys.executable, "-m", "gunicorn", "-k", "gthread", "-w", "1", "--threads", "4",
+                       "-b", f"127.0.0.1:{port}", "--log-level", "warning", targets.WSGI_APP],
+                      "gunicorn", {"AXON_ROOT": str(root)}),
+        None, tmp_path / "gunicorn.log")
+    try:
+        procs.wait_ready(f"http://127.0.0.1:{port}/api/health")
+        out = tmp_path / "out"
+        code = cli.main([f"http://127.0.0.1:{port}", "--files-dir", str(root), "--scenarios", "T2,echo,error",
+                         "--burst", "1", "--sustained", "1", "--rate", "50", "--rate-duration", "1",
+                         "--connections", "4", "--threads", "2", "--server-pid", str(server.pid),
+                         "--name", "gunicorn", "--out", str(out), *PIN])
+    finally:
+        procs.stop(server)
+    assert code == 0
+    rows = _rows(out)
+    assert {(r["scenario"], r["phase"]) for r in rows} == {
+        (s, p) for s in ("T2", "echo", "error") for p in ("burst", "sustained", "rate")}
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["wrk"]["requests"] > 0 and r["wrk"]["latency"]["percentiles"]["99"] > 0
+        assert r["peak_rss"] > 0  # the server's memory was sampled
+        assert r["wrk"]["errors"]["status"] == (r["wrk"]["requests"] if r["scenario"] == "error" else 0)
+    rate = next(r for r in rows if r["phase"] == "rate")
+    assert rate["wrk"]["paced_rate"] == 50
+    text = (out / "report.md").read_text()
+    assert "| RPS |" in text and "99th Percentile" in text and "Peak RSS (MB)" in text
+    assert (out / "chart.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "raw" / "gunicorn-T2-burst.txt").is_file()
+
+
+def test_compare_starts_each_target_and_gives_ratios(root, tmp_path):
+    out = tmp_path / "out"
+    code = cli.main(["--compare", "--targets", "nginx,gunicorn", "--scenarios", "T2,echo", "--files-dir", str(root),
+                     "--burst", "1", "--sustained", "0", "--rate", "50", "--rate-duration", "1",
+                     "--connections", "4", "--threads", "2", "--no-chart", "--out", str(out), *PIN])
+    assert code == 0
+    rows = {(r["target"], r["scenario"], r["phase"]): r for r in _rows(out)}
+    assert rows[("nginx", "echo", "burst")]["status"] == "n/a"  # nginx cannot echo JSON
+    assert rows[("nginx", "T2", "burst")]["per_batch"] == 2
+    mine = rows[("gunicorn", "T2", "burst")]
+    assert mine["status"] == "ok" and mine["ratios"]["nginx"]["rps"] > 0
+    assert rows[("gunicorn", "echo", "rate")]["status"] == "ok"
+    # Redraw from the saved file: the same report, no run.
+    assert cli.main(["--from-json", str(out / "results.json"), "--no-chart"]) == 0
+
+
+@pytest.mark.parametrize("name", [n for n in targets.TARGETS if n != "original"])
+def test_every_target_starts_and_answers_every_scenario(name, root, tmp_path):
+    """No load: each target's command line still starts it, and each scenario gets its answer."""
+    target = targets.TARGETS[name]
+    if target.missing():
+        pytest.skip(f"not installed: {target.missing()}")
+    _start_and_probe(target, root, tmp_path)
+
+
+def test_the_original_deployment(root, tmp_path):
+    """axon-api 0.9.0 from PyPI behind nginx + uWSGI (installed once into the cache)."""
+    target = targets.TARGETS["original"]
+    if target.missing():
+        pytest.skip(f"not installed: {target.missing()}")
+    try:
+        from axon.bench import original
+
+        original.install(Path("~/.cache/axon-bench").expanduser())
+    except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
+        pytest.skip(f"cannot install the original from PyPI here: {exc}")
+    _start_and_probe(target, root, tmp_path)
+
+
+def _start_and_probe(target: targets.Target, root: Path, tmp_path: Path) -> None:
+    ctx = targets.Context(root, tmp_path / "run", procs.free_port(), Path("~/.cache/axon-bench").expanduser())
+    settings = runner.Settings(server_cpus=None, load_cpus=None)
+    with runner.started(target, ctx, settings, tmp_path / "logs") as (base, pids):
+        assert pids
+        for scenario in scenarios.matrix():
+            request = scenarios.request_for(scenario, target.dialect)
+            if request is not None:
+                assert runner.probe(base, request) == scenario.expect_status, scenario.name

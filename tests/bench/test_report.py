@@ -1,0 +1,113 @@
+"""Results, ratios and the article-format report, from recorded wrk output (no server)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from axon.bench import report, wrk
+from axon.bench.results import Result, ResultSet, ratio, value
+
+SAMPLES = Path(__file__).parent / "samples"
+REFS = ("nginx", "original")
+
+
+def measured(name: str, **changes) -> wrk.WrkResult:
+    result = wrk.parse((SAMPLES / name).read_text())
+    for key, v in changes.items():
+        setattr(result, key, v)
+    return result
+
+
+@pytest.fixture
+def results() -> ResultSet:
+    rs = ResultSet(meta={"command": "axon bench --compare", "machine": "test box", "settings": {"connections": "50"}})
+    t1 = "wrk_nginx_T1_burst.txt"
+    rs.add(Result("nginx", "T2", "burst", per_batch=2, wrk=measured(t1, requests=20000, duration=1.0), peak_rss=10 * 2**20))
+    rs.add(Result("original", "T2", "burst", wrk=measured(t1, requests=2000, duration=1.0), peak_rss=60 * 2**20))
+    rs.add(Result("gunicorn", "T2", "burst", wrk=measured(t1, requests=5000, duration=1.0), peak_rss=80 * 2**20))
+    rs.add(Result("nginx", "error", "burst", wrk=measured("wrk_nginx_error_burst.txt")))
+    rs.add(Result("gunicorn", "error", "burst", wrk=measured("wrk_nginx_error_burst.txt")))
+    rs.add(Result("nginx", "echo", "burst", "n/a", "nginx has no equivalent"))
+    rs.add(Result("gunicorn", "echo", "burst", wrk=measured("wrk_reset_errors.txt")))
+    rs.add(Result("gunicorn", "T2", "rate", wrk=measured("wrk_original_T2_rate.txt")))
+    return rs
+
+
+def test_ratios_compare_a_static_server_per_batch(results):
+    gunicorn = results.find("gunicorn", "T2", "burst")
+    nginx = results.find("nginx", "T2", "burst")
+    original = results.find("original", "T2", "burst")
+    # nginx needs 2 requests per T2 batch: 20000 req/s is 10000 batches/s.
+    assert value(nginx, "rps") == 20000 and value(nginx, "rps", per_batch=True) == 10000
+    assert ratio(gunicorn, nginx, "rps") == pytest.approx(0.5)
+    assert ratio(gunicorn, original, "rps") == pytest.approx(2.5)
+    assert ratio(gunicorn, nginx, "rss") == pytest.approx(8.0)
+    assert ratio(gunicorn, nginx, "transfer") == pytest.approx(1.0)  # bytes are bytes
+    assert ratio(gunicorn, None, "rps") is None
+
+
+def test_errors_count_unexpected_statuses_only(results):
+    assert value(results.find("gunicorn", "error", "burst"), "errors") == 0  # 404s were the point
+    echo = results.find("gunicorn", "echo", "burst")
+    assert value(echo, "errors") == echo.wrk.errors["read"] + echo.wrk.errors["status"]
+    assert value(results.find("nginx", "echo", "burst"), "errors") is None  # skipped
+
+
+def test_json_round_trip_is_strict_and_complete(results, tmp_path):
+    path = tmp_path / "results.json"
+    results.save(path, REFS)
+    data = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
+    row = next(r for r in data["results"] if (r["target"], r["scenario"], r["phase"]) == ("gunicorn", "T2", "burst"))
+    assert row["wrk"]["rps"] == 5000 and "raw" not in row["wrk"]
+    assert row["ratios"]["nginx"]["rps"] == pytest.approx(0.5)
+    assert row["ratios"]["original"]["rps"] == pytest.approx(2.5)
+    assert row["peak_rss"] == 80 * 2**20
+    loaded = ResultSet.load(path)
+    assert loaded.meta == results.meta
+    assert [(r.target, r.scenario, r.phase, r.status) for r in loaded.results] == \
+           [(r.target, r.scenario, r.phase, r.status) for r in results.results]
+    again = loaded.find("gunicorn", "T2", "burst")
+    assert again.wrk.latency == results.find("gunicorn", "T2", "burst").wrk.latency
+
+
+def test_article_table_rows_and_ratio_cells(results):
+    scenarios = results.scenarios("gunicorn")
+    batch = [s for s in scenarios if s.kind == "batch"]
+    text = report.article_table(results, "gunicorn", "burst", batch, REFS)
+    rows = [line.split(" | ")[0].lstrip("| ") for line in text.splitlines()]
+    for label in ["File Count (response)", "File Size (each)", "Payload Size (total)", "Total Requests",
+                  "Data Transfer", "RPS", "Transfer (MB/s)", "Connect Errors", "Read Errors", "Write Errors",
+                  "Timeout Errors", "Non-2xx/3xx Responses", "Average", "Std Deviation", "Maximum", "Std Dev %",
+                  "50th Percentile", "75th Percentile", "90th Percentile", "99th Percentile", "RPS Average",
+                  "RPS Std Dev", "RPS Maximum", "RPS Std Dev %", "Peak RSS (MB)"]:
+        assert label in rows, label
+    rps_row = next(line for line in text.splitlines() if line.startswith("| RPS |"))
+    assert "5000.00 (n 0.50, o 2.50)" in rps_row
+    assert "| 80.00 (n 8.00, o 1.33) |" in text  # peak RSS and its ratios
+
+
+def test_render_whole_report(results):
+    text = report.render(results, REFS, {"gunicorn": "Axon WSGI on gunicorn"})
+    assert text.startswith("# axon bench report")
+    assert "Command: `axon bench --compare`" in text and "Machine: test box" in text
+    assert "## Summary: burst" in text and "## Summary: constant rate" in text
+    assert "- `gunicorn`: Axon WSGI on gunicorn" in text and "## gunicorn" in text
+    assert "- echo burst: n/a: nginx has no equivalent" in text  # what was not measured, and why
+    assert "nginx serves one file per request" in text  # the legend explains the per-batch ratio
+    summary = text.split("### Requests/s (batches)")[1].split("###")[0]
+    assert "| nginx | 10000.00 (o 5.00) |" in summary  # nginx shown in batches/s
+    short = report.render(results, REFS, summary_only=True)
+    assert "## Summary: burst" in short and "## gunicorn" not in short
+
+
+def test_chart(results, tmp_path):
+    pytest.importorskip("matplotlib")
+    from axon.bench import chart
+
+    path = chart.draw(results, tmp_path / "chart.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = chart.draw(results, tmp_path / "chart.svg")
+    assert b"<svg" in svg.read_bytes()[:500]

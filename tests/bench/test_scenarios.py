@@ -1,0 +1,74 @@
+"""The scenario matrix and the requests it turns into, per kind of server."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+
+from axon.bench import scenarios
+from axon.bench.scenarios import AXON, STATIC, ensure_files, matrix, request_for, select
+
+KB = 1024
+
+
+def test_matrix_is_the_articles_plus_ours():
+    names = [s.name for s in matrix()]
+    assert names == ["T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "B32", "health", "error", "echo"]
+    by = {s.name: s for s in matrix()}
+    # The article's table: file count, size each, payload total.
+    expected = {"T1": (1, 8), "T2": (2, 4), "T3": (1, 64), "T4": (2, 32),
+                "T5": (1, 256), "T6": (2, 128), "T7": (1, 512), "T8": (2, 256), "B32": (32, 4)}
+    for name, (count, size_kb) in expected.items():
+        assert (by[name].file_count, by[name].file_size) == (count, size_kb * KB)
+    assert [by[f"T{i}"].payload // KB for i in range(1, 9)] == [8, 8, 64, 64, 256, 256, 512, 512]
+    assert by["error"].expect_status == 404 and by["T1"].expect_status == 200
+
+
+def test_batch_urls_name_the_files_in_order_as_the_article_did():
+    t2 = request_for(select("T2")[0], AXON)
+    assert t2.method == "GET" and t2.per_batch == 1
+    parts = urlsplit(t2.target)
+    assert parts.path == "/api/stream-files"
+    assert parse_qsl(parts.query) == [("file1", "examples/4kb.bin"), ("file2", "examples/4kb.bin")]
+    assert "examples/4kb.bin" in t2.target  # slashes left readable, as in the article's commands
+
+    b32 = request_for(select("B32")[0], AXON)
+    pairs = parse_qsl(urlsplit(b32.target).query)
+    assert [k for k, _ in pairs] == [f"file{i}" for i in range(1, 33)]
+    assert len({v for _, v in pairs}) == 32  # 32 distinct files: 32 opens, not one file 32 times
+
+
+def test_static_dialect_sends_one_file_and_counts_the_batch():
+    t8 = request_for(select("T8")[0], STATIC)
+    assert (t8.method, t8.target, t8.per_batch) == ("GET", "/files/examples/256kb.bin", 2)
+    b32 = request_for(select("B32")[0], STATIC)
+    assert b32.target.startswith("/files/examples/small/") and b32.per_batch == 32
+    assert request_for(select("error")[0], STATIC).target == "/files/" + scenarios.MISSING_FILE
+    assert request_for(select("echo")[0], STATIC) is None  # nothing to compare with
+
+
+def test_baselines():
+    assert request_for(select("health")[0], AXON).target == "/api/health"
+    assert request_for(select("health")[0], STATIC).target == "/api/health"
+    error = request_for(select("error")[0], AXON)
+    assert parse_qsl(urlsplit(error.target).query) == [("file1", scenarios.MISSING_FILE)]
+    echo = request_for(select("echo")[0], AXON)
+    assert (echo.method, echo.target) == ("POST", "/api/echo")
+    assert echo.body == scenarios.ECHO_BODY and ("Content-Type", "application/json") in echo.headers
+
+
+def test_select_groups_names_and_order():
+    assert [s.name for s in select("article")] == [f"T{i}" for i in range(1, 9)]
+    assert [s.name for s in select("echo, t1,health,T1")] == ["T1", "health", "echo"]  # matrix order, once each
+    assert [s.name for s in select("all")] == [s.name for s in matrix()]
+    with pytest.raises(ValueError, match="unknown scenario"):
+        select("T9")
+
+
+def test_ensure_files_makes_every_file_a_scenario_names(tmp_path):
+    root = ensure_files(tmp_path / "files")
+    for scenario in matrix():
+        for name in scenario.files:
+            assert (root / name).stat().st_size == scenario.file_size
+    assert not (root / scenarios.MISSING_FILE).exists()
