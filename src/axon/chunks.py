@@ -36,9 +36,9 @@ def iter_chunks(segments: list[Segment], chunk_size: int) -> Iterator[bytes]:
     for seg in segments:
         if isinstance(seg, bytes):
             pending += seg
-            if len(pending) >= chunk_size:
-                yield bytes(pending)
-                pending = bytearray()
+            while len(pending) >= chunk_size:
+                yield bytes(pending[:chunk_size])
+                del pending[:chunk_size]
             continue
         fd, offset, count = seg
         while count:

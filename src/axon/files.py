@@ -76,6 +76,7 @@ class OpenFile:
     inode: int
     device: int
     content_type: str
+    ctime_ns: int = 0  # changes on every write and utime: what mtime alone cannot promise
 
     def close(self) -> None:
         try:
@@ -98,6 +99,10 @@ def normalize(requested: str) -> list[str]:
         raise BadRequest("path contains a backslash", code="bad_path", paths=[requested])
     if requested.startswith("/"):
         raise BadRequest("path must be relative to the root", code="bad_path", paths=[requested])
+    try:
+        requested.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: from JSON's \ud800, or a non-UTF-8 name
+        raise BadRequest("path is not valid UTF-8", code="bad_path", paths=[requested]) from None
     if len(requested) >= 2 and requested[1] == ":" and requested[0].isascii() and requested[0].isalpha():
         raise BadRequest("path must not name a drive", code="bad_path", paths=[requested])
     parts: list[str] = []
@@ -168,7 +173,8 @@ class FileStore:
             raise
         name = "/".join(parts)
         return OpenFile(
-            fd, requested, name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, self.content_type(name)
+            fd, requested, name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, self.content_type(name),
+            st.st_ctime_ns,
         )
 
     def content_type(self, name: str) -> str:

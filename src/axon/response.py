@@ -36,7 +36,7 @@ class Response:
         files: list[OpenFile] | tuple[OpenFile, ...] = (),
     ) -> None:
         self.status = status
-        self.headers = headers if headers is not None else []
+        self.headers = list(headers) if headers is not None else []
         self.stream = stream
         self.files = files
         if stream is not None:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import re
+from datetime import timezone
 from email.utils import formatdate, parsedate_to_datetime
 
 _ETAG = re.compile(r'\s*(W/)?("[^"]*")\s*(?:,|$)')
 
 
 def http_date(seconds: float) -> str:
-    return formatdate(seconds, usegmt=True)
+    return formatdate(math.floor(seconds), usegmt=True)  # whole seconds, as evaluate() compares
 
 
 def parse_http_date(value: str) -> float | None:
@@ -17,8 +19,10 @@ def parse_http_date(value: str) -> float | None:
         parsed = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
-    if parsed is None or parsed.tzinfo is None:
+    if parsed is None:
         return None
+    if parsed.tzinfo is None:  # asctime (and "-0000") carry no zone; HTTP dates are GMT
+        parsed = parsed.replace(tzinfo=timezone.utc)
     return parsed.timestamp()
 
 
@@ -47,7 +51,7 @@ def _matches(header: str, etag: str, *, strong: bool) -> bool:
 
 def evaluate(method: str, headers: dict[str, str], etag: str, mtime: float) -> int | None:
     """304, 412, or None to go on, evaluating preconditions in RFC 9110's order (13.2.2)."""
-    mtime = int(mtime)  # HTTP dates have whole seconds
+    mtime = math.floor(mtime)  # HTTP dates have whole seconds
     if_match = headers.get("if-match")
     if if_match is not None:
         if not _matches(if_match, etag, strong=True):
@@ -81,4 +85,4 @@ def if_range_allows(header: str | None, etag: str, mtime: float) -> bool:
         return not header.startswith("W/") and _matches(header, etag, strong=True)
     when = parse_http_date(header)
     # A date validator is only strong enough when it matches exactly (RFC 9110 13.1.5).
-    return when is not None and int(mtime) == int(when)
+    return when is not None and math.floor(mtime) == when

@@ -8,7 +8,12 @@ more bytes than the representation twice over.
 
 from __future__ import annotations
 
+import re
+
 from ..errors import RangeNotSatisfiable
+
+_SPEC = re.compile(r"([0-9]*)-([0-9]*)")  # ASCII digits only: str.isdigit() also takes "²"
+_BIG = 1 << 64  # beyond any file size; stands in for numbers int() would refuse (> 4300 digits)
 
 Span = tuple[int, int]  # [start, stop): half-open, like a slice
 
@@ -22,28 +27,35 @@ def parse_range(header: str, size: int, max_ranges: int) -> list[Span] | None:
     unit, sep, spec = header.partition("=")
     if not sep or unit.strip().lower() != "bytes":
         return None
-    items = spec.split(",")
+    # RFC 9110 5.6.1.2: empty list elements are ignored.
+    items = [item.strip(" \t") for item in spec.split(",") if item.strip(" \t")]
     if len(items) > max_ranges:
         raise RangeNotSatisfiable(f"too many ranges (at most {max_ranges})", size)
     spans: list[Span] = []
     for item in items:
-        first, dash, last = item.strip().partition("-")
-        if not dash or not (first.isdigit() or (not first and last.isdigit())) or (last and not last.isdigit()):
-            raise RangeNotSatisfiable(f"malformed range: {item.strip()[:40]!r}", size)
+        m = _SPEC.fullmatch(item)
+        if m is None or not (m.group(1) or m.group(2)):
+            raise RangeNotSatisfiable(f"malformed range: {item[:40]!r}", size)
+        first, last = m.groups()
         if not first:  # suffix: the last N bytes
-            count = int(last)
+            count = _number(last)
             if count and size:
                 spans.append((max(0, size - count), size))
             continue
-        start = int(first)
-        stop = int(last) + 1 if last else size
+        start = _number(first)
+        stop = _number(last) + 1 if last else size
         if last and stop <= start:
-            raise RangeNotSatisfiable(f"inverted range: {item.strip()[:40]!r}", size)
+            raise RangeNotSatisfiable(f"inverted range: {item[:40]!r}", size)
         if start < size:
             spans.append((start, min(stop, size)))
     if not spans:
         raise RangeNotSatisfiable("no range is satisfiable", size)
     return merge(spans)
+
+
+def _number(digits: str) -> int:
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 19 else _BIG
 
 
 def merge(spans: list[Span]) -> list[Span]:

@@ -27,7 +27,7 @@ def plan_file(store: FileStore, path: str, method: str, headers: dict[str, str],
 
 
 def _plan(f: OpenFile, method: str, headers: dict[str, str], limits: Limits) -> Response:
-    tag, mtime = etag(f), f.mtime_ns / 1e9
+    tag, mtime = etag(f), f.mtime_ns // 1_000_000_000  # whole seconds, floored, no float rounding
     validators = [("ETag", tag), ("Last-Modified", http_date(mtime))]
     verdict = evaluate(method, headers, tag, mtime)
     if verdict == 304:

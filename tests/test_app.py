@@ -1,0 +1,525 @@
+"""App: routing, the built-in endpoints, handler results, errors, HEAD, threads, descriptors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+
+import pytest
+
+from axon.app import App, Request, Response, json_response, stream_response
+from axon.errors import HTTPError, NotFound
+from axon.limits import Limits
+
+
+@pytest.fixture(params=["sync", "async"])
+def call(request):
+    """Run a request through App.handle or App.handle_async (the same contract)."""
+
+    def run(app: App, method: str, target: str, headers: dict | None = None, body: bytes = b""):
+        path, _, query = target.partition("?")
+        req = Request(method, path, query, headers or {}, body)
+        if request.param == "sync":
+            return app.handle(req)
+        return asyncio.run(app.handle_async(req))
+
+    run.mode = request.param
+    return run
+
+
+@pytest.fixture
+def app(root):
+    return App(root)
+
+
+def _json(response) -> dict:
+    assert dict(response.headers)["Content-Type"] == "application/json"
+    return json.loads(b"".join(response.body))
+
+
+def _body(response, render) -> bytes:
+    try:
+        return render(response.body)
+    finally:
+        response.close()
+
+
+# -- routing ----------------------------------------------------------------------------------
+
+
+def test_routes(root, call, render):
+    app = App(root)
+    app.add_route("/exact", lambda r: "exact")
+    app.add_route("/items/<name>", lambda r: {"name": r.params["name"]})
+    app.add_route("/tree/<path:rest>", lambda r: {"rest": r.params["rest"]})
+    app.add_route("/two/<a>/<b>", lambda r: [r.params["a"], r.params["b"]])
+    app.add_route("/items/special", lambda r: "exact wins")
+
+    assert _body(call(app, "GET", "/exact"), render) == b"exact"
+    assert _json(call(app, "GET", "/items/x.y")) == {"name": "x.y"}
+    assert _json(call(app, "GET", "/tree/a/b/c")) == {"rest": "a/b/c"}
+    assert _json(call(app, "GET", "/two/1/2")) == ["1", "2"]
+    assert _body(call(app, "GET", "/items/special"), render) == b"exact wins"
+    for missing in ("/items/a/b", "/items/", "/exact/", "/tree/", "/nope", "/", "/two/1"):
+        r = call(app, "GET", missing)
+        assert r.status == 404, missing
+        assert _json(r)["error"]["code"] == "no_route"
+
+
+def test_route_decorator_and_methods(root, call):
+    app = App(root, builtins=False)
+
+    @app.route("/thing/<id>", methods=["GET"])
+    def get(request):
+        return {"got": request.params["id"]}
+
+    @app.route("/thing/<id>", methods=["post", "DELETE"])
+    def change(request):
+        return {"changed": request.params["id"], "method": request.method}
+
+    assert _json(call(app, "GET", "/thing/7")) == {"got": "7"}
+    assert _json(call(app, "POST", "/thing/7")) == {"changed": "7", "method": "POST"}
+    assert _json(call(app, "DELETE", "/thing/7")) == {"changed": "7", "method": "DELETE"}
+    r = call(app, "PUT", "/thing/7")
+    assert r.status == 405
+    assert dict(r.headers)["Allow"] == "DELETE, GET, HEAD, POST"
+    assert _json(r)["error"]["code"] == "method_not_allowed"
+    assert call(app, "GET", "/api/health").status == 404  # builtins=False
+
+
+def test_method_not_allowed(app, call):
+    r = call(app, "DELETE", "/api/health")
+    assert r.status == 405 and dict(r.headers)["Allow"] == "GET, HEAD"  # HEAD implied by GET
+    r = call(app, "PUT", "/api/stream-files")
+    assert r.status == 405 and dict(r.headers)["Allow"] == "GET, HEAD, POST"
+    r = call(app, "POST", "/files/a.txt")
+    assert r.status == 405 and dict(r.headers)["Allow"] == "GET, HEAD"
+
+
+def test_post_only_route_refuses_head(root, call):
+    app = App(root)
+    app.add_route("/submit", lambda r: "ok", ["POST"])
+    for method in ("GET", "HEAD"):
+        r = call(app, method, "/submit")
+        assert r.status == 405 and dict(r.headers)["Allow"] == "POST"
+
+
+def test_route_pattern_must_start_with_slash(app):
+    with pytest.raises(ValueError):
+        app.add_route("nope", lambda r: "x")
+
+
+# -- built-in endpoints ---------------------------------------------------------------------------
+
+
+def test_health(app, call, render):
+    r = call(app, "GET", "/api/health")
+    assert r.status == 200
+    assert r.headers == [("Content-Type", "application/json"), ("Content-Length", "22")]
+    assert _body(r, render) == b'{"status":"available"}'
+
+
+def test_stream_files_get(root, app, call, render, parse_multipart, open_fds):
+    before = open_fds()
+    r = call(app, "GET", "/api/stream-files?file1=a.txt&x=sub%2Fc.json&file1=a.txt&=empty.txt")
+    try:
+        assert r.status == 200
+        ctype = dict(r.headers)["Content-Type"]
+        body = render(r.body)
+        assert dict(r.headers)["Content-Length"] == str(len(body))
+        parts = parse_multipart(ctype, body)
+        assert [p["Content-Location"] for p in parts] == ["a.txt", "sub/c.json", "a.txt", "empty.txt"]
+        assert [p.get_payload(decode=True) for p in parts] == [
+            b"hello, axon\n", b'{"c": 3}\n', b"hello, axon\n", b""
+        ]
+    finally:
+        r.close()
+    assert open_fds() <= before
+
+
+def test_stream_files_query_is_decoded_once(root, app, call, render, parse_multipart):
+    (root / "ü.txt").write_bytes(b"u")
+    (root / "%41.txt").write_bytes(b"literal")
+    r = call(app, "GET", "/api/stream-files?f=%C3%BC.txt&g=%2541.txt&h=a%2Etxt")
+    parts = parse_multipart(dict(r.headers)["Content-Type"], _body(r, render))
+    assert [p.get_payload(decode=True) for p in parts] == [b"u", b"literal", b"hello, axon\n"]
+    r = call(app, "GET", "/api/stream-files?f=%252e%252e%252fx")  # "%2e%2e%2fx": a name, missing
+    assert r.status == 404 and _json(r)["error"]["paths"] == ["%2e%2e%2fx"]
+
+
+@pytest.mark.parametrize("query", ["f=%ff", "f=%C3", "f=a.txt&g=%80%80", "%ff=a.txt"])
+def test_query_invalid_utf8(app, call, query):
+    r = call(app, "GET", f"/api/stream-files?{query}")
+    assert r.status == 400 and _json(r)["error"]["code"] == "bad_query"
+
+
+def test_stream_files_no_files(app, call):
+    r = call(app, "GET", "/api/stream-files")
+    assert r.status == 400 and _json(r)["error"]["code"] == "no_files"
+
+
+def test_stream_files_post(app, call, render, parse_multipart):
+    body = json.dumps({"files": ["sub/c.json", "a.txt"], "ignored": 1}).encode()
+    r = call(app, "POST", "/api/stream-files", {"content-type": "application/json"}, body)
+    assert r.status == 200
+    parts = parse_multipart(dict(r.headers)["Content-Type"], _body(r, render))
+    assert [p["Content-Location"] for p in parts] == ["sub/c.json", "a.txt"]
+
+
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        (b"", "bad_json"),
+        (b"{not json", "bad_json"),
+        (b"\xff\xfe", "bad_json"),
+        (b'["a.txt"]', "bad_json"),
+        (b'{"files": "a.txt"}', "bad_json"),
+        (b'{"files": [1, 2]}', "bad_json"),
+        (b'{"files": ["a.txt", null]}', "bad_json"),
+        (b'{"file": ["a.txt"]}', "bad_json"),
+        (b'"a.txt"', "bad_json"),
+        (b"null", "bad_json"),
+        (b'{"files": []}', "no_files"),
+    ],
+)
+def test_stream_files_post_bad_shapes(app, call, body, code):
+    r = call(app, "POST", "/api/stream-files", {"content-type": "application/json"}, body)
+    assert r.status == 400
+    assert _json(r)["error"]["code"] == code
+
+
+def test_stream_files_errors(app, call):
+    r = call(app, "GET", "/api/stream-files?a=a.txt&b=missing&c=../x")
+    err = _json(r)["error"]
+    assert r.status == 403 and err["code"] == "batch_refused" and err["paths"] == ["missing", "../x"]
+
+
+def test_files_endpoint(app, call, render):
+    r = call(app, "GET", "/files/sub/c.json")
+    assert r.status == 200 and _body(r, render) == b'{"c": 3}\n'
+    r = call(app, "GET", "/files/b.bin", {"range": "bytes=0-3"})
+    assert r.status == 206 and _body(r, render) == bytes(range(4))
+    r = call(app, "GET", "/files/b.bin", {"range": "bytes=99999-"})
+    assert r.status == 416 and dict(r.headers)["Content-Range"] == "bytes */10240"
+    tag = dict(call(app, "GET", "/files/a.txt").headers)["ETag"]
+    r = call(app, "GET", "/files/a.txt", {"if-none-match": tag})
+    assert r.status == 304 and r.body == []
+    r = call(app, "GET", "/files/a.txt", {"if-match": '"nope"'})
+    assert r.status == 412 and _json(r)["error"]["code"] == "precondition_failed"
+
+
+@pytest.mark.parametrize(
+    "path, status",
+    [("/files/../outside.txt", 403), ("/files//etc/passwd", 400), ("/files/.hidden", 403),
+     ("/files/sub", 403), ("/files/nope", 404), ("/files/a\\b", 400), ("/files/a\x00", 400)],
+)
+def test_files_endpoint_refusals(app, call, path, status):
+    r = call(app, "GET", path)
+    assert r.status == status
+    assert _json(r)["error"]["status"] == status
+
+
+# -- HEAD -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "target, headers",
+    [("/files/b.bin", {}), ("/files/b.bin", {"range": "bytes=0-9,20-29"}), ("/api/stream-files?f=a.txt&g=b.bin", {}),
+     ("/api/health", {}), ("/files/missing", {})],
+)
+def test_head(app, call, render, open_fds, target, headers):
+    get = call(app, "GET", target, headers)
+    get_length = len(render(get.body))
+    get.close()
+    before = open_fds()
+    head = call(app, "HEAD", target, headers)
+    assert head.status == get.status
+    assert head.body == [] and head.stream is None and head.files == ()
+    assert dict(head.headers)["Content-Length"] == str(get_length)
+    assert open_fds() <= before  # the files were closed at once
+
+
+def test_head_closes_a_stream(root, call):
+    closed = []
+
+    def gen():
+        try:
+            yield b"x"
+        finally:
+            closed.append(True)
+
+    app = App(root)
+    stream = gen()
+    next(stream)
+    app.add_route("/s", lambda r: stream_response(stream))
+    r = call(app, "HEAD", "/s")
+    assert r.status == 200 and r.stream is None and closed == [True]
+
+
+# -- what handlers return -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "result, ctype, body",
+    [
+        ({"a": 1}, "application/json", b'{"a":1}'),
+        ([1, "x"], "application/json", b'[1,"x"]'),
+        ("héllo", "text/plain; charset=utf-8", "héllo".encode()),
+        (b"\x00\xff", "application/octet-stream", b"\x00\xff"),
+        (json_response({"z": 0}, status=201), "application/json", b'{"z":0}'),
+    ],
+)
+def test_handler_results(root, call, render, result, ctype, body):
+    app = App(root)
+    app.add_route("/r", lambda r: result)
+    r = call(app, "GET", "/r")
+    assert dict(r.headers)["Content-Type"] == ctype
+    assert dict(r.headers)["Content-Length"] == str(len(body))
+    assert _body(r, render) == body
+    assert r.status == (201 if isinstance(result, Response) else 200)
+
+
+def test_handler_http_error(root, call):
+    app = App(root)
+
+    def refuse(request):
+        raise HTTPError("go away", status=418, code="teapot", headers=[("Retry-After", "5")])
+
+    app.add_route("/r", refuse)
+    r = call(app, "GET", "/r")
+    assert r.status == 418 and ("Retry-After", "5") in r.headers
+    assert _json(r) == {"error": {"status": 418, "code": "teapot", "message": "go away"}}
+
+
+SECRET = "secret-detail-/etc/shadow-password=hunter2"
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        lambda r: 1 / 0,
+        lambda r: {}["missing"],
+        lambda r: (_ for _ in ()).throw(RuntimeError(SECRET)),
+        lambda r: None,  # not a valid result: TypeError
+        lambda r: 42,
+    ],
+    ids=["zero", "keyerror", "runtime", "none", "int"],
+)
+def test_unexpected_exception_leaks_nothing(root, call, caplog, handler, open_fds):
+    app = App(root)
+    app.add_route("/boom", handler)
+    before = open_fds()
+    with caplog.at_level(logging.ERROR, logger="axon"):
+        r = call(app, "GET", "/boom")
+    assert r.status == 500
+    assert _json(r) == {"error": {"status": 500, "code": "internal_error", "message": "internal server error"}}
+    text = b"".join(r.body).decode()
+    assert SECRET not in text and "Traceback" not in text and "Error" not in text
+    records = [rec for rec in caplog.records if rec.name == "axon" and rec.levelno == logging.ERROR]
+    assert len(records) == 1
+    assert records[0].exc_info is not None
+    assert "/boom" in records[0].getMessage()
+    assert open_fds() <= before
+
+
+def test_handler_raising_after_opening_a_file(root, call, open_fds):
+    app = App(root)
+
+    def careful(request):
+        response = app.send_file(request, "b.bin")
+        response.close()
+        raise NotFound("changed my mind")
+
+    app.add_route("/careful", careful)
+    before = open_fds()
+    r = call(app, "GET", "/careful")
+    assert r.status == 404
+    assert open_fds() <= before
+
+
+def test_async_handler(root, call, render):
+    app = App(root)
+
+    async def handler(request):
+        await asyncio.sleep(0)
+        return {"async": True, "q": request.arg("q")}
+
+    app.add_route("/a", handler)
+    assert _json(call(app, "GET", "/a?q=1")) == {"async": True, "q": "1"}
+
+
+def test_async_handler_error(root, call, caplog):
+    app = App(root)
+
+    async def handler(request):
+        raise RuntimeError(SECRET)
+
+    app.add_route("/a", handler)
+    with caplog.at_level(logging.ERROR, logger="axon"):
+        r = call(app, "GET", "/a")
+    assert r.status == 500 and SECRET.encode() not in b"".join(r.body)
+
+
+def test_threads(root):
+    """handle_async: plain functions run in the executor, unless blocking=False; async inline."""
+    app = App(root)
+    seen = {}
+
+    def blocking(request):
+        seen["blocking"] = threading.current_thread().name
+        return "x"
+
+    def quick(request):
+        seen["quick"] = threading.current_thread().name
+        return "x"
+
+    async def coro(request):
+        seen["coro"] = threading.current_thread().name
+        return "x"
+
+    app.add_route("/blocking", blocking)
+    app.add_route("/quick", quick, blocking=False)
+    app.add_route("/coro", coro)
+
+    async def main():
+        for path in ("/blocking", "/quick", "/coro"):
+            (await app.handle_async(Request("GET", path))).close()
+        return threading.current_thread().name
+
+    loop_thread = asyncio.run(main())
+    assert seen["blocking"].startswith("axon-handler")
+    assert seen["quick"] == loop_thread and seen["coro"] == loop_thread
+    app.handle(Request("GET", "/blocking")).close()  # sync: the caller's thread
+    assert seen["blocking"] == threading.current_thread().name
+    app.executor.shutdown()
+
+
+def test_request_helpers():
+    r = Request("GET", "/x", "a=1&b=&a=2&c")
+    assert r.query == [("a", "1"), ("b", ""), ("a", "2"), ("c", "")]
+    assert r.arg("a") == "1" and r.arg("b") == "" and r.arg("zz", "d") == "d"
+    assert Request("POST", "/", body=b'{"x": [1]}').json() == {"x": [1]}
+    with pytest.raises(HTTPError) as info:
+        Request("POST", "/", body=b"{").json()
+    assert info.value.status == 400
+    r = Request("GET", "/")
+    assert r.headers == {} and r.body == b"" and r.params == {}
+
+
+def test_app_root_from_environment(root, monkeypatch, call, render):
+    monkeypatch.setenv("AXON_ROOT", str(root))
+    assert _body(call(App(), "GET", "/files/a.txt"), render) == b"hello, axon\n"
+
+
+def test_app_with_store_and_hidden(root, call, render):
+    from axon.files import FileStore
+
+    assert call(App(root), "GET", "/files/.hidden").status == 403
+    assert _body(call(App(root, allow_hidden=True), "GET", "/files/.hidden"), render) == b"hidden\n"
+    app = App(store=FileStore(root / "sub"))
+    assert _body(call(app, "GET", "/files/c.json"), render) == b'{"c": 3}\n'
+
+
+def test_send_batch_and_send_file_from_user_routes(root, call, render, parse_multipart):
+    app = App(root, builtins=False, limits=Limits(max_files=2))
+    app.add_route("/bundle", lambda r: app.send_batch(r, ["a.txt", "sub/c.json"]))
+    app.add_route("/too-many", lambda r: app.send_batch(r, ["a.txt"] * 3))
+    app.add_route("/one/<path:p>", lambda r: app.send_file(r, r.params["p"]))
+    r = call(app, "GET", "/bundle")
+    parts = parse_multipart(dict(r.headers)["Content-Type"], _body(r, render))
+    assert len(parts) == 2
+    assert call(app, "GET", "/too-many").status == 413
+    assert _body(call(app, "GET", "/one/sub/deeper/d.txt"), render) == b"d" * 1000
+
+
+# -- no descriptor survives an error path ---------------------------------------------------------
+
+ERROR_REQUESTS = [
+    ("GET", "/files/missing", {}, b""),
+    ("GET", "/files/../outside.txt", {}, b""),
+    ("GET", "/files/b.bin", {"range": "bytes=5-1"}, b""),
+    ("GET", "/files/b.bin", {"range": "bytes=" + ",".join(["0-0"] * 100)}, b""),
+    ("GET", "/files/b.bin", {"if-match": '"x"'}, b""),
+    ("GET", "/files/b.bin", {"if-none-match": "*"}, b""),
+    ("GET", "/api/stream-files?a=a.txt&b=b.bin&c=missing", {}, b""),
+    ("GET", "/api/stream-files?a=a.txt&b=sub&c=.hidden", {}, b""),
+    ("GET", "/api/stream-files?" + "&".join(["f=a.txt"] * 1001), {}, b""),
+    ("POST", "/api/stream-files", {}, b'{"files": ["a.txt", "nope"]}'),
+    ("POST", "/api/stream-files", {}, b"{"),
+    ("PUT", "/files/a.txt", {}, b""),
+    ("GET", "/nowhere", {}, b""),
+    ("GET", "/api/stream-files?f=%ff", {}, b""),
+]
+
+
+def test_no_descriptor_leaks_on_error_paths(root, call, open_fds):
+    app = App(root, limits=Limits(max_batch_bytes=10_000))
+    call(app, "GET", "/api/health").close()  # warm up (lazy imports, caches)
+    before = open_fds()
+    for method, target, headers, body in ERROR_REQUESTS:
+        r = call(app, method, target, headers, body)
+        assert r.status >= 300, (method, target)
+        assert r.files in ((), []), (method, target)
+        r.close()
+    r = call(app, "GET", "/api/stream-files?a=a.txt&b=b.bin")  # over max_batch_bytes
+    assert r.status == 413
+    assert open_fds() <= before
+
+
+# -- bugs ---------------------------------------------------------------------------------------
+
+
+def test_deeply_nested_json_is_400(app, call):
+    r = call(app, "POST", "/api/stream-files", {}, b"[" * 100_000)
+    assert r.status == 400
+
+
+def test_post_lone_surrogate_path_is_4xx(app, call):
+    r = call(app, "POST", "/api/stream-files", {}, b'{"files": ["a.txt", "\\ud800"]}')
+    assert 400 <= r.status < 500
+
+
+def test_raw_utf8_query_bytes(root, app, call, render):
+    (root / "é.txt").write_bytes(b"e")
+    raw = "f=é.txt".encode("utf-8").decode("latin-1")  # what WSGI, ASGI and the server pass
+    r = call(app, "GET", f"/api/stream-files?{raw}")
+    assert r.status == 200
+    r.close()
+    r = call(app, "GET", "/api/stream-files?" + b"f=\xff.txt".decode("latin-1"))  # not UTF-8
+    assert r.status == 400
+
+
+# -- signed requests (App(secret=...)): checked before routing ---------------------------------------
+
+
+def test_signing_gate(root, call, render, open_fds, monkeypatch):
+    import time
+
+    from axon.signing import mint_token, sign_url
+
+    monkeypatch.delenv("AXON_SECRET", raising=False)
+    app = App(root, secret="s3cret")
+    assert call(app, "GET", "/api/health").status == 200  # public: load balancers probe it
+    before = open_fds()
+    r = call(app, "GET", "/files/a.txt")
+    assert r.status == 401 and ("WWW-Authenticate", 'Bearer realm="axon"') in r.headers
+    r = call(app, "GET", "/no/such/endpoint")
+    assert r.status == 401  # refused before routing: endpoints are not revealed
+    assert open_fds() <= before
+    later = int(time.time()) + 60
+    target = sign_url("/api/stream-files?f=a.txt&g=sub/c.json", "s3cret", later)
+    r = call(app, "GET", target)
+    assert r.status == 200
+    assert len(render(r.body).split(b"Content-Location: ")) == 3  # expires/signature are no files
+    r.close()
+    tampered = target.replace("f=a.txt", "f=b.bin")
+    assert call(app, "GET", tampered).status == 403
+    expired = sign_url("/files/a.txt", "s3cret", int(time.time()) - 1)
+    assert call(app, "GET", expired).status == 403
+    token = mint_token("s3cret", later)
+    r = call(app, "GET", "/files/a.txt", {"authorization": f"Bearer {token}"})
+    assert r.status == 200 and _body(r, render) == b"hello, axon\n"
+    r = call(app, "GET", "/files/a.txt", {"authorization": "Bearer axon1.9999999999.AAAA"})
+    assert r.status == 403

@@ -1,0 +1,129 @@
+"""Logging: the JSON formatter, configure(), and the access log (off by default)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+
+import pytest
+
+from axon import log
+from axon.app import App, Request
+from axon.log import JSONFormatter, configure
+
+
+@pytest.fixture(autouse=True)
+def restore_loggers():
+    """configure() changes process-wide loggers: put them back after each test."""
+    saved = [(lg, lg.level, lg.handlers[:], lg.propagate) for lg in (log.logger, log.access_logger)]
+    yield
+    for lg, level, handlers, propagate in saved:
+        lg.setLevel(level)
+        lg.handlers[:] = handlers
+        lg.propagate = propagate
+
+
+def _record(msg="hello %s", args=("world",), level=logging.WARNING, extra=None, exc_info=None):
+    logger = logging.getLogger("axon.test")
+    return logger.makeRecord("axon.test", level, __file__, 1, msg, args, exc_info, extra=extra)
+
+
+def test_json_formatter_fields():
+    record = _record(extra={"path": "/files/a.txt", "status": 200, "ms": 1.5, "obj": object()})
+    out = json.loads(JSONFormatter().format(record))
+    assert out["level"] == "warning"
+    assert out["logger"] == "axon.test"
+    assert out["message"] == "hello world"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", out["time"])
+    assert (out["path"], out["status"], out["ms"]) == ("/files/a.txt", 200, 1.5)
+    assert out["obj"].startswith("<object object")  # unserializable values become strings
+    for standard in ("args", "msg", "levelno", "pathname", "lineno", "exc_info", "thread"):
+        assert standard not in out
+
+
+def test_json_formatter_one_line_and_escapes():
+    record = _record(msg="line1\nline2 \"quoted\" \x00 é", args=())
+    text = JSONFormatter().format(record)
+    assert "\n" not in text
+    assert json.loads(text)["message"] == "line1\nline2 \"quoted\" \x00 é"
+
+
+def test_json_formatter_exception():
+    try:
+        raise ValueError("kaboom")
+    except ValueError:
+        record = _record(level=logging.ERROR, exc_info=sys.exc_info())
+    out = json.loads(JSONFormatter().format(record))
+    assert "Traceback" in out["exception"] and "ValueError: kaboom" in out["exception"]
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+def test_access_log_off_by_default(root):
+    collect = _Collect()
+    log.access_logger.addHandler(collect)
+    try:
+        app = App(root)
+        app.handle(Request("GET", "/api/health")).close()
+        app.handle(Request("GET", "/nope")).close()
+    finally:
+        log.access_logger.removeHandler(collect)
+    assert collect.records == []
+    assert not log.access_logger.isEnabledFor(logging.INFO)
+
+
+def test_access_log_when_configured(root, capsys):
+    configure("warning", access_log=True)
+    app = App(root)
+    app.handle(Request("GET", "/files/a.txt")).close()
+    app.handle(Request("HEAD", "/missing")).close()
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2
+    assert re.fullmatch(r"GET /files/a\.txt 200 12 \d+\.\dms", out[0]), out[0]
+    assert re.fullmatch(r"HEAD /missing 404 \d+ \d+\.\dms", out[1]), out[1]
+
+
+def test_access_log_json(root, capsys):
+    configure("info", json_format=True, access_log=True)
+    App(root).handle(Request("GET", "/api/stream-files", "f=a.txt")).close()
+    (line,) = capsys.readouterr().out.splitlines()
+    out = json.loads(line)
+    assert out["logger"] == "axon.access" and out["level"] == "info"
+    assert (out["method"], out["path"], out["status"]) == ("GET", "/api/stream-files", 200)
+    assert isinstance(out["bytes"], int) and out["bytes"] > 12
+    assert isinstance(out["ms"], float)
+
+
+def test_access_log_via_caplog(root, caplog):
+    caplog.set_level(logging.INFO, logger="axon.access")
+    App(root).handle(Request("GET", "/api/health")).close()
+    (record,) = [r for r in caplog.records if r.name == "axon.access"]
+    assert (record.method, record.path, record.status, record.bytes) == ("GET", "/api/health", 200, 22)
+
+
+def test_configure_errors_to_stderr_as_json(capsys):
+    configure("error", json_format=True)
+    assert log.logger.propagate is False
+    log.logger.warning("quiet")
+    log.logger.error("loud", extra={"code": "x"})
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert json.loads(line)["message"] == "loud" and json.loads(line)["code"] == "x"
+    assert captured.out == ""
+    assert not log.access_logger.isEnabledFor(logging.INFO)  # access log stays off
+
+
+def test_configure_text_format(capsys):
+    configure("info")
+    log.logger.info("plain %d", 5)
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"\S+ \S+ INFO axon: plain 5\n", err), err
