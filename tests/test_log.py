@@ -81,6 +81,20 @@ def test_access_log_off_by_default(root):
     assert not log.access_logger.isEnabledFor(logging.INFO)
 
 
+def test_access_log_stays_off_under_an_info_root_logger(root):
+    collect = _Collect()
+    root_logger = logging.getLogger()
+    old = root_logger.level
+    root_logger.setLevel(logging.INFO)  # what logging.basicConfig(level=INFO) does
+    root_logger.addHandler(collect)
+    try:
+        App(root).handle(Request("GET", "/api/health")).close()
+    finally:
+        root_logger.removeHandler(collect)
+        root_logger.setLevel(old)
+    assert [r for r in collect.records if r.name == "axon.access"] == []
+
+
 def test_access_log_when_configured(root, capsys):
     configure("warning", access_log=True)
     app = App(root)

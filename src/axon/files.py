@@ -136,7 +136,8 @@ class FileStore:
             raise ValueError(f"root is not a directory: {self.root}")
         self.allow_hidden = allow_hidden
         self._types: dict[str, str] = {}
-        mimetypes.init()
+        if not mimetypes.inited:  # init() rereads the system's tables and resets any additions
+            mimetypes.init()
         # Held for the store's life: the root is this directory, even if renamed meanwhile.
         self._root_fd = os.open(self.root, _DIR_FLAGS)
         self._openat2 = _OPENAT2

@@ -13,6 +13,9 @@ import time
 
 logger = logging.getLogger("axon")
 access_logger = logging.getLogger("axon.access")
+# Off unless asked for, whatever the root logger's level: an application's
+# logging.basicConfig(level=INFO) must not turn on a line per response.
+access_logger.setLevel(logging.WARNING)
 
 
 class JSONFormatter(logging.Formatter):
