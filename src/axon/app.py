@@ -31,7 +31,9 @@ from .limits import DEFAULT_LIMITS, Limits
 from .log import access_logger, logger
 from .response import Response, error_response, json_response, redirect, stream_response, text_response
 from .sansio.batch import plan_batch
+from .sansio.batch_identity import derive_key
 from .sansio.single_file import plan_file
+from .signing import Verifier
 
 __all__ = [
     "App", "Request", "Response", "json_response", "text_response", "stream_response", "redirect",
@@ -69,7 +71,13 @@ class Request:
         """The query's (name, value) pairs, in order, repeats kept, decoded once as UTF-8."""
         if self._query is None:
             try:
-                self._query = parse_qsl(self.query_string, keep_blank_values=True, errors="strict")
+                # Runtimes pass the raw query as latin-1, one character per byte: recover the
+                # bytes, so that raw UTF-8 and %-escapes are decoded alike, once, as UTF-8.
+                try:
+                    text = self.query_string.encode("latin-1").decode("utf-8")
+                except UnicodeEncodeError:  # a Request built by hand with text beyond latin-1
+                    text = self.query_string
+                self._query = parse_qsl(text, keep_blank_values=True, errors="strict")
             except UnicodeDecodeError:
                 raise BadRequest("query string is not valid UTF-8 once percent-decoded", code="bad_query") from None
         return self._query
@@ -83,7 +91,7 @@ class Request:
     def json(self) -> Any:
         try:
             return json.loads(self.body)
-        except (UnicodeDecodeError, ValueError) as exc:
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise BadRequest(f"request body is not valid JSON: {exc}", code="bad_json") from None
 
 
@@ -110,12 +118,20 @@ class App:
         allow_hidden: bool = False,
         builtins: bool = True,
         threads: int = 32,
+        secret: str | bytes | None = None,
     ) -> None:
         if store is None:
             store = FileStore(root if root is not None else os.environ.get("AXON_ROOT", "."), allow_hidden=allow_hidden)
         self.store = store
         self.limits = limits
         self.threads = threads
+        # ``secret`` (default: $AXON_SECRET; "" for none) turns signed requests on (axon.signing)
+        # and keys batch identities (ETag and boundary, axon.sansio.batch_identity).
+        if secret is None:
+            secret = os.environ.get("AXON_SECRET") or None
+        self.verifier = Verifier(secret) if secret else None
+        self.public_paths = {"/api/health"}  # open even when signing is on: load balancers probe it
+        self.batch_key = derive_key(secret or None, store.root)
         self._exact: dict[str, dict[str, Route]] = {}
         self._patterns: list[tuple[re.Pattern[str], dict[str, Route]]] = []
         self._executor: ThreadPoolExecutor | None = None
@@ -144,7 +160,7 @@ class App:
         if _PARAM.search(pattern) is None:
             table = self._exact.setdefault(pattern, {})
         else:
-            regex = re.compile(_compile(pattern))
+            regex = re.compile(_compile(pattern), re.DOTALL)  # a file name may hold a newline
             table = next((t for r, t in self._patterns if r.pattern == regex.pattern), None)
             if table is None:
                 table = {}
@@ -215,6 +231,9 @@ class App:
             raise URITooLong(f"query string longer than {limits.max_query_bytes} bytes")
         if len(request.path) + len(request.query_string) > limits.max_url_bytes:
             raise URITooLong(f"URL longer than {limits.max_url_bytes} bytes")
+        if self.verifier is not None and request.path not in self.public_paths:
+            # Before routing: a refused request opens no file and learns no endpoint.
+            request._query = self.verifier.verify(request, time.time())
         route, request.params = self.match(request.method, request.path)
         return route
 
@@ -238,7 +257,7 @@ class App:
 
     def send_batch(self, request: Request, paths: list[str]) -> Response:
         """Files under the root as one ``multipart/mixed`` body; any bad path is one JSON 4xx."""
-        return plan_batch(self.store, paths, self.limits)
+        return plan_batch(self.store, paths, self.limits, key=self.batch_key, headers=request.headers)
 
     # -- built-in endpoints --------------------------------------------------------------------
 

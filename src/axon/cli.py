@@ -12,6 +12,7 @@ SUBCOMMANDS = {
     "serve": "axon.server.cli",
     "demo": "axon.demo",
     "fetch": "axon.client.cli",
+    "sign": "axon.client.cli_sign",
     "bench": "axon.bench.cli",
 }
 

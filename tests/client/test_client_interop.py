@@ -7,26 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import importlib.util
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from live_server import live_server, runtime_available
 
 from axon.client import FetchError, MultipartParser, PartData, PartStart, afetch, fetch
 
-try:
-    import axon.wsgi  # noqa: F401
-except Exception as exc:  # the server core may be mid-way through a change
-    pytest.skip(f"axon.wsgi cannot be imported: {exc}", allow_module_level=True)
-if importlib.util.find_spec("gunicorn") is None:
-    pytest.skip("gunicorn is not installed", allow_module_level=True)
+if (why := runtime_available("gunicorn")) is not None:
+    pytest.skip(why, allow_module_level=True)
 
 FILES = {
     "a.bin": os.urandom(100_000),
@@ -36,54 +27,14 @@ FILES = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def healthy(port: int) -> bool:
-    try:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-        connection.request("GET", "/api/health")
-        return connection.getresponse().status == 200
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def axon_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("served")
     for path, data in FILES.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(data)
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "--workers",
-            "1",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "axon.wsgi:application",
-        ],
-        env=dict(os.environ, AXON_ROOT=str(root)),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while not healthy(port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("gunicorn serving axon.wsgi did not become healthy")
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(10)
+    with live_server("gunicorn", root) as url:
+        yield url
 
 
 def test_fetch_from_axon(axon_url: str, tmp_path: Path) -> None:

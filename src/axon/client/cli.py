@@ -4,12 +4,15 @@
     axon fetch http://host:8000 --from-list paths.txt -o downloads --parallel 4
 
 Long lists are cut into batches of ``--batch-size`` files, one request each, ``--parallel`` at a
-time. The first failure stops new batches from starting; files already complete stay.
+time. The first failure stops new batches from starting; files already complete stay, and a batch
+cut short is saved under ``DIR/.axon-partial/``: running the same command again resumes it where
+it stopped (unless ``--no-resume``). ``--secret`` (or ``AXON_SECRET``) signs every request.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -56,6 +59,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "-H", "--header", action="append", default=[], metavar="'NAME: VALUE'", help="extra request header"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
+    parser.add_argument(
+        "--resume",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="save a batch cut short and continue it on the next run (default: on)",
+    )
+    parser.add_argument(
+        "--secret",
+        default=os.environ.get("AXON_SECRET") or None,
+        help="sign requests with this secret (default: $AXON_SECRET; prefer it: a flag shows in ps)",
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -86,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
                 headers=headers,
                 method=method,
                 progress=tracker.for_batch(len(batch)),
+                resume=args.resume,
+                secret=args.secret,
             )
         except BaseException:
             stop.set()

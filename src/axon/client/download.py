@@ -5,6 +5,10 @@ is fed the body's bytes, runs them through the multipart parser, and writes each
 ``dest/<path>`` through a temporary file in the same directory, renamed into place only once the
 part's length is verified. A failure at any point leaves no file under a final name that it did
 not complete; files finished earlier in the batch stay (they are whole).
+
+Given a :class:`~.journal.Journal`, a download that stops on a recoverable error (the network,
+an interruption) saves where it stood instead, keeping the part's temporary file, and
+:func:`open_download` continues it from a 206 answer (see :mod:`.journal` for the design).
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ import os
 import secrets
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from email.message import Message
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from .errors import FetchError
+from .journal import Journal, SavedBatch, SavedPart
 from .multipart import (
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_PARTS,
@@ -29,11 +35,16 @@ from .multipart import (
     PartData,
     PartEnd,
     PartStart,
+    State,
     boundary_from_content_type,
 )
 from .paths import ensure_parent, resolve_destination
 
-__all__ = ["BatchDownload", "FetchResult", "FetchedFile", "Progress", "prepare_destination"]
+__all__ = [
+    "BatchDownload", "FetchResult", "FetchedFile", "Progress", "open_download", "plan_resume", "prepare_destination",
+]
+
+CHECKPOINT_INTERVAL = 1.0  # seconds between journal saves while a journaled download runs
 
 
 @dataclass(frozen=True)
@@ -57,7 +68,11 @@ class FetchResult:
 
 
 class Progress(Protocol):
-    """What a fetch reports as it goes; the CLI's progress bar implements it."""
+    """What a fetch reports as it goes; the CLI's progress bar implements it.
+
+    ``response_started`` gets the length of this answer's body: when a download resumes, the
+    bytes still to come, and then ``file_written`` once for each file finished before.
+    """
 
     def response_started(self, content_length: int | None) -> None: ...
 
@@ -85,6 +100,22 @@ class _PartFile:
         self.temp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.part")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
         self.file: BinaryIO = os.fdopen(os.open(self.temp, flags, 0o666), "wb")
+
+    @classmethod
+    def reopen(cls, path: str, target: Path, declared: int, temp: Path, written: int) -> _PartFile:
+        """The temporary file of a part a saved download had begun, cut back to ``written``
+        bytes (it may hold more: written after the journal's last save)."""
+        part = cls.__new__(cls)
+        part.path, part.target, part.declared, part.written, part.temp = path, target, declared, written, temp
+        fd = os.open(temp, os.O_WRONLY | os.O_NOFOLLOW | getattr(os, "O_BINARY", 0))
+        try:
+            os.ftruncate(fd, written)
+            os.lseek(fd, written, os.SEEK_SET)
+        except BaseException:
+            os.close(fd)
+            raise
+        part.file = os.fdopen(fd, "wb")
+        return part
 
     def write(self, data: bytes) -> None:
         self.file.write(data)
@@ -117,30 +148,85 @@ class BatchDownload:
         progress: Progress | None = None,
         max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
         max_parts: int = DEFAULT_MAX_PARTS,
+        journal: Journal | None = None,
+        etag: str | None = None,
     ) -> None:
         try:
             boundary = boundary_from_content_type(content_type or "")
         except MultipartError as exc:
             raise FetchError(f"the server did not answer with a multipart body: {exc}") from exc
         self._parser = MultipartParser(boundary, max_header_bytes=max_header_bytes, max_parts=max_parts)
+        self._boundary = boundary
         self._root = root
         self._due = Counter(requested)
+        self._content_type = content_type or ""
         self._content_length = content_length
         self._progress = progress
         self._part: _PartFile | None = None
         self._started = time.monotonic()
         self.result = FetchResult()
+        # Resumable only with somewhere to save, a strong validator and a known length.
+        resumable = journal is not None and etag is not None and etag.startswith('"') and content_length is not None
+        self._journal = journal if resumable else None
+        self._etag = etag
+        self._clean = True  # False while a chunk is half processed: no consistent state to save
+        self._saved_at = time.monotonic()
+        self._before_close: SavedBatch | None = None
         if progress is not None:
             progress.response_started(content_length)
+
+    @classmethod
+    def resume(
+        cls,
+        root: Path,
+        requested: Iterable[str],
+        saved: SavedBatch,
+        journal: Journal,
+        *,
+        progress: Progress | None = None,
+        **limits: int,
+    ) -> BatchDownload:
+        """The download ``saved`` described, ready to be fed the rest of the body from
+        ``saved.offset``. Raises ValueError or OSError if the saved state cannot be used."""
+        download = cls(root, requested, saved.content_type, saved.length, journal=journal, etag=saved.etag, **limits)
+        download._parser = MultipartParser.restore(download._boundary, saved.parser, **limits)
+        download.result.body_bytes = saved.offset
+        for path, size in saved.done:
+            download._take_due(path, "a saved file")
+            download.result.files.append(FetchedFile(path, resolve_destination(root, path), size))
+        if saved.part is not None:
+            path = saved.part.path
+            download._take_due(path, "the saved part")
+            target = resolve_destination(root, path)
+            temp = journal.temp_path(saved.part)
+            download._part = _PartFile.reopen(path, target, saved.part.declared, temp, saved.part.written)
+        download._progress = progress
+        if progress is not None:
+            progress.response_started(saved.length - saved.offset)
+            for fetched in download.result.files:
+                progress.file_written(fetched)
+        return download
 
     def __enter__(self) -> BatchDownload:
         return self
 
     def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
-        if exc_type is not None:
+        if exc_type is None:
+            return
+        saved = self._resumable_state()
+        if saved is None:
             self.abort()
+            return
+        assert self._journal is not None
+        if self._part is not None:
+            self._part.file.close()  # kept: the resume appends to it
+        try:
+            self._journal.save(saved)
+        except OSError:
+            self.abort()  # nowhere to save: leave nothing behind that no journal explains
 
     def feed(self, chunk: bytes) -> None:
+        self._clean = False
         self.result.body_bytes += len(chunk)
         if self._content_length is not None and self.result.body_bytes > self._content_length:
             raise FetchError(f"the response body is longer than its Content-Length {self._content_length}")
@@ -152,11 +238,22 @@ class BatchDownload:
                 self._start_part(event)
             elif isinstance(event, PartEnd):
                 self._end_part()
+        self._clean = True
+        if self._journal is not None and time.monotonic() - self._saved_at >= CHECKPOINT_INTERVAL:
+            self._journal.save(self._checkpoint())
+            self._saved_at = time.monotonic()
         if self._progress is not None:
             self._progress.data_received(len(chunk))
 
     def finish(self) -> FetchResult:
         """The body ended: check the stream closed properly and every requested file came."""
+        if (
+            self._journal is not None
+            and self.result.body_bytes < (self._content_length or 0)
+            and self._parser.state is not State.DONE
+        ):
+            # Cut short: saved now, while the parser still stands where the bytes stopped.
+            self._before_close = self._checkpoint()
         self._parse(b"")
         if self._content_length is not None and self.result.body_bytes != self._content_length:
             raise FetchError(
@@ -166,12 +263,47 @@ class BatchDownload:
         if missing:
             raise FetchError(f"the server did not send {len(missing)} requested file(s): {missing[:5]}")
         self.result.elapsed = time.monotonic() - self._started
+        if self._journal is not None:
+            self._journal.remove()
         return self.result
 
     def abort(self) -> None:
         if self._part is not None:
             self._part.discard()
             self._part = None
+        if self._journal is not None:
+            self._journal.remove()  # whatever was saved, nothing of it is left to resume
+
+    def _resumable_state(self) -> SavedBatch | None:
+        """Where the download stands, if it stopped where it can go on from (not a bad stream)."""
+        if self._journal is None:
+            return None
+        if self._before_close is not None:
+            return self._before_close
+        if self._clean and self._parser.state not in (State.ERROR, State.DONE):
+            return self._checkpoint()
+        return None
+
+    def _checkpoint(self) -> SavedBatch:
+        part = None
+        if self._part is not None:
+            self._part.file.flush()  # the journal never counts bytes the file does not hold
+            temp = str(self._part.temp.relative_to(self._root))
+            part = SavedPart(self._part.path, temp, self._part.declared, self._part.written)
+        return SavedBatch(
+            self._etag or "",
+            self._content_type,
+            self._content_length or 0,
+            self.result.body_bytes,
+            self._parser.snapshot(),
+            [(f.path, f.size) for f in self.result.files],
+            part,
+        )
+
+    def _take_due(self, path: str, what: str) -> None:
+        if self._due[path] <= 0:
+            raise ValueError(f"{what} {path!r} is not in this batch")
+        self._due[path] -= 1
 
     def _parse(self, chunk: bytes) -> list[Event]:
         try:
@@ -205,3 +337,75 @@ class BatchDownload:
         self.result.files.append(fetched)
         if self._progress is not None:
             self._progress.file_written(fetched)
+
+
+def plan_resume(
+    dest: str | os.PathLike[str], base_url: str, files: list[str], headers: Mapping[str, str] | None, resume: bool
+) -> tuple[Journal | None, SavedBatch | None, dict[str, str]]:
+    """The journal of this batch (if ``resume``), what it saved, and the request headers: with
+    ``Range`` and ``If-Range`` when there is a download to continue."""
+    extra = dict(headers or {})
+    if not resume:
+        return None, None, extra
+    journal = Journal(Path(os.path.realpath(dest)), base_url, files)
+    saved = journal.load()
+    if saved is not None:
+        extra.update({"Range": f"bytes={saved.offset}-", "If-Range": saved.etag})
+    return journal, saved, extra
+
+
+def open_download(
+    root: Path,
+    requested: list[str],
+    status: int,
+    headers: Message,
+    content_length: int | None,
+    *,
+    journal: Journal | None = None,
+    saved: SavedBatch | None = None,
+    progress: Progress | None = None,
+) -> BatchDownload:
+    """The sink for a 2xx answer to a batch request, new or continuing ``saved``.
+
+    A 206 continues the saved download from where it stopped. Any other success means the batch
+    changed (``If-Range`` did not match) or the server ignores ``Range``: what was saved is
+    discarded and the whole new batch is written, so the files end up as the server has them now.
+    """
+    if saved is not None and journal is not None and status == 206:
+        problem = _continuation_problem(saved, headers, content_length)
+        if problem is None:
+            try:
+                return BatchDownload.resume(root, requested, saved, journal, progress=progress)
+            except (OSError, ValueError) as exc:
+                problem = str(exc)
+        journal.discard(saved)
+        raise FetchError(f"cannot continue the saved partial download ({problem}); it was discarded: fetch again")
+    if saved is not None and journal is not None:
+        journal.discard(saved)
+    if status == 206:
+        raise FetchError("the server answered 206 Partial Content to a request for whole files")
+    return BatchDownload(
+        root, requested, headers.get("Content-Type"), content_length,
+        progress=progress, journal=journal, etag=headers.get("ETag"),
+    )
+
+
+def _continuation_problem(saved: SavedBatch, headers: Message, content_length: int | None) -> str | None:
+    expected = f"bytes {saved.offset}-{saved.length - 1}/{saved.length}"
+    got = (headers.get("Content-Range") or "").strip()
+    if got != expected:
+        return f"Content-Range is {got!r}, not {expected!r}"
+    etag = headers.get("ETag")
+    if etag is not None and etag.strip() != saved.etag:
+        return f"ETag is {etag!r}, not {saved.etag!r}"
+    if content_length is not None and content_length != saved.length - saved.offset:
+        return f"Content-Length is {content_length}, not {saved.length - saved.offset}"
+    content_type = headers.get("Content-Type")
+    if content_type is not None:
+        try:
+            same = boundary_from_content_type(content_type) == boundary_from_content_type(saved.content_type)
+        except MultipartError:
+            same = False
+        if not same:
+            return "the multipart boundary changed"
+    return None

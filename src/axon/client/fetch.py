@@ -18,8 +18,9 @@ from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
 from contextlib import aclosing, contextmanager, suppress
 from email.message import Message
 
-from .download import BatchDownload, FetchResult, Progress, prepare_destination
+from .download import FetchResult, Progress, open_download, plan_resume, prepare_destination
 from .errors import FetchError
+from .journal import Journal, SavedBatch
 from .protocol import MAX_ERROR_BODY, BatchRequest, build_request, error_from_response
 
 __all__ = ["afetch", "fetch"]
@@ -39,15 +40,23 @@ def fetch(
     headers: Mapping[str, str] | None = None,
     method: str | None = None,
     progress: Progress | None = None,
+    resume: bool = False,
+    secret: str | bytes | None = None,
 ) -> FetchResult:
     """Download ``files`` from the Axon server at ``base_url`` into directory ``dest``.
 
     Each file lands at ``dest/<path as requested>``, complete and size-checked, or not at all.
     Raises :class:`FetchError` if the server refuses (with its JSON error), the connection fails,
     or the response is malformed, unsafe or incomplete.
+
+    With ``resume``, a download that fails on the way (the network, an interruption) saves
+    where it stood in ``dest/.axon-partial/``, and the next ``resume`` fetch of the same files
+    from the same server continues from there; if a file changed meanwhile, the server sends
+    the whole new batch instead. With ``secret``, each request is signed (:mod:`axon.signing`).
     """
     files = list(files)
-    request = build_request(base_url, files, method=method, headers=headers)
+    journal, saved, headers = plan_resume(dest, base_url, files, headers, resume)
+    request = build_request(base_url, files, method=method, headers=headers, secret=secret)
     connection = _connection(request, timeout)
     try:
         with _network_errors(request, "sending the request"):
@@ -56,12 +65,16 @@ def fetch(
         if not 200 <= response.status < 300:
             with _network_errors(request, "reading the error response"):
                 body = response.read(MAX_ERROR_BODY)
+            _refused(response.status, journal, saved)
             raise error_from_response(response.status, response.reason, body)
-        with BatchDownload(
+        with open_download(
             prepare_destination(dest),  # only now: a refused request leaves no empty directory
             files,
-            response.getheader("Content-Type"),
+            response.status,
+            response.headers,
             _content_length(response.headers),
+            journal=journal,
+            saved=saved,
             progress=progress,
         ) as download:
             while True:
@@ -84,13 +97,16 @@ async def afetch(
     headers: Mapping[str, str] | None = None,
     method: str | None = None,
     progress: Progress | None = None,
+    resume: bool = False,
+    secret: str | bytes | None = None,
 ) -> FetchResult:
     """The asyncio twin of :func:`fetch`: same arguments, same result, same errors.
 
     Files are written with ordinary blocking writes between reads; a local disk keeps up.
     """
     files = list(files)
-    request = build_request(base_url, files, method=method, headers=headers)
+    journal, saved, headers = plan_resume(dest, base_url, files, headers, resume)
+    request = build_request(base_url, files, method=method, headers=headers, secret=secret)
     with _network_errors(request, "connecting"):
         reader, writer = await asyncio.wait_for(_open(request), timeout)
     try:
@@ -105,12 +121,16 @@ async def afetch(
                     error_body += chunk
                     if len(error_body) >= MAX_ERROR_BODY:
                         break
+                _refused(status, journal, saved)
                 raise error_from_response(status, reason, error_body)
-            with BatchDownload(
+            with open_download(
                 prepare_destination(dest),
                 files,
-                response_headers.get("Content-Type"),
+                status,
+                response_headers,
                 _content_length(response_headers),
+                journal=journal,
+                saved=saved,
                 progress=progress,
             ) as download:
                 async for chunk in body:
@@ -120,6 +140,13 @@ async def afetch(
         writer.close()
         with suppress(OSError, ssl.SSLError):  # the connection is going away either way
             await writer.wait_closed()
+
+
+def _refused(status: int, journal: Journal | None, saved: SavedBatch | None) -> None:
+    # 416: the saved offset does not fit the batch any more; nothing saved can be used. Other
+    # refusals (a file now missing...) keep it: If-Range decides once the batch is servable.
+    if status == 416 and journal is not None:
+        journal.discard(saved)
 
 
 # -- blocking transport

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from email.message import Message
 from email.parser import HeaderParser
 from email.utils import collapse_rfc2231_value
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 __all__ = [
@@ -216,6 +216,52 @@ class MultipartParser:
     @classmethod
     def from_content_type(cls, content_type: str, **limits: int) -> MultipartParser:
         return cls(boundary_from_content_type(content_type), **limits)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The parser's whole state between two feeds, as plain values (``pending`` is bytes).
+
+        With the count of bytes fed so far it is enough to go on parsing the same stream later,
+        from another connection: a resumed download restores it with :meth:`restore` and feeds
+        the rest. Its size is bounded like the parser's memory (the header limit).
+        """
+        if self._state is State.ERROR:
+            raise MultipartError("a parser that failed cannot be saved")
+        return {
+            "state": self._state.name,
+            "pending": bytes(self._pending),
+            "part_index": self._part_index,
+            "part_path": self._part_path,
+            "in_part": self._in_part,
+            "remaining": self._remaining,
+            "received": self._received,
+            "expected": self._expected,
+        }
+
+    @classmethod
+    def restore(cls, boundary: str | bytes, snapshot: dict[str, Any], **limits: int) -> MultipartParser:
+        """A parser in the state :meth:`snapshot` saved; a malformed snapshot is a ValueError."""
+        parser = cls(boundary, **limits)
+        try:
+            state = State[snapshot["state"]]
+            pending = snapshot["pending"]
+            ints = [snapshot[k] for k in ("part_index", "remaining", "received")]
+            expected, path, in_part = snapshot["expected"], snapshot["part_path"], snapshot["in_part"]
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a parser snapshot: {exc}") from None
+        if (
+            state is State.ERROR
+            or not isinstance(pending, bytes)
+            or len(pending) > parser.max_header_bytes + len(parser._delimiter)
+            or not all(type(v) is int and v >= -1 for v in ints)
+            or not (expected is None or (type(expected) is int and expected >= 0))
+            or not (path is None or isinstance(path, str))
+            or not isinstance(in_part, bool)
+        ):
+            raise ValueError("not a valid parser snapshot")
+        parser._state, parser._pending = state, pending
+        parser._part_index, parser._remaining, parser._received = ints
+        parser._part_path, parser._in_part, parser._expected = path, in_part, expected
+        return parser
 
     @property
     def state(self) -> State:

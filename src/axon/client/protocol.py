@@ -8,10 +8,12 @@ becomes a :class:`FetchError` carrying the server's JSON error.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlencode, urlsplit
 
+from ..signing import sign_url
 from .errors import FetchError
 from .paths import check_path_shape
 
@@ -21,6 +23,7 @@ ENDPOINT = "/api/stream-files"
 MAX_GET_TARGET = 8000  # bytes of request target; longer lists go as a JSON POST
 MAX_ERROR_BODY = 1 << 20  # read at most this much of an error answer
 USER_AGENT = "axon-fetch"
+SIGNATURE_LIFETIME = 300  # seconds a request this client signs stays valid
 
 
 @dataclass(frozen=True)
@@ -50,12 +53,14 @@ def build_request(
     *,
     method: str | None = None,
     headers: Mapping[str, str] | None = None,
+    secret: str | bytes | None = None,
 ) -> BatchRequest:
     """The request for ``files`` from the server at ``base_url`` (which may carry a path prefix).
 
     ``method`` forces ``"GET"`` or ``"POST"``; by default GET unless the target gets too long.
     ``headers`` are added last and replace defaults of the same name (a seam for resume and
-    signing).
+    signing). With ``secret``, the request target is signed (:func:`axon.signing.sign_url`,
+    body included) for :data:`SIGNATURE_LIFETIME` seconds.
     """
     if not files:
         raise ValueError("no files to fetch")
@@ -89,6 +94,8 @@ def build_request(
         merged["content-length"] = ("Content-Length", str(len(body)))
     else:
         raise ValueError(f"method must be GET or POST, not {method!r}")
+    if secret:
+        target = sign_url(target, secret, int(time.time()) + SIGNATURE_LIFETIME, method=method, body=body)
     for name, value in (headers or {}).items():
         if any(c in name + value for c in "\r\n\x00"):
             raise ValueError(f"header {name!r} holds a line break or NUL")

@@ -3,6 +3,14 @@
 Nothing is written before the plan is complete, so any failure (a missing file, a path outside
 the root, too many files or bytes) is one JSON 4xx naming every offending path, never a 200 cut
 short. A path named twice is opened once: slices read by offset, so parts can share a descriptor.
+
+With a ``key``, the batch gets an identity (:mod:`.batch_identity`): a strong ``ETag`` and a
+boundary derived from its files, so the same batch of unchanged files is the same bytes, and a
+single ``Range`` (guarded by ``If-Range``) is served as the segment list sliced: a 206 that lets
+a client resume an interrupted batch. Several ranges get the whole batch (200), which RFC 9110
+allows (a server may ignore ``Range``): a ``multipart/byteranges`` wrapped around a
+``multipart/mixed`` would be legal but useless to any client we know. Range is honoured on
+``POST /api/stream-files`` too: that POST is a query with its list in the body, not a change.
 """
 
 from __future__ import annotations
@@ -11,8 +19,11 @@ from ..errors import BadRequest, HTTPError, PayloadTooLarge
 from ..files import FileStore, OpenFile
 from ..limits import Limits
 from ..response import Response
+from .batch_identity import batch_identity
+from .conditional import if_range_allows
 from .multipart import file_part_headers, frame, new_boundary
-from .segments import FileSlice
+from .ranges import content_range, parse_range
+from .segments import FileSlice, Segment, body_length, slice_segments
 
 
 def check_count(paths: list[str], limits: Limits) -> None:
@@ -63,7 +74,17 @@ def combine(failures: list[HTTPError], total: int) -> HTTPError:
     )
 
 
-def plan_batch(store: FileStore, paths: list[str], limits: Limits, *, boundary: str | None = None) -> Response:
+def plan_batch(
+    store: FileStore,
+    paths: list[str],
+    limits: Limits,
+    *,
+    boundary: str | None = None,
+    key: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    """The batch of ``paths``; with ``key``, with its identity and honouring ``headers``'
+    ``Range`` / ``If-Range`` (lower-case names, as :class:`~axon.app.Request` has them)."""
     check_count(paths, limits)
     opened = open_all(store, paths)
     files = list(opened.values())
@@ -74,14 +95,42 @@ def plan_batch(store: FileStore, paths: list[str], limits: Limits, *, boundary: 
                 f"the batch holds {total} bytes; at most {limits.max_batch_bytes} may be sent",
                 code="batch_too_large",
             )
-        boundary = boundary or new_boundary()
+        identity = batch_identity(key, [opened[p] for p in paths], boundary) if key is not None else None
+        boundary = identity.boundary if identity is not None else boundary or new_boundary()
         parts = []
         for path in paths:
             f = opened[path]
             parts.append((file_part_headers(path, f.name, f.content_type), FileSlice(f.fd, 0, f.size)))
-        headers = [("Content-Type", f"multipart/mixed; boundary={boundary}")]
-        return Response(200, headers, frame(boundary, parts), files=files)
+        content_type = ("Content-Type", f"multipart/mixed; boundary={boundary}")
+        body = frame(boundary, parts)
+        if identity is None:
+            return Response(200, [content_type], body, files=files)
+        return _ranged(identity.etag, content_type, body, headers or {}, limits, files)
     except BaseException:
         for f in files:
             f.close()
         raise
+
+
+def _ranged(
+    etag: str, content_type: tuple[str, str], body: list[Segment], headers: dict[str, str], limits: Limits,
+    files: list[OpenFile],
+) -> Response:
+    """200 with the whole batch, or 206 with the one byte range asked for (416 if none fits)."""
+    out = [content_type, ("ETag", etag), ("Accept-Ranges", "bytes")]
+    range_header = headers.get("range")
+    if range_header is not None and _if_range_matches(headers.get("if-range"), etag):
+        total = body_length(body)
+        spans = parse_range(range_header, total, limits.max_ranges)
+        if spans is not None and len(spans) == 1:
+            out.append(("Content-Range", content_range(spans[0], total)))
+            return Response(206, out, slice_segments(body, *spans[0]), files=files)
+    return Response(200, out, body, files=files)
+
+
+def _if_range_matches(header: str | None, etag: str) -> bool:
+    # A batch has no Last-Modified, so only its entity tag can validate a range.
+    if header is None:
+        return True
+    header = header.strip()
+    return header.startswith('"') and if_range_allows(header, etag, 0.0)

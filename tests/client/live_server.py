@@ -1,0 +1,103 @@
+"""Axon under a real server (gunicorn, uvicorn, or its own) in a subprocess, on a free port.
+
+``with live_server("gunicorn", root) as url:`` yields the base URL once ``/api/health`` answers,
+and stops the server's whole process group at the end. ``runtime_available`` says whether a
+runtime can be started here, for ``pytest.skip``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+COMMANDS = {
+    # One worker each: tests that need two workers to agree build two Apps in-process instead.
+    "gunicorn": ["-m", "gunicorn", "--workers", "1", "--bind", "127.0.0.1:{port}", "axon.wsgi:application"],
+    "uvicorn": ["-m", "uvicorn", "--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning",
+                "axon.asgi:application"],
+    "native": ["-m", "axon.cli", "serve", "--host", "127.0.0.1", "--port", "{port}", "--workers", "1",
+               "--log-level", "warning"],
+}
+# What each runtime needs importable: the server, and the Axon module it runs.
+_NEEDS = {"gunicorn": ("gunicorn", "axon.wsgi"), "uvicorn": ("uvicorn", "axon.asgi"),
+          "native": ("httptools", "axon.server.cli")}
+
+
+@dataclass(frozen=True)
+class LiveAxon:
+    """A running server (the ``live_axon`` fixture): its runtime, URL, served root and secret."""
+
+    runtime: str
+    url: str
+    root: Path
+    secret: str
+
+    def put(self, path: str, data: bytes) -> Path:
+        """Write a file under the served root (each test keeps to its own subdirectory)."""
+        target = self.root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        return target
+
+
+def runtime_available(runtime: str) -> str | None:
+    """None if ``runtime`` can run Axon here, else why not."""
+    server, module = _NEEDS[runtime]
+    if importlib.util.find_spec(server) is None:
+        return f"{server} is not installed"
+    try:
+        __import__(module)
+    except Exception as exc:  # the core may be mid-way through a change
+        return f"{module} cannot be imported: {exc}"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def healthy(port: int) -> bool:
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+        connection.request("GET", "/api/health")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def live_server(runtime: str, root: Path, env: Mapping[str, str] | None = None) -> Iterator[str]:
+    port = free_port()
+    argv = [sys.executable, *(arg.format(port=port) for arg in COMMANDS[runtime])]
+    environment = {k: v for k, v in os.environ.items() if k != "AXON_SECRET"}
+    environment.update(AXON_ROOT=str(root), **(env or {}))
+    process = subprocess.Popen(
+        argv, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not healthy(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{runtime} serving Axon did not become healthy")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
