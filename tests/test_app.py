@@ -10,6 +10,9 @@ import threading
 import pytest
 
 from axon.app import App, Request, Response, json_response, stream_response
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from axon.errors import HTTPError, NotFound
 from axon.limits import Limits
 
@@ -523,3 +526,20 @@ def test_signing_gate(root, call, render, open_fds, monkeypatch):
     assert r.status == 200 and _body(r, render) == b"hello, axon\n"
     r = call(app, "GET", "/files/a.txt", {"authorization": "Bearer axon1.9999999999.AAAA"})
     assert r.status == 403
+
+
+@given(st.text(alphabet="ab=&;%+é \x00", max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_query_fast_path_agrees_with_parse_qsl(query):
+    from urllib.parse import parse_qsl
+
+    raw = query.encode("utf-8").decode("latin-1")  # what a runtime hands over
+    try:
+        expected = parse_qsl(query, keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError:
+        expected = None
+    try:
+        got = Request("GET", "/", raw).query
+    except HTTPError:
+        got = None
+    assert got == expected

@@ -9,7 +9,6 @@ with fixed pseudo-random content so two runs make identical files.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 from pathlib import Path
 
@@ -55,7 +54,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"  curl -r 0-99 {base}/files/examples/512kb.bin | wc -c")
     print(f'  axon fetch {base} examples/64kb.bin examples/32kb.bin -o downloaded/')
     print(f'  wrk -t1 -c50 -d10s --latency "{base}/api/stream-files?file1=examples/512kb.bin"')
-    os.environ["AXON_ROOT"] = str(root)
-    from .server.cli import serve_main
+    from .cli import main  # imported here: the dispatcher imports this module
 
-    return serve_main([str(root), "--host", args.host, "--port", str(args.port), "--workers", "1"])
+    return main(["serve", str(root), "--host", args.host, "--port", str(args.port), "--workers", "1"])

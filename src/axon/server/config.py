@@ -1,0 +1,71 @@
+"""What ``axon serve`` runs with: one frozen value, built by the CLI or by hand.
+
+The request limits and timeouts (header bytes and count, URL and body size, slow-header,
+keep-alive and stalled-write timeouts) live in the App's :class:`~axon.limits.Limits`, so that
+one object configures every runtime; this holds what only the native server has.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    #: Worker processes. 0 serves in this process, without a supervisor (for profiling).
+    workers: int = 1
+    #: Seconds in-flight responses get to finish after SIGTERM/SIGINT before they are cut.
+    graceful_timeout: float = 30.0
+    #: Open connections one worker holds; one more gets a 503 and is closed.
+    max_connections: int = 10000
+    backlog: int = 2048
+    certfile: str | None = None
+    keyfile: str | None = None
+    #: Send file slices with ``os.sendfile`` (never under TLS). ``AXON_NO_SENDFILE=1`` turns
+    #: it off, as aiohttp's switch does, to exercise the copying fallback in tests.
+    sendfile: bool = True
+    #: Slices at least this long go out with ``sendfile``; shorter ones are read into the
+    #: write buffer so that a batch of small files costs a few ``writev`` calls.
+    sendfile_min: int = 64 * 1024
+    #: Bytes gathered (headers, part headers, small files) before one ``writev`` when large
+    #: slices go out with ``sendfile``; without it each write is ``Limits.chunk_size``. It is
+    #: also what one slow reader may hold in user space, so it stays small.
+    write_chunk: int = 64 * 1024
+
+    def __post_init__(self) -> None:
+        if self.workers < 0:
+            raise ValueError("workers must be 0 or more")
+        if (self.certfile is None) != (self.keyfile is None):
+            raise ValueError("TLS needs both --certfile and --keyfile")
+        if self.max_connections < 1 or self.graceful_timeout < 0:
+            raise ValueError("max_connections must be positive and graceful_timeout not negative")
+
+    @property
+    def tls(self) -> bool:
+        return self.certfile is not None
+
+    @property
+    def use_sendfile(self) -> bool:
+        return self.sendfile and not self.tls and hasattr(os, "sendfile") and not _env_flag("AXON_NO_SENDFILE")
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if not self.tls:
+            return None
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(self.certfile, self.keyfile)  # type: ignore[arg-type]
+        ctx.set_alpn_protocols(["http/1.1"])
+        return ctx
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")

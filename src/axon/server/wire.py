@@ -1,0 +1,61 @@
+"""Bytes on the wire: status lines, the response head, the Date header, chunk framing.
+
+Everything a response head needs that does not depend on the request is precomputed: the status
+line table (as uvicorn's), and ``Date`` + ``Server`` as one line rebuilt once per second.
+"""
+
+from __future__ import annotations
+
+import time
+from email.utils import formatdate
+from http import HTTPStatus
+
+SERVER = b"axon"
+CRLF = b"\r\n"
+LAST_CHUNK = b"0\r\n\r\n"
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+CLOSE = b"Connection: close\r\n"
+KEEP_ALIVE = b"Connection: keep-alive\r\n"
+CHUNKED = b"Transfer-Encoding: chunked\r\n"
+
+STATUS_LINES: dict[int, bytes] = {
+    s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode("ascii") for s in HTTPStatus
+}
+
+
+def status_line(status: int, reason: str) -> bytes:
+    line = STATUS_LINES.get(status)
+    if line is None:
+        line = f"HTTP/1.1 {int(status)} {reason}\r\n".encode("latin-1")
+    return line
+
+
+def date_line(now: float | None = None) -> bytes:
+    """``Date: ...`` and ``Server: axon`` as one bytes line (a worker rebuilds it each second)."""
+    when = time.time() if now is None else now
+    return b"Date: " + formatdate(int(when), usegmt=True).encode("ascii") + b"\r\nServer: " + SERVER + CRLF
+
+
+class UnsafeHeader(ValueError):
+    """A handler put CR, LF or NUL in a header: sending it would split the response."""
+
+
+def encode_head(status: int, reason: str, headers: list[tuple[str, str]], tail: bytes) -> bytes:
+    """The status line, ``headers`` and ``tail`` (pre-encoded lines), then the blank line.
+
+    Raises :class:`UnsafeHeader` if a name or value holds CR, LF or NUL (response splitting),
+    and ``UnicodeEncodeError`` for a header that is not latin-1.
+    """
+    line = STATUS_LINES.get(status) or status_line(status, reason)
+    if not headers:
+        return line + tail + CRLF
+    text = "\r\n".join([f"{name}: {value}" for name, value in headers])
+    # Every CR and LF must be one of the separators just added: none may come from a header.
+    lines = len(headers) - 1
+    if text.count("\n") != lines or text.count("\r") != lines or "\x00" in text:
+        raise UnsafeHeader("a response header contains CR, LF or NUL")
+    return b"".join((line, text.encode("latin-1"), CRLF, tail, CRLF))
+
+
+def chunk_head(size: int) -> bytes:
+    return b"%x\r\n" % size

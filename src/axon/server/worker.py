@@ -1,0 +1,246 @@
+"""One worker: an event loop serving an App on a listening socket until told to stop.
+
+A worker is a process forked by the supervisor, or (``--workers 0``, and the tests) the process
+itself or a thread with its own loop. It keeps the set of open connections, sweeps their deadlines
+once a second (a float compare per connection; no timer per request), and stops gracefully:
+stop accepting, close idle connections, let responses in flight finish for up to
+``graceful_timeout`` seconds, then cut what is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import resource
+import signal
+import socket
+import threading
+import time
+from typing import Any
+
+from ..app import App, Request
+from ..errors import ServiceUnavailable
+from ..response import error_response
+from .config import ServerConfig
+from .loops import new_event_loop
+from .protocol import HTTPProtocol
+from .wire import CLOSE, date_line, encode_head
+
+log = logging.getLogger("axon.server")
+
+
+class Worker:
+    def __init__(self, app: App, config: ServerConfig, *, parent_pid: int | None = None) -> None:
+        self.app = app
+        self.config = config
+        self.limits = app.limits
+        #: ``Date`` and ``Server`` header lines, rebuilt at each second boundary by a timer.
+        self.date_line = date_line()
+        self._date_handle: asyncio.TimerHandle | None = None
+        self.use_sendfile = config.use_sendfile
+        self.connections: set[HTTPProtocol] = set()
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self.parent_pid = parent_pid
+        self._match = getattr(app, "match", None)
+        self._server: asyncio.AbstractServer | None = None
+        self._stop: asyncio.Future | None = None
+        self._tick_handle: asyncio.TimerHandle | None = None
+        self._tick = min(1.0, max(0.05, min(self.limits.header_timeout, self.limits.keepalive_timeout, self.limits.write_timeout) / 4))
+        # Deadlines for a phase starting now, rebuilt by each sweep: a connection copies one
+        # instead of reading the clock on every request. They err late, never early: a timeout
+        # fires between ``timeout`` and ``timeout`` + two ticks after its phase began.
+        self.head_deadline = self.idle_deadline = self.write_deadline = float("inf")
+        full = error_response(ServiceUnavailable("the server is at its connection limit; retry later"))
+        self.full_response = encode_head(full.status, full.reason, full.headers, CLOSE) + b"".join(full.body)  # type: ignore[arg-type]
+
+    def runs_inline(self, request: Request) -> bool:
+        """Whether ``app.handle_async`` can be stepped outside a task: not for an async handler,
+        which may rely on ``asyncio.current_task()`` (``asyncio.timeout`` does)."""
+        match = self._match
+        if match is None:
+            return False
+        try:
+            route, _ = match(request.method, request.path)
+        except Exception:  # noqa: BLE001 - an error response, built without awaiting anything
+            return True
+        return not route.is_async
+
+    async def serve(self, sock: socket.socket, ready: threading.Event | None = None) -> None:
+        """Serve on ``sock`` until :meth:`stop`; then shut down gracefully."""
+        loop = self.loop = asyncio.get_running_loop()
+        self._stop = loop.create_future()
+        self._set_deadlines(loop.time())
+        self._server = await loop.create_server(
+            lambda: HTTPProtocol(self), sock=sock, ssl=self.config.ssl_context(), backlog=self.config.backlog
+        )
+        self._tick_handle = loop.call_later(self._tick, self._sweep)
+        self._refresh_date()
+        if ready is not None:
+            ready.set()
+        try:
+            await self._stop
+        finally:
+            await self._shutdown()
+
+    def stop(self) -> None:
+        """Begin a graceful stop (safe to call more than once; a second call cuts at once)."""
+        if self._stop is None:
+            return
+        if self._stop.done():
+            for conn in list(self.connections):
+                conn.abort()
+        else:
+            self._stop.set_result(None)
+
+    def stop_threadsafe(self) -> None:
+        self.loop.call_soon_threadsafe(self.stop)
+
+    async def _shutdown(self) -> None:
+        loop = self.loop
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.shutdown()
+        deadline = loop.time() + self.config.graceful_timeout
+        while self.connections and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        if self.connections:
+            log.warning("graceful timeout: cutting %d connection(s)", len(self.connections))
+            for conn in list(self.connections):
+                conn.abort()
+            await asyncio.sleep(0)
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+        if self._date_handle is not None:
+            self._date_handle.cancel()
+        executor = getattr(self.app, "_executor", None)
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    def _refresh_date(self) -> None:
+        now = time.time()
+        self.date_line = date_line(now)
+        self._date_handle = self.loop.call_later(1.0005 - now % 1.0, self._refresh_date)
+
+    def _set_deadlines(self, now: float) -> None:
+        limits, late = self.limits, now + self._tick
+        self.head_deadline = late + limits.header_timeout
+        self.idle_deadline = late + limits.keepalive_timeout
+        self.write_deadline = late + limits.write_timeout
+
+    def _sweep(self) -> None:
+        now = self.loop.time()
+        self._set_deadlines(now)
+        for conn in list(self.connections):
+            deadline = conn.deadline
+            if deadline is not None and deadline <= now:
+                try:
+                    conn.on_timeout()
+                except Exception:
+                    log.exception("timing out a connection failed")
+                    conn.abort()
+        if self.parent_pid is not None and os.getppid() != self.parent_pid:
+            log.warning("the supervisor is gone; stopping")
+            self.stop()
+        self._tick_handle = self.loop.call_later(self._tick, self._sweep)
+
+
+def raise_fd_limit() -> None:
+    """Lift the soft limit on open files to the hard one: each connection and file is one."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+    except (ValueError, OSError):
+        pass
+
+
+def run_worker(app: App, config: ServerConfig, sock: socket.socket, *, parent_pid: int | None = None) -> int:
+    """Run one worker in this process (main thread) until SIGTERM or SIGINT."""
+    raise_fd_limit()
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    worker = Worker(app, config, parent_pid=parent_pid)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, worker.stop)
+    try:
+        loop.run_until_complete(worker.serve(sock))
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        _cancel_all(loop)
+        loop.close()
+    return 0
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+
+class ThreadServer:
+    """A worker on its own loop in a background thread: for tests and for embedding.
+
+        with ThreadServer(app, ServerConfig(port=0)) as server:
+            urlopen(f"http://127.0.0.1:{server.port}/api/health")
+    """
+
+    def __init__(self, app: App, config: ServerConfig | None = None, sock: socket.socket | None = None) -> None:
+        from .supervisor import bind
+
+        self.config = config or ServerConfig(port=0)
+        self.sock = sock or bind(self.config)
+        self.port = self.sock.getsockname()[1]
+        self.worker = Worker(app, self.config)
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="axon-server", daemon=True)
+
+    def _run(self) -> None:
+        loop = new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self.worker.serve(self.sock, self._ready))
+        except BaseException as exc:  # noqa: BLE001 - reported by start()
+            self._error = exc
+            self._ready.set()
+        finally:
+            _cancel_all(loop)
+            loop.close()
+
+    def start(self) -> ThreadServer:
+        self._thread.start()
+        self._ready.wait(10)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._thread.is_alive():
+            self.worker.stop_threadsafe()
+            self._thread.join(timeout)
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn(*args)`` on the server's loop and return its result (for inspection)."""
+        import concurrent.futures
+
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001
+                future.set_exception(exc)
+
+        self.worker.loop.call_soon_threadsafe(run)
+        return future.result(10)
+
+    def __enter__(self) -> ThreadServer:  # noqa: PYI034
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,155 @@
+"""``axon serve``'s command line: flags, their AXON_* variables, and --app."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import Client, get
+
+from axon.app import App
+from axon.cli import build_parser
+from axon.server.cli import load_app
+
+ENV = ["AXON_HOST", "AXON_PORT", "AXON_WORKERS", "AXON_ROOT", "AXON_APP", "AXON_ACCESS_LOG", "AXON_LOG_LEVEL",
+       "AXON_GRACEFUL_TIMEOUT", "AXON_CERTFILE", "AXON_KEYFILE", "AXON_MAX_CONNECTIONS", "AXON_JSON_LOGS",
+       "AXON_METRICS"]
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for name in ENV:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_defaults(clean_env) -> None:
+    args = build_parser().parse_args(["serve"])
+    assert (args.host, args.port, args.workers) == ("127.0.0.1", 8000, len(os.sched_getaffinity(0)))
+    assert (args.root, args.app, args.access_log, args.log_level) == (None, None, False, "info")
+    assert (args.graceful_timeout, args.certfile, args.keyfile) == (30.0, None, None)
+
+
+def test_every_flag_has_an_environment_variable(clean_env) -> None:
+    values = {
+        "AXON_HOST": "0.0.0.0", "AXON_PORT": "9001", "AXON_WORKERS": "3", "AXON_ROOT": "/srv",
+        "AXON_APP": "site:app", "AXON_ACCESS_LOG": "true", "AXON_LOG_LEVEL": "DEBUG",
+        "AXON_GRACEFUL_TIMEOUT": "2.5", "AXON_CERTFILE": "c.pem", "AXON_KEYFILE": "k.pem",
+        "AXON_MAX_CONNECTIONS": "77", "AXON_JSON_LOGS": "1", "AXON_METRICS": "yes",
+    }
+    for name, value in values.items():
+        clean_env.setenv(name, value)
+    args = build_parser().parse_args(["serve"])
+    assert (args.host, args.port, args.workers, args.root, args.app) == ("0.0.0.0", 9001, 3, "/srv", "site:app")
+    assert (args.access_log, args.log_level, args.graceful_timeout) == (True, "debug", 2.5)
+    assert (args.certfile, args.keyfile, args.max_connections, args.json_logs) == ("c.pem", "k.pem", 77, True)
+    assert args.metrics is True
+
+
+def test_a_flag_wins_over_its_variable(clean_env) -> None:
+    clean_env.setenv("AXON_PORT", "9001")
+    clean_env.setenv("AXON_ACCESS_LOG", "1")
+    args = build_parser().parse_args(["serve", "/data", "--port", "9002", "--no-access-log"])
+    assert (args.port, args.access_log, args.root) == (9002, False, "/data")
+
+
+def test_a_bad_variable_is_a_usage_error(clean_env, capsys) -> None:
+    clean_env.setenv("AXON_PORT", "eighty")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve"])
+    assert "invalid int value" in capsys.readouterr().err
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, root: Path, monkeypatch) -> str:
+    (tmp_path / "usersite.py").write_text(textwrap.dedent(f"""
+        from axon import App
+
+        app = App({str(root)!r})
+
+        @app.route("/api/echo", methods=["POST"])
+        async def echo(request):
+            return request.json()
+
+        def make():
+            return app
+
+        not_an_app = 42
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    return "usersite"
+
+
+def test_load_app(user_module, root, clean_env) -> None:
+    builtin = load_app(None, str(root))
+    assert isinstance(builtin, App) and builtin.store.root == str(root.resolve())
+    user = load_app(f"{user_module}:app", None)
+    assert load_app(f"{user_module}:make", None) is user  # a factory is called
+    for bad in (f"{user_module}:not_an_app", f"{user_module}:missing", "no_such_module_xyz:app", "noattr"):
+        with pytest.raises(SystemExit):
+            load_app(bad, None)
+
+
+def test_root_is_exported_for_a_user_app(tmp_path, root, clean_env, monkeypatch) -> None:
+    (tmp_path / "rootless.py").write_text("from axon import App\napp = App()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    app = load_app("rootless:app", str(root))
+    assert app.store.root == str(root.resolve())
+
+
+def test_serve_a_user_app_with_an_access_log(spawn, user_module) -> None:
+    server = spawn("--workers", "1", "--app", f"{user_module}:app", "--access-log")
+    with Client(server.port) as c:
+        resp = c.request("POST", "/api/echo", {"Content-Type": "application/json"}, b'{"x": [1, 2]}')
+        assert resp.status == 200 and json.loads(resp.body) == {"x": [1, 2]}
+        assert c.get("/files/a.txt").status == 200
+    deadline = time.monotonic() + 5
+    while "POST /api/echo 200" not in server.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "POST /api/echo 200" in server.log()
+
+
+def _serve_fails(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "axon.cli", "serve", *args], check=False, capture_output=True, text=True,
+                          timeout=20, env={**os.environ, **(env or {})})
+
+
+def test_startup_errors_are_one_line_and_nonzero(root, tmp_path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _serve_fails(str(root), "--port", str(port))
+        assert done.returncode != 0 and "cannot listen" in done.stderr
+    done = _serve_fails(str(tmp_path / "nowhere"), "--port", "0")
+    assert done.returncode != 0 and "not a directory" in done.stderr
+    done = _serve_fails(str(root), "--port", "0", "--certfile", str(tmp_path / "none.pem"), "--keyfile", str(tmp_path / "k"))
+    assert done.returncode != 0 and "axon serve:" in done.stderr
+    done = _serve_fails(str(root), "--port", "0", "--certfile", "only-one.pem")
+    assert done.returncode != 0 and "both" in done.stderr
+
+
+def test_metrics_are_summed_over_the_workers(spawn, monkeypatch) -> None:
+    monkeypatch.delenv("AXON_METRICS_DIR", raising=False)
+    server = spawn("--workers", "2", "--metrics")
+    for _ in range(20):
+        assert get(server.port, "/files/a.txt").status == 200
+    time.sleep(0.6)  # each worker publishes its counts four times a second
+    text = get(server.port, "/metrics").body.decode()
+    total = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                if line.startswith("axon_requests_total{") and 'status="200"' in line)
+    assert total >= 20, text
+
+
+def test_workers_0_serves_in_process(spawn) -> None:
+    server = spawn("--workers", "0")
+    assert server.workers() == []
+    assert get(server.port, "/api/health").status == 200

@@ -1,0 +1,249 @@
+"""The protocol's parsing and framing, driven in-process with raw bytes on a fake transport.
+
+Everything that needs a socket (sendfile, flow control, timeouts, TLS) is in the other files,
+over real connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+
+import pytest
+from conftest import FILES
+
+from axon.app import App, Request
+from axon.response import Response, stream_response
+from axon.server.protocol import _target
+
+
+def test_target_is_decoded_once() -> None:
+    assert _target(b"/a%20b/c?x=%20&y=1") == ("/a b/c", "x=%20&y=1")
+    assert _target(b"/%252e%252e") == ("/%2e%2e", "")
+    assert _target(b"/caf%C3%A9") == ("/caf\xe9", "")
+    assert _target(b"/a?b?c") == ("/a", "b?c")
+    assert _target(b"/a#frag?x") == ("/a", "")
+    assert _target(b"http://host:80/p%41th?q=1") == ("/pAth", "q=1")
+    assert _target(b"*") == ("*", "")
+    with pytest.raises(UnicodeDecodeError):
+        _target(b"/%ff%fe")
+
+
+def recording_app(root) -> tuple[App, list[Request]]:
+    app = App(root)
+    seen: list[Request] = []
+
+    @app.route("/echo", methods=["GET", "POST", "PUT"], blocking=False)
+    def echo(request: Request) -> Response:
+        seen.append(request)
+        return Response(200, [("Content-Type", "application/octet-stream")], [request.body])
+
+    return app, seen
+
+
+def test_request_fields(harness, root) -> None:
+    app, seen = recording_app(root)
+    h = harness(app)
+    h.feed(b"POST /echo/../echo?a=%20b&c HTTP/1.1\r\nHost: t\r\nX-Dup: 1\r\nx-dup: 2\r\nContent-Length: 5\r\n\r\nhello")
+    (resp,) = h.responses()
+    # the path is the target as decoded, not normalised: "/echo/../echo" matches no route
+    assert resp.status == 404
+    h.feed(b"PUT /echo?a=%20b&c HTTP/1.1\r\nHost: t\r\nX-Dup: 1\r\nx-dup: 2\r\nContent-Length: 5\r\n\r\nhello")
+    assert h.responses()[1].body == b"hello"
+    req = seen[-1]
+    assert (req.method, req.path, req.query_string) == ("PUT", "/echo", "a=%20b&c")
+    assert req.headers == {"host": "t", "x-dup": "1, 2", "content-length": "5"}
+
+
+def test_chunked_body_is_joined_and_trailers_ignored(harness, root) -> None:
+    app, seen = recording_app(root)
+    h = harness(app)
+    h.feed(b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nX-Trailer: t\r\n\r\n")
+    (resp,) = h.responses()
+    assert resp.status == 200 and resp.body == b"abcde"
+    assert "x-trailer" not in seen[0].headers
+
+
+def test_plain_handlers_answer_inline_without_a_task(harness) -> None:
+    h = harness()
+    h.receive(b"GET /api/health HTTP/1.1\r\n\r\nGET /files/a.txt HTTP/1.1\r\n\r\n")
+    # no pump: written before data_received returned, and no task was made
+    assert [r.status for r in h.responses()] == [200, 200]
+    assert h.responses()[1].body == FILES["a.txt"]
+    assert not [t for t in asyncio.all_tasks(h.loop) if not t.done()]
+    assert not h.proto._busy
+
+
+def test_pipelined_answers_keep_order_and_reading_pauses_while_pending(harness, root) -> None:
+    app = App(root)
+    gate = asyncio.Event()
+
+    @app.route("/slow")
+    async def slow(request: Request) -> str:
+        await gate.wait()
+        return "slow"
+
+    h = harness(app)
+    h.receive(b"GET /slow HTTP/1.1\r\n\r\nGET /api/health HTTP/1.1\r\n\r\n")
+    h.loop.run_until_complete(asyncio.sleep(0.01))
+    assert h.transport.out == b"" and h.proto._busy
+    # more bytes while the response is pending: kept, not parsed; reading pauses
+    h.receive(b"GET /files/a.txt HTTP/1.1\r\n\r\n")
+    assert not h.transport.reading
+    assert h.proto._stash
+    gate.set()
+    h.pump()
+    assert [r.status for r in h.responses()] == [200, 200, 200]
+    assert [r.body for r in h.responses()] == [b"slow", b'{"status":"available"}', FILES["a.txt"]]
+    assert h.transport.reading and not h.closed
+
+
+def test_async_handlers_run_in_a_task_and_blocking_ones_in_the_pool(harness, root) -> None:
+    app = App(root)
+    seen: dict[str, object] = {}
+
+    @app.route("/async")
+    async def in_loop(request: Request) -> str:
+        seen["task"] = asyncio.current_task()
+        if sys.version_info >= (3, 11):
+            async with asyncio.timeout(5):  # needs a current task
+                await asyncio.sleep(0)
+        return "a"
+
+    @app.route("/sync")
+    def in_pool(request: Request) -> str:
+        seen["thread"] = threading.current_thread().name
+        return "s"
+
+    h = harness(app)
+    h.feed(b"GET /async HTTP/1.1\r\n\r\nGET /sync HTTP/1.1\r\n\r\n")
+    assert [r.body for r in h.responses()] == [b"a", b"s"]
+    assert seen["task"] is not None
+    assert str(seen["thread"]).startswith("axon-handler")
+
+
+def test_expect_continue_waits_for_the_pending_response(harness, root) -> None:
+    app = App(root)
+    gate = asyncio.Event()
+
+    @app.route("/slow")
+    async def slow(request: Request) -> str:
+        await gate.wait()
+        return "slow"
+
+    h = harness(app)
+    body = b'{"files": ["a.txt"]}'
+    h.receive(
+        b"GET /slow HTTP/1.1\r\n\r\n"
+        b"POST /api/stream-files HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body)
+    )
+    h.loop.run_until_complete(asyncio.sleep(0.01))
+    assert b"100 Continue" not in h.transport.out
+    gate.set()
+    h.pump()
+    assert h.transport.out.count(b"HTTP/1.1 100 Continue\r\n\r\n") == 1
+    assert h.transport.out.index(b"100 Continue") > h.transport.out.index(b"slow")
+    h.feed(body)
+    statuses = [r.status for r in h.responses()]
+    assert statuses == [200, 200]
+    assert h.responses()[1].interim == [100]
+
+
+def test_expect_continue_is_not_sent_for_a_body_too_large(harness) -> None:
+    h = harness()
+    h.feed(b"POST /api/stream-files HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 99999999\r\n\r\n")
+    (resp,) = h.responses()
+    assert resp.status == 413 and resp.interim == []
+    assert h.closed
+
+
+def test_eof_after_pipelined_requests_answers_then_closes(harness) -> None:
+    h = harness()
+    h.receive(b"GET /api/health HTTP/1.1\r\n\r\nGET /api/health HTTP/1.1\r\n\r\n")
+    assert h.proto.eof_received() is None  # nothing pending: let the transport close
+    assert len(h.responses()) == 2
+
+
+def test_head_keeps_content_length_without_a_body(harness) -> None:
+    h = harness()
+    h.feed(b"HEAD /api/stream-files?f=a.txt HTTP/1.1\r\n\r\nGET /api/health HTTP/1.1\r\n\r\n")
+    head, health = h.responses(["HEAD", "GET"])
+    assert head.status == 200 and int(head.header("content-length")) > len(FILES["a.txt"])
+    assert health.body == b'{"status":"available"}'
+
+
+def streaming_app(root) -> App:
+    app = App(root)
+
+    @app.route("/gen")
+    def gen(request: Request) -> Response:
+        return stream_response(iter([b"one,", b"", b"two,", b"three"]))
+
+    @app.route("/agen")
+    async def agen(request: Request) -> Response:
+        async def chunks():
+            for part in (b"a", b"b", b"c"):
+                await asyncio.sleep(0)
+                yield part
+
+        return stream_response(chunks())
+
+    @app.route("/declared")
+    def declared(request: Request) -> Response:
+        n = int(request.arg("n", "3"))
+        return Response(200, [("Content-Length", "3")], stream=iter([b"x" * n]))
+
+    @app.route("/unsafe", blocking=False)
+    def unsafe(request: Request) -> Response:
+        return Response(200, [("X-Bad", "a\r\nSet-Cookie: evil=1")], [b"nope"])
+
+    return app
+
+
+def test_streams_are_chunked_on_http11(harness, root) -> None:
+    h = harness(streaming_app(root))
+    h.feed(b"GET /gen HTTP/1.1\r\n\r\nGET /agen HTTP/1.1\r\n\r\n")
+    gen, agen = h.responses()
+    assert gen.header("transfer-encoding") == "chunked" and gen.header("content-length") is None
+    assert gen.body == b"one,two,three" and agen.body == b"abc"
+    assert b"0\r\n\r\n" in h.transport.out and not h.closed
+
+
+def test_streams_are_close_delimited_on_http10(harness, root) -> None:
+    h = harness(streaming_app(root))
+    h.feed(b"GET /gen HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+    (resp,) = h.responses()
+    assert resp.header("transfer-encoding") is None and resp.header("connection") == "close"
+    assert resp.body == b"one,two,three"
+    assert h.closed
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_stream_must_deliver_its_declared_length(harness, root, n) -> None:
+    h = harness(streaming_app(root))
+    h.feed(b"GET /declared?n=%d HTTP/1.1\r\n\r\n" % n)
+    assert h.transport.aborted  # the client sees a body cut short, never a wrong one
+    assert b"x" * 4 not in h.transport.out  # never more than declared
+
+
+def test_a_stream_of_its_declared_length_is_sent_as_is(harness, root) -> None:
+    h = harness(streaming_app(root))
+    h.feed(b"GET /declared?n=3 HTTP/1.1\r\n\r\n")
+    (resp,) = h.responses()
+    assert resp.body == b"xxx" and resp.header("transfer-encoding") is None and not h.transport.aborted
+
+
+def test_an_unsafe_header_becomes_a_500_not_a_split_response(harness, root) -> None:
+    h = harness(streaming_app(root))
+    h.feed(b"GET /unsafe HTTP/1.1\r\n\r\n")
+    (resp,) = h.responses()
+    assert resp.status == 500 and b"evil" not in h.transport.out
+    assert h.closed
+
+
+def test_nothing_is_parsed_after_a_refusal(harness) -> None:
+    h = harness()
+    h.feed(b"GET / HTTP/1.1\r\nBad Header\r\n\r\n", b"GET /api/health HTTP/1.1\r\n\r\n")
+    assert [r.status for r in h.responses()] == [400]
+    assert h.closed

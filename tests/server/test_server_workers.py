@@ -1,0 +1,191 @@
+"""``axon serve`` as a process tree: graceful shutdown, a crashed worker replaced, memory flat
+under hundreds of slow readers, descriptors returned. Each test runs the real command."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+
+import psutil
+import pytest
+from conftest import Client, Closed, batch_target, big_content, get
+
+MiB = 1024 * 1024
+
+
+def slow_socket(port: int, rcvbuf: int = 16 * 1024) -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", port))
+    return sock
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def wait_workers(spawned, n: int) -> list[int]:
+    assert wait_for(lambda: len(spawned.workers()) == n), spawned.log()
+    return spawned.workers()
+
+
+def test_sigterm_lets_a_large_download_finish(spawn, root) -> None:
+    server = spawn("--workers", "1", "--graceful-timeout", "20")
+    big = big_content(root)
+    with Client(server.port) as idle:  # an idle keep-alive connection: closed at once
+        assert idle.get("/api/health").status == 200
+        sock = slow_socket(server.port)
+        c = Client.__new__(Client)
+        c.sock, c.buf = sock, b""
+        c.send(b"GET /files/big.bin HTTP/1.1\r\n\r\n")
+        first = c._exact(256 * 1024)
+        os.kill(server.proc.pid, signal.SIGTERM)
+        assert idle.is_closed(timeout=5)
+        # new connections are refused while the download carries on
+        assert wait_for(lambda: _refused(server.port), timeout=5)
+        rest = c.buf
+        while len(first) + len(rest) < len(big) + 1000:
+            try:
+                data = sock.recv(64 * 1024)
+            except (TimeoutError, ConnectionResetError):
+                break
+            if not data:
+                break
+            rest += data
+            time.sleep(0.001)  # a slow reader: the response is in flight for a while
+        sock.close()
+    head, _, body = (first + rest).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert body == big
+    assert server.proc.wait(10) == 0
+    assert "stopping: SIGTERM" in server.log()
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_graceful_timeout_cuts_what_does_not_finish(spawn) -> None:
+    server = spawn("--workers", "1", "--graceful-timeout", "1")
+    sock = slow_socket(server.port, rcvbuf=4096)
+    try:
+        sock.sendall(b"GET /files/big.bin HTTP/1.1\r\n\r\n")
+        sock.recv(1000)
+        started = time.monotonic()
+        os.kill(server.proc.pid, signal.SIGTERM)
+        assert server.proc.wait(10) == 0  # never read: cut after the graceful timeout
+        assert 0.8 < time.monotonic() - started < 6
+    finally:
+        sock.close()
+
+
+def test_a_killed_worker_is_replaced_and_the_port_keeps_answering(spawn) -> None:
+    server = spawn("--workers", "2")
+    before = wait_workers(server, 2)
+    failures = []
+    stop = threading.Event()
+
+    def hammer() -> None:
+        while not stop.is_set():
+            try:
+                assert get(server.port, "/api/health", timeout=3).status == 200
+            except (OSError, Closed, AssertionError) as exc:
+                failures.append(exc)
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=hammer)
+    thread.start()
+    try:
+        time.sleep(0.2)
+        os.kill(before[0], signal.SIGKILL)
+        assert wait_for(lambda: len(set(server.workers()) - set(before)) == 1), server.log()
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        thread.join()
+    assert not failures, failures[:3]
+    assert before[1] in server.workers()
+    assert "killed by SIGKILL" in server.log()
+    assert get(server.port, "/api/health").status == 200
+
+
+@pytest.mark.parametrize("copy", [False, True], ids=["sendfile", "copy"])
+def test_memory_stays_flat_with_hundreds_of_slow_readers(spawn, copy) -> None:
+    server = spawn("--workers", "1", env={"AXON_NO_SENDFILE": "1"} if copy else None)
+    (pid,) = wait_workers(server, 1)
+    worker = psutil.Process(pid)
+    for target in ("/files/big.bin", batch_target(["mid.bin", "big.bin"])):
+        with Client(server.port) as c:
+            c.get(target)
+    baseline = worker.memory_info().rss
+    n = 300
+    socks = []
+    try:
+        for i in range(n):
+            s = slow_socket(server.port, rcvbuf=8 * 1024)
+            target = "/files/big.bin" if i % 2 else batch_target(["mid.bin", "big.bin"])
+            s.sendall(f"GET {target} HTTP/1.1\r\n\r\n".encode())
+            s.setblocking(False)
+            socks.append(s)
+        peak = 0
+        received = 0
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            for s in socks:  # each reads a little, slowly
+                try:
+                    received += len(s.recv(2048))
+                except BlockingIOError:
+                    pass
+            peak = max(peak, worker.memory_info().rss)
+            time.sleep(0.02)
+        assert get(server.port, "/api/health", timeout=5).status == 200
+    finally:
+        for s in socks:
+            s.close()
+    growth = peak - baseline
+    assert received > n * 8 * 1024  # they all got data
+    print(f"RSS growth with {n} slow readers ({'copy' if copy else 'sendfile'}): {growth / MiB:.1f} MiB")
+    assert growth < 32 * MiB, f"RSS grew {growth / MiB:.1f} MiB with {n} slow readers"
+
+
+def test_descriptors_return_to_baseline_in_the_worker(spawn) -> None:
+    server = spawn("--workers", "1")
+    (pid,) = wait_workers(server, 1)
+
+    def fds() -> int:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+
+    with Client(server.port) as c:
+        c.get(batch_target(["a.txt"]))
+    time.sleep(0.2)
+    baseline = fds()
+    for i in range(40):
+        s = slow_socket(server.port)
+        s.sendall(f"GET {batch_target(['big.bin', 'mid.bin', 'a.txt', 'b.bin'])} HTTP/1.1\r\n\r\n".encode())
+        s.recv(4096)
+        if i % 2:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        s.close()
+    assert wait_for(lambda: fds() <= baseline, timeout=10), (fds(), baseline, os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_ctrl_c_stops_the_whole_tree(spawn) -> None:
+    server = spawn("--workers", "2")
+    workers = wait_workers(server, 2)
+    os.killpg(server.proc.pid, signal.SIGINT)  # what a terminal sends to the foreground group
+    assert server.proc.wait(10) == 0
+    assert wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                                    for p in workers), timeout=5)
