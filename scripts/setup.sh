@@ -12,9 +12,10 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 
 if [ "$want_all" = 1 ]; then
-  # Debian's packages: nginx is the yardstick and a front end in the tests; wrk the load tool.
+  # Debian's packages: nginx is the yardstick and a front end in the tests; wrk the load tool;
+  # shellcheck checks deploy/install.sh.
   missing=""
-  for cmd in nginx:nginx wrk:wrk; do
+  for cmd in nginx:nginx wrk:wrk shellcheck:shellcheck; do
     command -v "${cmd%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${cmd%%:*}" ] || missing="$missing ${cmd##*:}"
   done
   if [ -n "$missing" ]; then

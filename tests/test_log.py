@@ -18,7 +18,9 @@ from axon.log import JSONFormatter, configure
 def restore_loggers():
     """configure() changes process-wide loggers: put them back after each test."""
     saved = [(lg, lg.level, lg.handlers[:], lg.propagate) for lg in (log.logger, log.access_logger)]
+    saved_access = log.access
     yield
+    log.access = saved_access
     for lg, level, handlers, propagate in saved:
         lg.setLevel(level)
         lg.handlers[:] = handlers

@@ -22,12 +22,13 @@ import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable, Protocol
 from urllib.parse import parse_qsl
 
 from .errors import BadRequest, HTTPError, MethodNotAllowed, NotFound, URITooLong
 from .files import FileStore
 from .limits import DEFAULT_LIMITS, Limits
+from . import log
 from .log import access_logger, logger
 from .response import Response, error_response, json_response, redirect, stream_response, text_response
 from .sansio.batch import plan_batch
@@ -40,6 +41,15 @@ __all__ = [
 ]
 
 Handler = Callable[["Request"], Any]
+
+
+class Observer(Protocol):
+    """Told of every request (axon.metrics is one); must not raise."""
+
+    def started(self, request: "Request") -> None: ...
+    def finished(self, request: "Request", response: Response, seconds: float) -> None: ...
+
+
 _PARAM = re.compile(r"<(?:(path):)?([A-Za-z_][A-Za-z0-9_]*)>")
 _HEALTH = b'{"status":"available"}'
 
@@ -122,6 +132,7 @@ class App:
         builtins: bool = True,
         threads: int = 32,
         secret: str | bytes | None = None,
+        observers: Iterable[Observer] = (),
     ) -> None:
         if store is None:
             store = FileStore(root if root is not None else os.environ.get("AXON_ROOT", "."), allow_hidden=allow_hidden)
@@ -138,6 +149,9 @@ class App:
         self._exact: dict[str, dict[str, Route]] = {}
         self._patterns: list[tuple[re.Pattern[str], dict[str, Route]]] = []
         self._executor: ThreadPoolExecutor | None = None
+        #: Told of every request: ``started(request)`` before routing, ``finished(request,
+        #: response, seconds)`` once it is planned (axon.metrics is one).
+        self.observers: list[Observer] = list(observers)
         if builtins:
             self.add_route("/api/health", self._health, ["GET"], blocking=False)
             self.add_route("/api/stream-files", self._stream_files, ["GET", "POST"], blocking=False)
@@ -195,6 +209,8 @@ class App:
     def handle(self, request: Request) -> Response:
         """For synchronous runtimes (WSGI): run the handler here, in the caller's thread."""
         started = time.perf_counter()
+        for observer in self.observers:
+            observer.started(request)
         try:
             route = self._prepare(request)
             result = route.handler(request)
@@ -208,6 +224,8 @@ class App:
     async def handle_async(self, request: Request) -> Response:
         """For asynchronous runtimes (ASGI, native): blocking handlers go to a thread pool."""
         started = time.perf_counter()
+        for observer in self.observers:
+            observer.started(request)
         try:
             route = self._prepare(request)
             if route.is_async:
@@ -243,12 +261,17 @@ class App:
     def _finish(self, request: Request, response: Response, started: float) -> Response:
         if request.method == "HEAD":
             response.without_body()
-        if access_logger.isEnabledFor(logging.INFO):
+        seconds = time.perf_counter() - started
+        for observer in self.observers:
+            observer.finished(request, response, seconds)
+        if log.access is not None:
+            log.access(request, response, seconds)
+        elif access_logger.isEnabledFor(logging.INFO):  # your own handler on "axon.access"
             access_logger.info(
                 '%s %s %d %s %.1fms', request.method, request.path, response.status,
-                "-" if response.length is None else response.length, (time.perf_counter() - started) * 1000,
+                "-" if response.length is None else response.length, seconds * 1000,
                 extra={"method": request.method, "path": request.path, "status": response.status,
-                       "bytes": response.length, "ms": round((time.perf_counter() - started) * 1000, 3)},
+                       "bytes": response.length, "ms": round(seconds * 1000, 3)},
             )
         return response
 
