@@ -56,7 +56,9 @@ def _openat2():
     ref, size = ctypes.byref(how), ctypes.sizeof(how)
 
     def openat2(dir_fd: int, path: bytes) -> int:
-        return syscall(437, dir_fd, path, ref, size)
+        """The new descriptor, or minus the errno."""
+        fd = syscall(437, dir_fd, path, ref, size)
+        return fd if fd >= 0 else -ctypes.get_errno()
 
     return openat2
 
@@ -163,6 +165,10 @@ class FileStore:
                 fd = self._openat2(self._root_fd, "/".join(parts).encode("utf-8", "surrogateescape"))
             except ValueError:  # a NUL cannot get here (normalize refused it); be safe anyway
                 fd = -1
+        if fd in (-errno.ENOENT, -errno.ENOTDIR):
+            # Missing, even through the in-root symlinks the kernel followed: the walk would
+            # only say so again (the error baseline, a missing file, paid for both).
+            raise NotFound("no such file", paths=[requested])
         if fd < 0:
             fd = self._walk(parts, requested)
         try:

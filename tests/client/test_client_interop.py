@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,3 +81,39 @@ def test_axon_byteranges_parse(axon_url: str) -> None:
     ]
     received = b"".join(e.data for e in events if isinstance(e, PartData))
     assert received == data[0:10] + data[500000:500100] + data[-7:]
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None and not os.path.exists("/usr/sbin/nginx"), reason="nginx is not installed")
+def test_parser_reads_nginx_multirange_response(tmp_path):
+    """Interop with a peer we did not write: nginx's own multipart/byteranges."""
+    from axon.bench import nginx, procs
+
+    files = tmp_path / "files"
+    files.mkdir()
+    data = os.urandom(50_000)
+    (files / "r.bin").write_bytes(data)
+    port = procs.free_port()
+    with procs.Group(tmp_path, cpus=None) as group:
+        group.start(nginx.static_command(tmp_path / "nginx", port, files))
+        procs.wait_ready(f"http://127.0.0.1:{port}/api/health", group)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.request("GET", "/files/r.bin", headers={"Range": "bytes=0-9,1000-1999,-500"})
+        response = connection.getresponse()
+        assert response.status == 206
+        parser = MultipartParser.from_content_type(response.getheader("Content-Type"))
+        events = []
+        while chunk := response.read(997):  # odd-sized reads: events must not depend on the split
+            events += parser.feed(chunk)
+        events += parser.close()
+        connection.close()
+    spans, current = [], None
+    for event in events:
+        if isinstance(event, PartStart):
+            cr = event.content_range
+            current = [(cr.first, cr.last + 1), bytearray()]
+            spans.append(current)
+        elif isinstance(event, PartData):
+            current[1] += event.data
+    assert [(span, bytes(body)) for span, body in spans] == [
+        (span, data[span[0] : span[1]]) for span in [(0, 10), (1000, 2000), (49_500, 50_000)]
+    ]

@@ -78,6 +78,9 @@ class Runtime:
     #: is refused by the runtime itself before Axon sees it (measured with this suite's client
     #: headers; the suite only tests lengths far from these). None: no limit met by the suite.
     max_request_line: int | None = None
+    #: The runtime's own refusals (a too-long request line) are answered in Axon's JSON shape,
+    #: as deploy/'s nginx site does.
+    front_refusals_are_json: bool = False
 
 
 def _gunicorn(worker: str, *extra: str) -> Callable[[str, int], list[str]]:
@@ -165,6 +168,16 @@ RUNTIMES: dict[str, Runtime] = {
             "--host", HOST, "--port", str(port), "--workers", "1",
         ],
         ("axon.server.cli",),
+    ),
+    # The production setup: deploy/'s generated nginx site in front of axon serve.
+    "nginx+native": Runtime(
+        "nginx+native", "native",
+        lambda root, port: [
+            sys.executable, str(Path(__file__).resolve().parents[1] / "deploy" / "nginx_front.py"),
+            root, str(port), "--workers", "1",
+        ],
+        ("axon.server.cli",), max_request_line=32000, buffers_request_body=True,
+        front_refusals_are_json=True,
     ),
 }  # fmt: skip
 
