@@ -11,6 +11,8 @@ import contextlib
 import errno
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -493,14 +495,28 @@ def test_open_errors_map_to_statuses(root, monkeypatch, err, status, code, open_
     assert open_fds() <= before
 
 
-def test_unreadable_file_is_403(root, store):
-    if os.geteuid() == 0:
-        pytest.skip("root reads any file")
+_OPEN_LOCKED = """
+import sys
+from axon.errors import HTTPError
+from axon.files import FileStore
+try:
+    FileStore(sys.argv[1]).open("locked.txt")
+    print("opened")
+except HTTPError as exc:
+    print(exc.status, exc.code)
+"""
+
+
+@pytest.mark.parametrize("walk", ["", "1"], ids=["openat2", "walk"])
+def test_unreadable_file_is_403(root, walk):
     (root / "locked.txt").write_bytes(b"x")
     os.chmod(root / "locked.txt", 0)
-    with pytest.raises(HTTPError) as info:
-        store.open("locked.txt")
-    assert info.value.status == 403
+    command = [sys.executable, "-c", _OPEN_LOCKED, str(root)]
+    if os.geteuid() == 0:  # root reads any file: ask as root without the capabilities that allow it
+        command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *command]
+    env = {**os.environ, "AXON_NO_OPENAT2": walk}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    assert done.stdout.split() == ["403", "permission_denied"], done.stderr
 
 
 @pytest.mark.parametrize(
