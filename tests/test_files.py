@@ -157,6 +157,17 @@ def record_opens(store: FileStore):
         store._openat2 = real_openat2
 
 
+@contextlib.contextmanager
+def opens_stay_inside(store: FileStore, root: str, requested: str, open_fds):
+    """Around ``store.open(requested)``: nothing outside ``root`` is opened, no descriptor is left."""
+    before = open_fds()
+    with record_opens(store) as opened:
+        yield
+    outside = [p for p in opened if not _inside(p, root)]
+    assert not outside, f"{requested!r} opened outside the root: {outside}"
+    assert open_fds() <= before
+
+
 def _fd_path(fd: int) -> str:
     return os.readlink(f"/proc/self/fd/{fd}")
 
@@ -343,8 +354,7 @@ CORPUS = [
 def test_open_corpus(jail, mode, requested, expected, detail, open_fds):
     store = _cached_store(jail, mode, False)
     root = str(jail)
-    before = open_fds()
-    with record_opens(store) as opened:
+    with opens_stay_inside(store, root, requested, open_fds):
         try:
             f = store.open(requested)
         except HTTPError as exc:
@@ -360,9 +370,6 @@ def test_open_corpus(jail, mode, requested, expected, detail, open_fds):
                 assert f.path == requested
             finally:
                 f.close()
-    outside = [p for p in opened if not _inside(p, root)]
-    assert not outside, f"opened outside the root: {outside}"
-    assert open_fds() <= before
 
 
 def test_open_file_fields(root, store):
@@ -576,8 +583,7 @@ def test_open_property(jail, open_fds, requested, allow_hidden, mode):
     """Any string: a 400/403/404, or a regular file inside the root; nothing outside is opened."""
     store = _cached_store(jail, mode, allow_hidden)
     root = str(jail)
-    before = open_fds()
-    with record_opens(store) as opened:
+    with opens_stay_inside(store, root, requested, open_fds):
         try:
             f = store.open(requested)
         except HTTPError as exc:
@@ -592,6 +598,3 @@ def test_open_property(jail, open_fds, requested, allow_hidden, mode):
                     assert not any(p.startswith(".") for p in f.name.split("/"))
             finally:
                 f.close()
-    outside = [p for p in opened if not _inside(p, root)]
-    assert not outside, f"{requested!r} opened outside the root: {outside}"
-    assert open_fds() <= before

@@ -242,6 +242,32 @@ def get(port: int, target: str, **kw) -> Resp:
         return c.get(target)
 
 
+def slow_socket(port: int, rcvbuf: int = 16 * KiB) -> socket.socket:
+    """A connected socket with a small receive buffer: the server soon meets a full socket."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.settimeout(10)
+    sock.connect((HOST, port))
+    return sock
+
+
+def slow_client(port: int, rcvbuf: int = 16 * KiB) -> Client:
+    """A :class:`Client` over :func:`slow_socket`."""
+    c = Client.__new__(Client)
+    c.sock, c.buf = slow_socket(port, rcvbuf), b""
+    return c
+
+
+def wait_for(predicate, timeout: float = 5.0) -> bool:
+    """Poll ``predicate`` every 50 ms until it holds or ``timeout`` seconds pass; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
 def batch_target(paths: list[str]) -> str:
     from urllib.parse import quote
 

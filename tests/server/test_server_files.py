@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Client, Closed, batch_target, parse_multipart
+from conftest import Client, Closed, batch_target, parse_multipart, slow_client
 
 from axon.app import App
 
@@ -36,16 +36,6 @@ def live_root(tmp_path: Path) -> Path:
 @pytest.fixture(params=["sendfile", "copy"])
 def sendfile(request) -> bool:
     return request.param == "sendfile"
-
-
-def slow_client(port: int) -> Client:
-    c = Client.__new__(Client)
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
-    sock.settimeout(10)
-    sock.connect(("127.0.0.1", port))
-    c.sock, c.buf = sock, b""
-    return c
 
 
 def read_head(c: Client) -> int:

@@ -19,6 +19,7 @@ from conftest import (
     big_content,
     get,
     parse_multipart,
+    slow_client,
 )
 
 from axon.app import App, Request
@@ -262,13 +263,7 @@ def test_a_slow_reader_gets_every_byte(serve, root, mode, loop, monkeypatch) -> 
         monkeypatch.delenv("AXON_LOOP", raising=False)
     server = serve(sendfile=mode == "sendfile")
     assert type(server.worker.loop).__module__.startswith(loop)
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 * 1024)
-    sock.settimeout(10)
-    sock.connect(("127.0.0.1", server.port))
-    c = Client.__new__(Client)
-    c.sock, c.buf = sock, b""
-    with c:
+    with slow_client(server.port, rcvbuf=8 * 1024) as c:
         paths = ["mid.bin", "big.bin", "a.txt", "mid.bin"]
         c.send(f"GET {batch_target(paths)} HTTP/1.1\r\n\r\nGET /api/health HTTP/1.1\r\n\r\n".encode())
         for _ in range(20):
@@ -287,13 +282,7 @@ def test_sendfile_falls_back_when_no_descriptor_is_left(serve, root, monkeypatch
 
     monkeypatch.setattr(os, "dup", no_fd)
     server = serve()
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 * 1024)
-    sock.settimeout(10)
-    sock.connect(("127.0.0.1", server.port))
-    c = Client.__new__(Client)
-    c.sock, c.buf = sock, b""
-    with c:
+    with slow_client(server.port, rcvbuf=8 * 1024) as c:
         c.send(b"GET /files/big.bin HTTP/1.1\r\n\r\n")
         time.sleep(0.2)
         assert c.response().body == big_content(root)

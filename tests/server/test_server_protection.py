@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from conftest import Client, get
+from conftest import Client, get, wait_for
 
 from axon.limits import Limits
 
@@ -17,15 +17,6 @@ FAST = Limits(header_timeout=1.0, keepalive_timeout=1.0, write_timeout=1.0)
 
 def connections(server) -> int:
     return server.call(lambda: len(server.worker.connections))
-
-
-def wait_for(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def test_slow_headers_get_408_and_a_closed_connection(serve) -> None:

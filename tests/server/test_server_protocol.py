@@ -75,7 +75,8 @@ def test_plain_handlers_answer_inline_without_a_task(harness) -> None:
     assert not h.proto._busy
 
 
-def test_pipelined_answers_keep_order_and_reading_pauses_while_pending(harness, root) -> None:
+def gated_app(root) -> tuple[App, asyncio.Event]:
+    """An app whose ``/slow`` answers "slow" only once the returned event is set."""
     app = App(root)
     gate = asyncio.Event()
 
@@ -84,6 +85,11 @@ def test_pipelined_answers_keep_order_and_reading_pauses_while_pending(harness, 
         await gate.wait()
         return "slow"
 
+    return app, gate
+
+
+def test_pipelined_answers_keep_order_and_reading_pauses_while_pending(harness, root) -> None:
+    app, gate = gated_app(root)
     h = harness(app)
     h.receive(b"GET /slow HTTP/1.1\r\n\r\nGET /api/health HTTP/1.1\r\n\r\n")
     h.loop.run_until_complete(asyncio.sleep(0.01))
@@ -124,14 +130,7 @@ def test_async_handlers_run_in_a_task_and_blocking_ones_in_the_pool(harness, roo
 
 
 def test_expect_continue_waits_for_the_pending_response(harness, root) -> None:
-    app = App(root)
-    gate = asyncio.Event()
-
-    @app.route("/slow")
-    async def slow(request: Request) -> str:
-        await gate.wait()
-        return "slow"
-
+    app, gate = gated_app(root)
     h = harness(app)
     body = b'{"files": ["a.txt"]}'
     h.receive(

@@ -11,30 +11,21 @@ import time
 
 import psutil
 import pytest
-from conftest import Client, Closed, batch_target, big_content, get
+from conftest import (
+    Client,
+    Closed,
+    batch_target,
+    big_content,
+    get,
+    slow_socket,
+    wait_for,
+)
 
 MiB = 1024 * 1024
 
 
-def slow_socket(port: int, rcvbuf: int = 16 * 1024) -> socket.socket:
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    sock.settimeout(10)
-    sock.connect(("127.0.0.1", port))
-    return sock
-
-
-def wait_for(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
 def wait_workers(spawned, n: int) -> list[int]:
-    assert wait_for(lambda: len(spawned.workers()) == n), spawned.log()
+    assert wait_for(lambda: len(spawned.workers()) == n, timeout=10), spawned.log()
     return spawned.workers()
 
 
@@ -111,7 +102,7 @@ def test_a_killed_worker_is_replaced_and_the_port_keeps_answering(spawn) -> None
     try:
         time.sleep(0.2)
         os.kill(before[0], signal.SIGKILL)
-        assert wait_for(lambda: len(set(server.workers()) - set(before)) == 1), server.log()
+        assert wait_for(lambda: len(set(server.workers()) - set(before)) == 1, timeout=10), server.log()
         time.sleep(0.3)
     finally:
         stop.set()
