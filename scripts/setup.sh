@@ -13,9 +13,9 @@ SUDO=""
 
 if [ "$want_all" = 1 ]; then
   # Debian's packages: nginx is the yardstick and a front end in the tests; wrk the load tool;
-  # shellcheck checks deploy/install.sh.
+  # shellcheck checks deploy/install.sh; docker-compose validates compose.yaml (no engine needed).
   missing=""
-  for cmd in nginx:nginx wrk:wrk shellcheck:shellcheck; do
+  for cmd in nginx:nginx wrk:wrk shellcheck:shellcheck docker-compose:docker-compose; do
     command -v "${cmd%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${cmd%%:*}" ] || missing="$missing ${cmd##*:}"
   done
   if [ -n "$missing" ]; then
