@@ -598,3 +598,31 @@ def test_open_property(jail, open_fds, requested, allow_hidden, mode):
                     assert not any(p.startswith(".") for p in f.name.split("/"))
             finally:
                 f.close()
+
+
+_OUT_OF_DESCRIPTORS = """
+import resource, sys
+from axon.errors import HTTPError
+from axon.files import FileStore
+store = FileStore(sys.argv[1])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+held = []
+try:
+    while True:
+        held.append(open("/dev/null"))
+except OSError:
+    pass
+try:
+    store.open("a.txt")
+    print("opened")
+except HTTPError as exc:
+    print(exc.status, exc.code)
+"""
+
+
+@pytest.mark.parametrize("walk", ["", "1"], ids=["openat2", "walk"])
+def test_out_of_descriptors_is_503(root, walk):
+    command = ["prlimit", "--nofile=64:64", sys.executable, "-c", _OUT_OF_DESCRIPTORS, str(root)]
+    env = {**os.environ, "AXON_NO_OPENAT2": walk}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    assert done.stdout.split() == ["503", "unavailable"], done.stderr

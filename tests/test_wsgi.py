@@ -81,3 +81,23 @@ def test_path_that_is_not_utf8_is_400(files):
     seen, body = call(create_app(files), environ("/files/\xff.bin"))
     assert seen["status"].startswith("400")
     assert b"bad_path" in b"".join(body)
+
+
+def test_file_wrapper_close_raises_when_the_file_shrank(files):
+    # Servers sendfile a wrapped file and stop quietly at end of file; closing must tell them
+    # the body fell short so they drop the connection instead of keeping it alive.
+    from axon.chunks import FileChanged
+
+    seen, body = call(create_app(files), environ("/files/a.bin", **{"wsgi.file_wrapper": FileWrapper}))
+    os.truncate(files / "a.bin", 1000)
+    assert len(b"".join(body)) == 1000
+    with pytest.raises(FileChanged):
+        body.close()
+
+
+def test_file_wrapper_close_is_quiet_when_the_file_is_whole(files):
+    seen, body = call(create_app(files), environ("/files/a.bin", **{"wsgi.file_wrapper": FileWrapper}))
+    before = open_fds()
+    b"".join(body)
+    body.close()
+    assert open_fds() == before - 1  # the wrapped descriptor, and nothing else

@@ -170,7 +170,10 @@ class FileStore:
             # only say so again (the error baseline, a missing file, paid for both).
             raise NotFound("no such file", paths=[requested])
         if fd < 0:
-            fd = self._walk(parts, requested)
+            try:
+                fd = self._walk(parts, requested)
+            except OSError as exc:  # os.dup of the root descriptor: out of descriptors (EMFILE)
+                raise _os_error(exc, requested) from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):

@@ -10,11 +10,12 @@ goes away mid-stream.
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Callable, Iterable, Iterator
 
 from .app import App, Request
-from .chunks import iter_chunks
+from .chunks import FileChanged, iter_chunks
 from .errors import BadRequest, HTTPError, PayloadTooLarge, URITooLong
 from .limits import DEFAULT_LIMITS, Limits
 from .response import Response, error_response
@@ -55,7 +56,7 @@ class WSGIApp:
             if body[0].offset == 0 and body[0].count == whole.size:
                 # Hand the descriptor to the server as a file object that now owns it.
                 response.files = ()
-                return wrapper(os.fdopen(whole.fd, "rb", buffering=0), app.limits.chunk_size)
+                return wrapper(_CheckedFile(whole.fd, whole.size), app.limits.chunk_size)
         if not response.files:
             return body  # only bytes: the server writes them as they are
         return _SegmentBody(response, app.limits.chunk_size)
@@ -102,6 +103,27 @@ class WSGIApp:
         if len(data) > limit:
             raise PayloadTooLarge(f"request body larger than {limit} bytes", code="body_too_large")
         return data
+
+
+class _CheckedFile(io.FileIO):
+    """A whole file for ``wsgi.file_wrapper``. Servers send it with ``sendfile``, which stops
+    quietly at end of file: a file truncated meanwhile would leave a body shorter than its
+    Content-Length on a connection kept alive. Closing checks the file still holds what was
+    announced, and raises if not, so that the server drops the connection."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        super().__init__(fd, "rb", closefd=True)
+        self._announced = size
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            shrank = os.fstat(self.fileno()).st_size < self._announced
+        finally:
+            super().close()
+        if shrank:
+            raise FileChanged(f"file shrank while streaming (announced {self._announced} bytes)")
 
 
 class _SegmentBody:

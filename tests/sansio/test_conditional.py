@@ -195,3 +195,11 @@ def test_evaluate_never_raises(value, method):
     for name in ("if-match", "if-none-match", "if-modified-since", "if-unmodified-since"):
         assert ev({name: value}, method) in (None, 304, 412)
     assert if_range_allows(value, TAG, MTIME) in (True, False)
+
+
+@pytest.mark.parametrize("seconds, expected", [
+    (10**12, "Fri, 31 Dec 9999 23:59:59 GMT"),   # tmpfs/xfs/btrfs keep mtimes past year 9999
+    (-10**12, "Mon, 01 Jan 0001 00:00:00 GMT"),
+])  # fmt: skip
+def test_http_date_clamps_to_what_a_date_can_say(seconds, expected):
+    assert http_date(seconds) == expected

@@ -10,8 +10,13 @@ from email.utils import formatdate, parsedate_to_datetime
 _ETAG = re.compile(r'\s*(W/)?("[^"]*")\s*(?:,|$)')
 
 
+# formatdate renders years 1 to 9999 only; tmpfs, xfs and btrfs keep mtimes beyond either end.
+_FIRST_DATE, _LAST_DATE = -62135596800, 253402300799
+
+
 def http_date(seconds: float) -> str:
-    return formatdate(math.floor(seconds), usegmt=True)  # whole seconds, as evaluate() compares
+    # Whole seconds, as evaluate() compares; clamped to what an HTTP date can say.
+    return formatdate(min(max(math.floor(seconds), _FIRST_DATE), _LAST_DATE), usegmt=True)
 
 
 def parse_http_date(value: str) -> float | None:
