@@ -139,3 +139,13 @@ def test_async_generator_stream_and_body_limit(files):
     sent = asyncio.run(run(http_scope("/api/stream-files", method="POST"), too_big))
     assert sent[0]["status"] == 413
     assert b'"code": "body_too_large"' in sent[1]["body"]
+
+
+def test_client_gone_while_sending_its_body_ends_quietly(files):
+    async def run():
+        inbox = asyncio.Queue()
+        await inbox.put({"type": "http.request", "body": b'{"files": [', "more_body": True})
+        await inbox.put({"type": "http.disconnect"})
+        return await call(create_app(files), http_scope("/api/stream-files", method="POST"), inbox)
+
+    assert asyncio.run(run()) == []  # nothing sent, nothing raised to the server

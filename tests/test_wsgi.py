@@ -101,3 +101,10 @@ def test_file_wrapper_close_is_quiet_when_the_file_is_whole(files):
     b"".join(body)
     body.close()
     assert open_fds() == before - 1  # the wrapped descriptor, and nothing else
+
+
+def test_negative_content_length_is_400(files):
+    env = environ("/api/stream-files", method="POST", body=b'{"files": ["a.bin"]}')
+    env["CONTENT_LENGTH"] = "-5"  # read(-5) would read the whole stream, past any limit
+    seen, body = call(create_app(files), env)
+    assert seen["status"].startswith("400")

@@ -56,6 +56,8 @@ class ASGIApp:
             request = await self.request(scope, receive)
         except HTTPError as exc:
             response = error_response(exc)
+        except ClientGone:
+            return  # gone while sending its body: no one to answer
         else:
             response = await app.handle_async(request)
         try:
@@ -92,7 +94,7 @@ async def read_body(receive: Receive, headers: dict[str, str], limits: Limits) -
     limit = limits.max_body_bytes
     declared = headers.get("content-length")
     if declared is not None:
-        if not declared.isdigit():
+        if not (declared.isascii() and declared.isdigit()):  # "²".isdigit() is True
             raise BadRequest("bad Content-Length", code="bad_request")
         if int(declared) > limit:
             raise PayloadTooLarge(f"request body larger than {limit} bytes", code="body_too_large")
@@ -140,6 +142,8 @@ async def _zerocopy(send: Send, body: list, watcher: asyncio.Future) -> None:
                 raise ClientGone()
             if isinstance(seg, bytes):
                 await send({"type": "http.response.body", "body": seg, "more_body": True})
+                continue
+            if not seg.count:  # an empty file: nothing to hand over
                 continue
             handle = files.get(seg.fd)
             if handle is None:

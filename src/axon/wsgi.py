@@ -94,6 +94,8 @@ class WSGIApp:
                 size = int(length)
             except ValueError:
                 raise BadRequest("bad Content-Length", code="bad_request") from None
+            if size < 0:  # read(-1) would read everything, whatever the limit
+                raise BadRequest("bad Content-Length", code="bad_request")
             if size > limit:
                 raise PayloadTooLarge(f"request body larger than {limit} bytes", code="body_too_large")
             return stream.read(size)
