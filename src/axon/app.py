@@ -22,7 +22,7 @@ import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Awaitable, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 from urllib.parse import parse_qsl
 
 from .errors import BadRequest, HTTPError, MethodNotAllowed, NotFound, URITooLong
@@ -52,6 +52,8 @@ class Observer(Protocol):
 
 _PARAM = re.compile(r"<(?:(path):)?([A-Za-z_][A-Za-z0-9_]*)>")
 _HEALTH = b'{"status":"available"}'
+#: Methods whose request body the WSGI and ASGI adapters read (up to Limits.max_body_bytes).
+BODY_METHODS = ("POST", "PUT", "PATCH")
 
 
 class Request:

@@ -19,17 +19,15 @@ import asyncio
 import os
 from typing import Any, Awaitable, Callable
 
-from .app import App, Request
+from .app import BODY_METHODS, App, Request
 from .chunks import FileChanged, iter_chunks
 from .errors import BadRequest, HTTPError, PayloadTooLarge
 from .limits import DEFAULT_LIMITS, Limits
 from .response import Response, error_response
-from .sansio.segments import FileSlice
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict]]
 Send = Callable[[dict], Awaitable[None]]
-_BODY_METHODS = ("POST", "PUT", "PATCH")
 
 
 class ClientGone(Exception):
@@ -85,7 +83,7 @@ class ASGIApp:
             text = value.decode("latin-1")
             headers[key] = f"{headers[key]}, {text}" if key in headers else text
         body = b""
-        if scope["method"] in _BODY_METHODS:
+        if scope["method"] in BODY_METHODS:
             body = await read_body(receive, headers, self.app.limits)
         return Request(scope["method"], path, query, headers, body)
 

@@ -14,7 +14,7 @@ import io
 import os
 from typing import Callable, Iterable, Iterator
 
-from .app import App, Request
+from .app import BODY_METHODS, App, Request
 from .chunks import FileChanged, iter_chunks
 from .errors import BadRequest, HTTPError, PayloadTooLarge, URITooLong
 from .limits import DEFAULT_LIMITS, Limits
@@ -22,7 +22,6 @@ from .response import Response, error_response
 from .sansio.segments import FileSlice
 
 StartResponse = Callable[..., object]
-_BODY_METHODS = ("POST", "PUT", "PATCH")
 
 
 class WSGIApp:
@@ -80,7 +79,7 @@ class WSGIApp:
         if environ.get("CONTENT_LENGTH"):
             headers["content-length"] = environ["CONTENT_LENGTH"]
         body = b""
-        if method in _BODY_METHODS:
+        if method in BODY_METHODS:
             body = self.read_body(environ, self.app.limits)
         return Request(method, path or "/", environ.get("QUERY_STRING", ""), headers, body)
 
