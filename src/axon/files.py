@@ -25,9 +25,9 @@ import mimetypes
 import os
 import stat
 import sys
-from dataclasses import dataclass
 
 from .errors import BadRequest, Forbidden, HTTPError, NotFound, ServiceUnavailable
+from .file_cache import CachedDescriptor, FileCache
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO that sits in the root must not hang the worker; it is refused after
@@ -66,25 +66,54 @@ def _openat2():
 _OPENAT2 = _openat2()
 
 
-@dataclass(frozen=True, slots=True)
 class OpenFile:
-    """A checked regular file inside the root. Whoever holds it closes it."""
+    """A checked regular file inside the root, as it was when opened. Whoever holds it closes it.
 
-    fd: int
-    path: str  # the path as requested (decoded once), for headers and error messages
-    name: str  # the normalized path relative to the root
-    size: int
-    mtime_ns: int
-    inode: int
-    device: int
-    content_type: str
-    ctime_ns: int = 0  # changes on every write and utime: what mtime alone cannot promise
+    Its descriptor is its own, or shared with other requests through the store's open-file
+    cache (:mod:`axon.file_cache`); either way ``close()`` is what gives it back. Read it with
+    explicit offsets (``pread``, ``sendfile``): a shared descriptor's file position is shared too.
+    """
+
+    __slots__ = ("fd", "path", "name", "size", "mtime_ns", "inode", "device", "content_type", "ctime_ns", "_shared")
+
+    def __init__(
+        self,
+        fd: int,
+        path: str,  # the path as requested (decoded once), for headers and error messages
+        name: str,  # the normalized path relative to the root
+        size: int,
+        mtime_ns: int,
+        inode: int,
+        device: int,
+        content_type: str,
+        ctime_ns: int = 0,  # changes on every write and utime: what mtime alone cannot promise
+        shared: CachedDescriptor | None = None,
+    ) -> None:
+        self.fd = fd
+        self.path = path
+        self.name = name
+        self.size = size
+        self.mtime_ns = mtime_ns
+        self.inode = inode
+        self.device = device
+        self.content_type = content_type
+        self.ctime_ns = ctime_ns
+        self._shared = shared
+
+    def __repr__(self) -> str:
+        return f"OpenFile(fd={self.fd}, path={self.path!r}, size={self.size})"
 
     def close(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
+        """Give the descriptor back; only the first call does anything."""
+        shared, self._shared = self._shared, None
+        if shared is not None:
+            shared.release()
+        elif self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+        self.fd = -1
 
 
 def normalize(requested: str) -> list[str]:
@@ -148,14 +177,36 @@ class FileStore:
             os.close(probe)
         else:
             self._openat2 = None  # ENOSYS (old kernel) or EPERM (a seccomp filter): walk instead
+        self._cache: FileCache | None = None
 
     def __del__(self) -> None:
+        cache = getattr(self, "_cache", None)
+        if cache is not None:
+            cache.clear()
         fd = getattr(self, "_root_fd", -1)
         if fd >= 0:
             os.close(fd)
 
+    def enable_cache(self, size: int = 1024, valid: float = 1.0) -> None:
+        """Share open descriptors between requests (:mod:`axon.file_cache` says when a change
+        on disk is seen). Only for runtimes that read files by offset: Axon's own server."""
+        if self._cache is not None:
+            self._cache.clear()
+        self._cache = FileCache(size, valid) if size > 0 else None
+
     def open(self, requested: str) -> OpenFile:
         """Open ``requested`` (already decoded once) as a regular file inside the root."""
+        cache = self._cache
+        if cache is None:
+            return self._open(requested)
+        found = cache.acquire(requested, _shared_view)
+        if found is not None:
+            return found
+        f = self._open(requested)
+        f._shared = cache.add(requested, f.fd, f.name, f.content_type)
+        return f
+
+    def _open(self, requested: str) -> OpenFile:
         parts = normalize(requested)
         if not self.allow_hidden and any(p.startswith(".") for p in parts):
             raise Forbidden("hidden files are not served", code="hidden", paths=[requested])
@@ -265,6 +316,14 @@ class FileStore:
             os.close(fd)
             fd = nxt
         return fd
+
+
+def _shared_view(entry: CachedDescriptor, requested: str, st: os.stat_result) -> OpenFile:
+    """An OpenFile on a cached descriptor, with the stat just taken."""
+    return OpenFile(
+        entry.fd, requested, entry.name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, entry.content_type,
+        st.st_ctime_ns, entry,
+    )
 
 
 def _readlink(part: str, dir_fd: int) -> str | None:

@@ -20,7 +20,7 @@ from axon.server.cli import load_app
 
 ENV = ["AXON_HOST", "AXON_PORT", "AXON_WORKERS", "AXON_ROOT", "AXON_APP", "AXON_ACCESS_LOG", "AXON_LOG_LEVEL",
        "AXON_GRACEFUL_TIMEOUT", "AXON_CERTFILE", "AXON_KEYFILE", "AXON_MAX_CONNECTIONS", "AXON_JSON_LOGS",
-       "AXON_METRICS"]
+       "AXON_METRICS", "AXON_FILE_CACHE"]
 
 
 @pytest.fixture
@@ -35,6 +35,7 @@ def test_defaults(clean_env) -> None:
     assert (args.host, args.port, args.workers) == ("127.0.0.1", 8000, len(os.sched_getaffinity(0)))
     assert (args.root, args.app, args.access_log, args.log_level) == (None, None, False, "info")
     assert (args.graceful_timeout, args.certfile, args.keyfile) == (30.0, None, None)
+    assert args.file_cache == 1024
 
 
 def test_every_flag_has_an_environment_variable(clean_env) -> None:
@@ -42,7 +43,7 @@ def test_every_flag_has_an_environment_variable(clean_env) -> None:
         "AXON_HOST": "0.0.0.0", "AXON_PORT": "9001", "AXON_WORKERS": "3", "AXON_ROOT": "/srv",
         "AXON_APP": "site:app", "AXON_ACCESS_LOG": "true", "AXON_LOG_LEVEL": "DEBUG",
         "AXON_GRACEFUL_TIMEOUT": "2.5", "AXON_CERTFILE": "c.pem", "AXON_KEYFILE": "k.pem",
-        "AXON_MAX_CONNECTIONS": "77", "AXON_JSON_LOGS": "1", "AXON_METRICS": "yes",
+        "AXON_MAX_CONNECTIONS": "77", "AXON_JSON_LOGS": "1", "AXON_METRICS": "yes", "AXON_FILE_CACHE": "0",
     }
     for name, value in values.items():
         clean_env.setenv(name, value)
@@ -50,7 +51,7 @@ def test_every_flag_has_an_environment_variable(clean_env) -> None:
     assert (args.host, args.port, args.workers, args.root, args.app) == ("0.0.0.0", 9001, 3, "/srv", "site:app")
     assert (args.access_log, args.log_level, args.graceful_timeout) == (True, "debug", 2.5)
     assert (args.certfile, args.keyfile, args.max_connections, args.json_logs) == ("c.pem", "k.pem", 77, True)
-    assert args.metrics is True
+    assert args.metrics is True and args.file_cache == 0
 
 
 def test_a_flag_wins_over_its_variable(clean_env) -> None:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Client, Closed, batch_target, parse_multipart, slow_client
+from conftest import Client, Closed, batch_target, parse_multipart, slow_client, wait_for
 
 from axon.app import App
 
@@ -114,11 +114,12 @@ def fd_count() -> int:
 
 def test_descriptors_come_back_after_clients_leave_mid_stream(serve, root, sendfile) -> None:
     server = serve(sendfile=sendfile)
+    targets = ["/files/big.bin", batch_target(["big.bin", "mid.bin", "a.txt"]), batch_target(["mid.bin"] * 40)]
     with Client(server.port) as c:
-        c.get("/files/a.txt")
+        for target in targets:  # the open-file cache keeps these three open from now on
+            c.get(target)
     time.sleep(0.2)
     baseline = fd_count()
-    targets = ["/files/big.bin", batch_target(["big.bin", "mid.bin", "a.txt"]), batch_target(["mid.bin"] * 40)]
     for i in range(30):
         c = slow_client(server.port)
         c.send(f"GET {targets[i % 3]} HTTP/1.1\r\n\r\n".encode())
@@ -133,3 +134,32 @@ def test_descriptors_come_back_after_clients_leave_mid_stream(serve, root, sendf
     while time.monotonic() < deadline and (fd_count() > baseline or server.call(lambda: len(server.worker.connections))):
         time.sleep(0.05)
     assert fd_count() <= baseline, sorted(os.listdir("/proc/self/fd"))
+
+
+def test_the_open_file_cache_shares_descriptors_and_can_be_turned_off(serve, live_root) -> None:
+    def files_open() -> int:
+        return sum(1 for n in os.listdir("/proc/self/fd") if os.path.realpath(f"/proc/self/fd/{n}").startswith(f"{os.path.realpath(live_root)}/"))
+
+    cached = serve(App(live_root))
+    with Client(cached.port) as c:
+        for _ in range(3):
+            assert c.get(batch_target(["small.txt", "small.txt", "grow.bin"])).status == 200
+    assert files_open() == 2  # kept for the next request: one per distinct file
+    cached.stop()
+    assert files_open() == 0  # a stopped worker gives them back
+    uncached = serve(App(live_root), file_cache=0)
+    with Client(uncached.port) as c:
+        assert c.get(batch_target(["small.txt", "grow.bin"])).status == 200
+    assert files_open() == 0
+
+
+def test_a_repointed_symlink_is_seen_within_the_validity_window(serve, live_root) -> None:
+    (live_root / "v1.txt").write_bytes(b"one")
+    (live_root / "v2.txt").write_bytes(b"two")
+    os.symlink("v1.txt", live_root / "current.txt")
+    server = serve(App(live_root), file_cache_valid=0.2)
+    with Client(server.port) as c:
+        assert c.get("/files/current.txt").body == b"one"
+        os.remove(live_root / "current.txt")
+        os.symlink("v2.txt", live_root / "current.txt")
+        assert wait_for(lambda: c.get("/files/current.txt").body == b"two", timeout=2)

@@ -160,7 +160,7 @@ def test_descriptors_return_to_baseline_in_the_worker(spawn) -> None:
         return len(os.listdir(f"/proc/{pid}/fd"))
 
     with Client(server.port) as c:
-        c.get(batch_target(["a.txt"]))
+        c.get(batch_target(["big.bin", "mid.bin", "a.txt", "b.bin"]))  # now in the open-file cache
     time.sleep(0.2)
     baseline = fds()
     for i in range(40):

@@ -29,6 +29,7 @@ import hashlib
 import hmac
 import os
 import struct
+from functools import lru_cache
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -64,21 +65,25 @@ def batch_identity(key: bytes, files: Iterable[OpenFile], boundary: str | None =
     """
     h = hashlib.blake2b(digest_size=32, key=key, person=b"axon-batch-id")
     h.update(_VERSION)
-    _field(h, (boundary or "").encode("ascii"))
-    for f in files:
-        _field(h, f.path.encode("utf-8", "surrogateescape"))
-        _field(h, f.content_type.encode("utf-8"))
-        h.update(struct.pack(">QQQQQ", f.size, f.mtime_ns & (2**64 - 1), f.ctime_ns & (2**64 - 1), f.inode,
-                             f.device & (2**64 - 1)))
+    h.update(_field((boundary or "").encode("ascii")))
+    h.update(b"".join([
+        _record(f.path, f.content_type, f.size, f.mtime_ns, f.ctime_ns, f.inode, f.device) for f in files
+    ]))
     digest = h.hexdigest()
     # Two halves: the tag a client sees says nothing about the boundary, and the reverse.
     return BatchIdentity(f'"{digest[:32]}"', boundary or digest[32:])
 
 
-def _field(h: "hashlib._Hash", data: bytes) -> None:
+@lru_cache(maxsize=4096)
+def _record(path: str, content_type: str, size: int, mtime_ns: int, ctime_ns: int, inode: int, device: int) -> bytes:
+    """What one file adds to the digest; cached, since a hot file's record rarely changes."""
+    stat = struct.pack(">QQQQQ", size, mtime_ns & (2**64 - 1), ctime_ns & (2**64 - 1), inode, device & (2**64 - 1))
+    return _field(path.encode("utf-8", "surrogateescape")) + _field(content_type.encode("utf-8")) + stat
+
+
+def _field(data: bytes) -> bytes:
     # Length-prefixed, so that no two different path lists hash the same bytes.
-    h.update(struct.pack(">I", len(data)))
-    h.update(data)
+    return struct.pack(">I", len(data)) + data
 
 
 def _machine_id() -> bytes:

@@ -69,6 +69,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="seconds in-flight responses get to finish on SIGTERM/SIGINT (AXON_GRACEFUL_TIMEOUT; default 30)")
     p.add_argument("--max-connections", type=int, default=_env("AXON_MAX_CONNECTIONS", 10000),
                    help="open connections per worker; more get 503 (AXON_MAX_CONNECTIONS; default 10000)")
+    p.add_argument("--file-cache", type=int, default=_env("AXON_FILE_CACHE", 1024), metavar="N",
+                   help="open files each worker keeps for reuse; edits, deletions and renames over a file are "
+                        "seen at once, other changes to what a path names within 1 s (AXON_FILE_CACHE; "
+                        "default 1024; 0: open every file for every request)")
     p.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=_env_bool("AXON_METRICS"),
                    help="Prometheus metrics at GET /metrics, summed over the workers (AXON_METRICS; the workers "
                         "keep their counts in AXON_METRICS_DIR, default a fresh temporary directory)")
@@ -127,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             graceful_timeout=args.graceful_timeout,
             max_connections=args.max_connections,
+            file_cache=args.file_cache,
             certfile=args.certfile,
             keyfile=args.keyfile,
         )

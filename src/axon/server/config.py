@@ -35,12 +35,19 @@ class ServerConfig:
     #: slices go out with ``sendfile``; without it each write is ``Limits.chunk_size``. It is
     #: also what one slow reader may hold in user space, so it stays small.
     write_chunk: int = 64 * 1024
+    #: Open files each worker keeps for reuse (axon.file_cache: a hit is one ``fstat``; edits,
+    #: deletions and renames over a file are seen at once, other changes of what a path names
+    #: within ``file_cache_valid`` seconds). 0 opens every file for every request.
+    file_cache: int = 1024
+    file_cache_valid: float = 1.0
 
     def __post_init__(self) -> None:
         if self.workers < 0:
             raise ValueError("workers must be 0 or more")
         if (self.certfile is None) != (self.keyfile is None):
             raise ValueError("TLS needs both --certfile and --keyfile")
+        if self.file_cache < 0 or self.file_cache_valid < 0:
+            raise ValueError("file_cache and file_cache_valid must not be negative")
         if self.max_connections < 1 or self.graceful_timeout < 0:
             raise ValueError("max_connections must be positive and graceful_timeout not negative")
 

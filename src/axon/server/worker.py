@@ -21,6 +21,7 @@ from typing import Any
 
 from ..app import App, Request
 from ..errors import ServiceUnavailable
+from ..files import FileStore
 from ..response import error_response
 from .config import ServerConfig
 from .loops import new_event_loop
@@ -43,6 +44,11 @@ class Worker:
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.parent_pid = parent_pid
         self._match = getattr(app, "match", None)
+        # This server reads files only by offset, so requests may share descriptors.
+        store = getattr(app, "store", None)
+        self._cached_store = store if config.file_cache and isinstance(store, FileStore) else None
+        if self._cached_store is not None:
+            self._cached_store.enable_cache(config.file_cache, config.file_cache_valid)
         self._server: asyncio.AbstractServer | None = None
         self._stop: asyncio.Future | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -117,6 +123,8 @@ class Worker:
         executor = getattr(self.app, "_executor", None)
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
+        if self._cached_store is not None:
+            self._cached_store.enable_cache(0)  # close what no response holds any more
 
     def _refresh_date(self) -> None:
         now = time.time()

@@ -1,0 +1,131 @@
+"""An open-file cache for :class:`~axon.files.FileStore`: resolve a path once, share its descriptor.
+
+A miss costs what an uncached open costs (normalise, ``openat2``, ``fstat``, later ``close``); a
+hit costs one ``fstat`` of the cached descriptor, so the size, times and identity a response
+declares are always the file's own, now. nginx's ``open_file_cache`` is the model; what differs
+is that nginx trusts its cached stat for ``open_file_cache_valid`` (60 s by default), while here
+only the path-to-file resolution is trusted, and only for ``valid`` seconds (default 1).
+
+When a change on disk is seen:
+
+* a file written, truncated, appended to or touched in place: at once (the ``fstat`` of every use);
+* a file deleted, or replaced by a rename over it (the usual atomic deploy): at once. The cached
+  inode has no name left (``st_nlink`` 0), so the path is resolved again;
+* anything else that changes which file a path names (a symlink or directory re-pointed, a file
+  replaced while another hard link keeps the old one alive) or whether it may be opened (its
+  permissions): within ``valid`` seconds, after which the path is resolved again.
+
+A cached descriptor never reaches outside the root: it was opened under the store's rules, and a
+stale one can only name a file that was inside the root when it was opened.
+
+Descriptors are shared by reference count: an entry evicted (least recently used beyond ``size``
+entries) or gone stale while responses still read it is closed when the last of them is done.
+Shared descriptors must be read with explicit offsets only (``pread``, ``sendfile``), never
+through the file position, which is why only Axon's own server turns the cache on: WSGI's
+``file_wrapper`` and ASGI's ``zerocopysend`` hand the descriptor to code that may use it.
+Thread-safe: blocking handlers open files from the App's thread pool.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .files import OpenFile
+
+
+class CachedDescriptor:
+    """One cached open file: its descriptor, and how many ``OpenFile`` views still use it."""
+
+    __slots__ = ("fd", "name", "content_type", "expires", "refs", "dropped", "_cache")
+
+    def __init__(self, cache: FileCache, fd: int, name: str, content_type: str, expires: float) -> None:
+        self.fd = fd
+        self.name = name
+        self.content_type = content_type
+        self.expires = expires
+        self.refs = 1
+        self.dropped = False
+        self._cache = cache
+
+    def release(self) -> None:
+        """One user is done; the last one closes a descriptor that left the cache."""
+        with self._cache._lock:
+            self.refs -= 1
+            last = self.refs == 0 and self.dropped
+        if last:
+            os.close(self.fd)
+
+
+class FileCache:
+    """Requested path -> :class:`CachedDescriptor`, at most ``size`` of them, trusted ``valid`` seconds."""
+
+    def __init__(self, size: int = 1024, valid: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if size < 1 or valid < 0:
+            raise ValueError("a file cache needs a size of at least 1 and a validity of 0 s or more")
+        self.size = size
+        self.valid = valid
+        self._clock = clock
+        self._entries: OrderedDict[str, CachedDescriptor] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def acquire(self, requested: str, view: Callable[[CachedDescriptor, str, os.stat_result], OpenFile]) -> OpenFile | None:
+        """``view(entry, requested, stat)`` of the cached file, or None: not cached, stale, or
+        no longer linked. The key is the path exactly as requested: it passed the store's
+        checks when the entry was made, and those checks depend on nothing else."""
+        with self._lock:
+            entry = self._entries.get(requested)
+            if entry is None:
+                return None
+            if self._clock() >= entry.expires:
+                self._drop(requested, entry)
+                return None
+            entry.refs += 1
+            self._entries.move_to_end(requested)
+        try:
+            st = os.fstat(entry.fd)
+        except OSError:
+            st = None
+        if st is None or st.st_nlink == 0:  # deleted, or renamed over: resolve the path again
+            with self._lock:
+                if self._entries.get(requested) is entry:
+                    self._drop(requested, entry)
+            entry.release()
+            return None
+        return view(entry, requested, st)
+
+    def add(self, requested: str, fd: int, name: str, content_type: str) -> CachedDescriptor:
+        """Cache the descriptor just opened for ``requested``; the caller holds one reference."""
+        entry = CachedDescriptor(self, fd, name, content_type, self._clock() + self.valid)
+        with self._lock:
+            old = self._entries.pop(requested, None)
+            if old is not None:  # another thread resolved the same path meanwhile
+                self._drop(requested, old, popped=True)
+            self._entries[requested] = entry
+            while len(self._entries) > self.size:
+                key, oldest = self._entries.popitem(last=False)
+                self._drop(key, oldest, popped=True)
+        return entry
+
+    def clear(self) -> None:
+        """Forget every entry; descriptors still in use close when their last user is done."""
+        with self._lock:
+            while self._entries:
+                key, entry = self._entries.popitem(last=False)
+                self._drop(key, entry, popped=True)
+
+    def _drop(self, key: str, entry: CachedDescriptor, *, popped: bool = False) -> None:
+        # Called with the lock held.
+        if not popped:
+            del self._entries[key]
+        entry.dropped = True
+        if entry.refs == 0:
+            os.close(entry.fd)

@@ -1,0 +1,213 @@
+"""The open-file cache (axon.file_cache) behind FileStore.open: shared descriptors, and exactly
+when a change on disk is seen. Real files, real descriptors; no clock is faked (the validity
+window is made short instead).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from axon.errors import HTTPError
+from axon.files import FileStore
+
+VALID = 0.2  # seconds a path's resolution is trusted in these tests
+
+
+def fd_targets() -> list[str]:
+    out = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            out.append(os.readlink(f"/proc/self/fd/{name}"))
+        except OSError:
+            pass
+    return out
+
+
+def read(f) -> bytes:
+    return os.pread(f.fd, f.size + 1, 0)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    root = Path(os.path.realpath(tmp_path)) / "root"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.txt").write_bytes(b"version 1\n")
+    (root / "b.txt").write_bytes(b"B")
+    (root / "c.txt").write_bytes(b"C")
+    (root / "sub" / "x.txt").write_bytes(b"X")
+    (root / "sub" / "y.txt").write_bytes(b"Y")
+    (root / ".hidden").write_bytes(b"H")
+    (tmp_path / "outside.txt").write_bytes(b"SECRET")
+    return root
+
+
+@pytest.fixture
+def store(root: Path):
+    store = FileStore(root)
+    store.enable_cache(size=64, valid=VALID)
+    yield store
+    store.enable_cache(0)
+
+
+def test_a_hit_shares_the_descriptor_and_closing_keeps_it_open(store) -> None:
+    first = store.open("a.txt")
+    fd = first.fd
+    first.close()
+    first.close()  # a second close gives nothing back twice
+    os.fstat(fd)  # still open: the cache holds it
+    second = store.open("a.txt")
+    assert second.fd == fd and read(second) == b"version 1\n"
+    third = store.open("a.txt")
+    assert third.fd == fd  # two users at once
+    second.close()
+    third.close()
+    os.fstat(fd)
+
+
+def test_disabling_the_cache_closes_idle_descriptors(store) -> None:
+    f = store.open("a.txt")
+    fd = f.fd
+    f.close()
+    store.enable_cache(0)
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+def test_in_place_edits_are_seen_at_once(store, root) -> None:
+    f = store.open("a.txt")
+    before = (f.size, f.mtime_ns, f.ctime_ns)
+    f.close()
+    (root / "a.txt").write_bytes(b"version two, longer\n")  # same inode, rewritten
+    g = store.open("a.txt")
+    assert read(g) == b"version two, longer\n" and g.size == 20
+    assert (g.size, g.mtime_ns, g.ctime_ns) != before
+    g.close()
+    os.truncate(root / "a.txt", 3)
+    h = store.open("a.txt")
+    assert h.size == 3 and read(h) == b"ver"
+    h.close()
+
+
+def test_a_rename_over_the_file_is_seen_at_once(store, root) -> None:
+    old = store.open("a.txt")  # a response still streaming the old file
+    (root / "a.new").write_bytes(b"replaced")
+    os.replace(root / "a.new", root / "a.txt")
+    new = store.open("a.txt")
+    assert read(new) == b"replaced" and new.inode != old.inode and new.fd != old.fd
+    assert read(old) == b"version 1\n"  # the old reader keeps its bytes
+    assert f"{root}/a.txt (deleted)" in fd_targets()
+    old.close()  # the last user of the replaced file: its descriptor is closed now
+    assert f"{root}/a.txt (deleted)" not in fd_targets()
+    new.close()
+
+
+def test_a_deleted_file_is_404_at_once(store, root) -> None:
+    store.open("a.txt").close()
+    os.remove(root / "a.txt")
+    with pytest.raises(HTTPError) as err:
+        store.open("a.txt")
+    assert err.value.status == 404
+    assert all("a.txt" not in t for t in fd_targets())  # the cached descriptor was dropped
+
+
+def test_failures_are_not_cached(store, root) -> None:
+    with pytest.raises(HTTPError) as err:
+        store.open("new.txt")
+    assert err.value.status == 404
+    (root / "new.txt").write_bytes(b"N")
+    f = store.open("new.txt")
+    assert read(f) == b"N"
+    f.close()
+    for bad in (".hidden", "../outside.txt", "/etc/passwd", "sub"):
+        for _ in range(2):
+            with pytest.raises(HTTPError):
+                store.open(bad)
+
+
+def test_a_repointed_symlink_is_seen_after_the_validity_window(store, root) -> None:
+    os.symlink("sub/x.txt", root / "link")
+    f = store.open("link")
+    assert read(f) == b"X"
+    f.close()
+    os.remove(root / "link")
+    os.symlink("sub/y.txt", root / "link")
+    g = store.open("link")
+    assert read(g) == b"X"  # the documented window: which file a path names is trusted VALID s
+    g.close()
+    time.sleep(VALID * 1.5)
+    h = store.open("link")
+    assert read(h) == b"Y"
+    h.close()
+
+
+def test_a_symlink_swapped_to_leave_the_root_never_opens_outside(store, root, tmp_path) -> None:
+    os.symlink("sub/x.txt", root / "link")
+    store.open("link").close()
+    os.remove(root / "link")
+    os.symlink(tmp_path / "outside.txt", root / "link")
+    within = store.open("link")
+    assert read(within) == b"X"  # the file it named when it was resolved, inside the root
+    within.close()
+    time.sleep(VALID * 1.5)
+    with pytest.raises(HTTPError) as err:
+        store.open("link")
+    assert err.value.status == 403
+    assert all("outside.txt" not in t for t in fd_targets())
+
+
+def test_the_least_recently_used_entry_is_evicted_and_closed_when_idle(root) -> None:
+    store = FileStore(root)
+    store.enable_cache(size=2, valid=60)
+    a = store.open("a.txt")  # held: evicted later, closed only when released
+    store.open("b.txt").close()
+    store.open("b.txt").close()  # b is now more recent than a
+    c = store.open("c.txt")  # evicts a (least recently used)
+    assert len(store._cache) == 2
+    assert read(a) == b"version 1\n"  # still readable by its user
+
+    def cached() -> list[str]:
+        return sorted(t.rsplit("/", 1)[-1] for t in fd_targets() if t.startswith(f"{root}/"))
+
+    assert cached() == ["a.txt", "b.txt", "c.txt"]
+    a.close()
+    assert cached() == ["b.txt", "c.txt"]
+    store.open("sub/x.txt").close()  # evicts b, idle: closed at once
+    assert cached() == ["c.txt", "x.txt"]
+    c.close()
+    store.enable_cache(0)
+
+
+def test_threads_sharing_the_cache_leak_nothing(root) -> None:
+    store = FileStore(root)
+    store.enable_cache(size=3, valid=0.01)  # constant eviction and expiry
+    paths = ["a.txt", "b.txt", "c.txt", "sub/x.txt", "sub/y.txt"]
+    expected = {p: (root / p).read_bytes() for p in paths}
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        try:
+            for i in range(2000):
+                p = paths[(seed + i) % len(paths)]
+                f = store.open(p)
+                try:
+                    assert read(f) == expected[p]
+                finally:
+                    f.close()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    open_files = [t for t in fd_targets() if t.startswith(str(root)) and t.endswith(".txt")]
+    assert len(open_files) == len(store._cache) <= 3
+    store.enable_cache(0)
+    assert not [t for t in fd_targets() if t.startswith(str(root)) and t.endswith(".txt")]
