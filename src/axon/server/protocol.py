@@ -83,6 +83,7 @@ class HTTPProtocol(asyncio.Protocol):
         self.parser = HttpRequestParser(self)
         self._runs_inline = worker.runs_inline
         self.transport: Any = None
+        self.sock: Any = None  # the transport's socket, for TCP_CORK (fetched once: it costs a syscall)
         self.sock_fd = -1
         self._wfd = -1
         self.lost = False
@@ -129,7 +130,7 @@ class HTTPProtocol(asyncio.Protocol):
             # Pause on anything unsent: see send.py. TLS keeps the default marks.
             transport.set_write_buffer_limits(0, 0)  # type: ignore[attr-defined]
             if worker.use_sendfile:
-                sock = transport.get_extra_info("socket")
+                sock = self.sock = transport.get_extra_info("socket")
                 if sock is not None:
                     self.sock_fd = sock.fileno()
                     self.write_chunk = worker.config.write_chunk
@@ -398,29 +399,36 @@ class HTTPProtocol(asyncio.Protocol):
             self.transport.resume_reading()
 
     def _run(self, item: Request | HTTPError, keep_alive: bool, http11: bool) -> None:
-        """Answer one request. A plain handler runs here, and a response that fits the socket
-        is written here: no task, no trip around the loop. Whatever must wait becomes a task."""
+        """Answer one request. A plain handler that never blocks runs here, and a response that
+        fits the socket is written here: no coroutine, no task, no trip around the loop.
+        Whatever must wait (an async or blocking handler, a full socket) becomes a task."""
         self.phase = BUSY
         self.deadline = None
         if isinstance(item, HTTPError):
             self._answer(error_response(item), False, keep_alive, http11)
         elif self._runs_inline(item):
-            coro = self.app.handle_async(item)
             try:
-                awaited = coro.send(None)
-            except StopIteration as stop:
-                self._answer(stop.value, item.method == "HEAD", keep_alive, http11)
-            except BaseException as exc:  # noqa: BLE001 - handle_async answers errors itself
+                response = self.app.handle(item)
+            except BaseException as exc:  # noqa: BLE001 - handle answers errors itself: a bug
                 self._crashed(exc)
-            else:  # a blocking handler went to the thread pool: finish in a task
-                self._start(self._cycle(_Resume(coro, awaited), item, keep_alive, http11))
-        else:  # an async handler: always inside a task, as asyncio code expects
+            else:
+                self._answer(response, item.method == "HEAD", keep_alive, http11)
+        else:
             self._start(self._cycle(self.app.handle_async(item), item, keep_alive, http11))
 
     def _answer(self, response: Response, head_only: bool, keep_alive: bool, http11: bool) -> None:
         if self._shutting_down:
             keep_alive = False
-        if send_simple(self, response, keep_alive, http11):
+        try:
+            written = send_simple(self, response, keep_alive, http11)
+        except OSError as exc:  # FileChanged, or reading a file failed (EIO): nothing was sent
+            log.warning("aborting a response: %s", exc)
+            _close_quietly(response)
+            self._abort()
+            return
+        if written:
+            if response.files:
+                _close_quietly(response)
             self._finished(keep_alive)
             return
         coro = self._respond(response, head_only, keep_alive, http11)

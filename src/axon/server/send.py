@@ -73,10 +73,14 @@ class BodyLengthMismatch(Exception):
 
 
 def send_simple(conn: HTTPProtocol, response: Response, keep_alive: bool, http11: bool) -> bool:
-    """Write a response of at most one bytes segment (health, errors, JSON) in one write and
-    return True; False (nothing written) for anything else, or when the socket is not free."""
+    """Write a response that fits one write (health, errors, JSON, a small file or batch: at
+    most ``write_chunk`` bytes, no slice big enough for ``sendfile``) in one ``write`` and
+    return True. False, with nothing written, for anything else or when the socket is not free.
+    Raises ``FileChanged`` (nothing written) if a file turns out shorter than planned."""
+    if response.stream is not None or conn.write_paused:
+        return False
     body = response.body
-    if response.stream is not None or conn.write_paused or response.files or len(body) > 1:
+    if body and response.length > conn.write_chunk:  # type: ignore[operator]
         return False
     tail = conn.worker.date_line
     if not keep_alive:
@@ -89,10 +93,18 @@ def send_simple(conn: HTTPProtocol, response: Response, keep_alive: bool, http11
         return False  # the slow path says why, and answers 500
     if not body:
         conn.transport.write(head)
-    elif type(body[0]) is bytes:
+    elif len(body) == 1 and type(body[0]) is bytes:
         conn.transport.write(head + body[0])  # type: ignore[operator]
     else:
-        return False
+        out = [head]
+        for seg in body:
+            if type(seg) is bytes:
+                out.append(seg)
+            elif seg.count >= conn.sendfile_min and conn.sock_fd >= 0:
+                return False  # zero-copy pays for itself at this size
+            else:
+                out.append(read_slice(*seg))
+        conn.transport.write(b"".join(out))
     return True
 
 
@@ -187,7 +199,7 @@ def _cork(conn: HTTPProtocol, on: bool) -> bool:
     if conn.lost or conn.transport.is_closing():
         return False
     try:
-        conn.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 1 if on else 0)
+        conn.sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 1 if on else 0)
     except (OSError, AttributeError):
         return False
     return True

@@ -43,7 +43,7 @@ class Worker:
         self.connections: set[HTTPProtocol] = set()
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.parent_pid = parent_pid
-        self._match = getattr(app, "match", None)
+        self._match = getattr(app, "match", None) if hasattr(app, "handle") else None
         # This server reads files only by offset, so requests may share descriptors.
         store = getattr(app, "store", None)
         self._cached_store = store if config.file_cache and isinstance(store, FileStore) else None
@@ -61,8 +61,10 @@ class Worker:
         self.full_response = encode_head(full.status, full.reason, full.headers, CLOSE) + b"".join(full.body)  # type: ignore[arg-type]
 
     def runs_inline(self, request: Request) -> bool:
-        """Whether ``app.handle_async`` can be stepped outside a task: not for an async handler,
-        which may rely on ``asyncio.current_task()`` (``asyncio.timeout`` does)."""
+        """Whether ``app.handle`` may answer ``request`` right here, synchronously: its handler
+        is a plain function that never blocks (Axon's own endpoints), or there is none (the
+        answer is an error). Async handlers run in a task, as asyncio code expects
+        (``asyncio.timeout`` needs ``current_task()``); blocking ones in the App's thread pool."""
         match = self._match
         if match is None:
             return False
@@ -70,7 +72,7 @@ class Worker:
             route, _ = match(request.method, request.path)
         except Exception:  # noqa: BLE001 - an error response, built without awaiting anything
             return True
-        return not route.is_async
+        return not route.is_async and not route.blocking
 
     async def serve(self, sock: socket.socket, ready: threading.Event | None = None) -> None:
         """Serve on ``sock`` until :meth:`stop`; then shut down gracefully."""
