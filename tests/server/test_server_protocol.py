@@ -246,3 +246,26 @@ def test_nothing_is_parsed_after_a_refusal(harness) -> None:
     h.feed(b"GET / HTTP/1.1\r\nBad Header\r\n\r\n", b"GET /api/health HTTP/1.1\r\n\r\n")
     assert [r.status for r in h.responses()] == [400]
     assert h.closed
+
+
+def test_a_small_response_longer_than_its_file_is_never_sent_short(harness, root) -> None:
+    """The one-write path reads every slice before writing: a file shorter than the response
+    claims (truncated after planning, or a handler's mistake) aborts the connection with
+    nothing sent, and the descriptors are given back."""
+    from axon.files import FileStore
+    from axon.sansio.segments import FileSlice
+
+    app = App(root)
+    store = FileStore(root)
+    opened = []
+
+    @app.route("/short", blocking=False)
+    def short(request: Request) -> Response:
+        f = store.open("a.txt")
+        opened.append(f)
+        return Response(200, [("Content-Type", "text/plain")], [b"head", FileSlice(f.fd, 0, f.size + 10)], files=[f])
+
+    h = harness(app)
+    h.feed(b"GET /short HTTP/1.1\r\n\r\n")
+    assert h.transport.aborted and bytes(h.transport.out) == b""
+    assert opened[0].fd == -1  # closed

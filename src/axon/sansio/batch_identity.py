@@ -63,8 +63,7 @@ def batch_identity(key: bytes, files: Iterable[OpenFile], boundary: str | None =
 
     A caller-chosen ``boundary`` is part of the bytes, so it is hashed in and returned as is.
     """
-    h = hashlib.blake2b(digest_size=32, key=key, person=b"axon-batch-id")
-    h.update(_VERSION)
+    h = _keyed(key).copy()
     h.update(_field((boundary or "").encode("ascii")))
     h.update(b"".join([
         _record(f.path, f.content_type, f.size, f.mtime_ns, f.ctime_ns, f.inode, f.device) for f in files
@@ -72,6 +71,14 @@ def batch_identity(key: bytes, files: Iterable[OpenFile], boundary: str | None =
     digest = h.hexdigest()
     # Two halves: the tag a client sees says nothing about the boundary, and the reverse.
     return BatchIdentity(f'"{digest[:32]}"', boundary or digest[32:])
+
+
+@lru_cache(maxsize=8)
+def _keyed(key: bytes) -> "hashlib._Hash":
+    """The digest state after the key and the version: copied per batch (keying costs more)."""
+    h = hashlib.blake2b(digest_size=32, key=key, person=b"axon-batch-id")
+    h.update(_VERSION)
+    return h
 
 
 @lru_cache(maxsize=4096)

@@ -21,7 +21,10 @@ Segment = Union[bytes, FileSlice]
 
 
 def body_length(segments: list[Segment]) -> int:
-    return sum(len(s) if isinstance(s, bytes) else s.count for s in segments)
+    total = 0
+    for s in segments:
+        total += len(s) if isinstance(s, bytes) else s.count
+    return total
 
 
 def slice_segments(segments: list[Segment], start: int, stop: int) -> list[Segment]:
