@@ -33,10 +33,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .files import OpenFile
 
 
 class CachedDescriptor:
@@ -77,11 +73,12 @@ class FileCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def acquire(self, requested: str, view: Callable[[CachedDescriptor, str, os.stat_result], OpenFile]) -> OpenFile | None:
-        """``view(entry, requested, stat)`` of the cached file, or None: not cached, stale, or
-        no longer linked. The key is the path exactly as requested: it passed the store's
-        checks when the entry was made, and those checks depend on nothing else."""
-        with self._lock:
+    def acquire(self, requested: str) -> tuple[CachedDescriptor, os.stat_result] | None:
+        """The cached descriptor for ``requested`` with one more user, and its ``fstat`` now; or
+        None: not cached, stale, or no longer linked. The key is the path exactly as requested:
+        it passed the store's checks when the entry was made, and they depend on nothing else."""
+        lock = self._lock
+        with lock:
             entry = self._entries.get(requested)
             if entry is None:
                 return None
@@ -95,12 +92,12 @@ class FileCache:
         except OSError:
             st = None
         if st is None or st.st_nlink == 0:  # deleted, or renamed over: resolve the path again
-            with self._lock:
+            with lock:
                 if self._entries.get(requested) is entry:
                     self._drop(requested, entry)
             entry.release()
             return None
-        return view(entry, requested, st)
+        return entry, st
 
     def add(self, requested: str, fd: int, name: str, content_type: str) -> CachedDescriptor:
         """Cache the descriptor just opened for ``requested``; the caller holds one reference."""

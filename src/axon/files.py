@@ -199,9 +199,13 @@ class FileStore:
         cache = self._cache
         if cache is None:
             return self._open(requested)
-        found = cache.acquire(requested, _shared_view)
+        found = cache.acquire(requested)
         if found is not None:
-            return found
+            entry, st = found
+            return OpenFile(
+                entry.fd, requested, entry.name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev,
+                entry.content_type, st.st_ctime_ns, entry,
+            )
         f = self._open(requested)
         f._shared = cache.add(requested, f.fd, f.name, f.content_type)
         return f
@@ -316,14 +320,6 @@ class FileStore:
             os.close(fd)
             fd = nxt
         return fd
-
-
-def _shared_view(entry: CachedDescriptor, requested: str, st: os.stat_result) -> OpenFile:
-    """An OpenFile on a cached descriptor, with the stat just taken."""
-    return OpenFile(
-        entry.fd, requested, entry.name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, entry.content_type,
-        st.st_ctime_ns, entry,
-    )
 
 
 def _readlink(part: str, dir_fd: int) -> str | None:

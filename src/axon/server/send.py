@@ -150,6 +150,7 @@ async def _send_segments(conn: HTTPProtocol, head: bytes, body: list) -> None:
     transport = conn.transport
     chunk = conn.write_chunk
     big = conn.sendfile_min if conn.sock_fd >= 0 else -1
+    pread = os.pread
     out: list = [head]
     size = len(head)
     corked = False
@@ -172,8 +173,11 @@ async def _send_segments(conn: HTTPProtocol, head: bytes, body: list) -> None:
                     await _sendfile(conn, fd, offset, count)
                     continue
                 while count:
-                    take = min(chunk, count)
-                    out.append(read_slice(fd, offset, take))
+                    take = chunk if count > chunk else count
+                    data = pread(fd, take, offset)
+                    if len(data) != take:  # end of file early: read_slice retries, or raises
+                        data = read_slice(fd, offset, take)
+                    out.append(data)
                     size += take
                     offset += take
                     count -= take
