@@ -112,7 +112,7 @@ def test_a_deleted_file_is_404_at_once(store, root) -> None:
     with pytest.raises(HTTPError) as err:
         store.open("a.txt")
     assert err.value.status == 404
-    assert all("a.txt" not in t for t in fd_targets())  # the cached descriptor was dropped
+    assert not [t for t in fd_targets() if t.startswith(f"{root}/a.txt")]  # the cached descriptor was dropped
 
 
 def test_failures_are_not_cached(store, root) -> None:
@@ -157,7 +157,7 @@ def test_a_symlink_swapped_to_leave_the_root_never_opens_outside(store, root, tm
     with pytest.raises(HTTPError) as err:
         store.open("link")
     assert err.value.status == 403
-    assert all("outside.txt" not in t for t in fd_targets())
+    assert os.path.realpath(tmp_path / "outside.txt") not in fd_targets()
 
 
 def test_the_least_recently_used_entry_is_evicted_and_closed_when_idle(root) -> None:
