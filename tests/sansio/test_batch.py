@@ -364,6 +364,16 @@ def test_identity_is_stable_and_names_the_bytes(root, store, render, parse_multi
     assert h3["ETag"] != h1["ETag"] and h3["Content-Type"] != h1["Content-Type"]
 
 
+def test_a_repeated_batch_reuses_its_framing_byte_for_byte(store, render, monkeypatch):
+    from axon.sansio import batch
+
+    cached_headers, cached_body = _whole(store, render)
+    _whole(store, render)  # a hit
+    monkeypatch.setattr(batch, "LAYOUT_CACHE_FILES", 0)  # framed anew, as batches of many files are
+    fresh_headers, fresh_body = _whole(store, render)
+    assert (cached_headers, cached_body) == (fresh_headers, fresh_body)
+
+
 def test_no_key_no_identity(store):
     r = plan_batch(store, BATCH, LIMITS, headers={"range": "bytes=0-9"})
     r.close()

@@ -63,11 +63,21 @@ def batch_identity(key: bytes, files: Iterable[OpenFile], boundary: str | None =
 
     A caller-chosen ``boundary`` is part of the bytes, so it is hashed in and returned as is.
     """
+    return identity_of(key, [file_signature(f) for f in files], boundary)
+
+
+def file_signature(f: OpenFile) -> tuple[str, str, int, int, int, int, int]:
+    """What a file contributes to a batch's identity: its path as requested, content type, size,
+    mtime, ctime, inode and device."""
+    return (f.path, f.content_type, f.size, f.mtime_ns, f.ctime_ns, f.inode, f.device)
+
+
+def identity_of(key: bytes, signatures: Iterable[tuple[str, str, int, int, int, int, int]],
+                boundary: str | None = None) -> BatchIdentity:
+    """:func:`batch_identity` from the files' :func:`file_signature` s."""
     h = _keyed(key).copy()
     h.update(_field((boundary or "").encode("ascii")))
-    h.update(b"".join([
-        _record(f.path, f.content_type, f.size, f.mtime_ns, f.ctime_ns, f.inode, f.device) for f in files
-    ]))
+    h.update(b"".join([_record(*signature) for signature in signatures]))
     digest = h.hexdigest()
     # Two halves: the tag a client sees says nothing about the boundary, and the reverse.
     return BatchIdentity(f'"{digest[:32]}"', boundary or digest[32:])
