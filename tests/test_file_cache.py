@@ -211,3 +211,48 @@ def test_threads_sharing_the_cache_leak_nothing(root) -> None:
     assert len(open_files) == len(store._cache) <= 3
     store.enable_cache(0)
     assert not [t for t in fd_targets() if t.startswith(str(root)) and t.endswith(".txt")]
+
+
+# -- small files: their bytes kept too -------------------------------------------------------------
+
+
+@pytest.fixture
+def settled(monkeypatch):
+    """Treat every file as settled (its last change long enough ago to trust its stat)."""
+    from axon import file_cache
+
+    monkeypatch.setattr(file_cache, "SETTLED_NS", -(10**18))
+
+
+def test_a_small_settled_file_is_served_from_memory(store, root, settled) -> None:
+    store.open("a.txt").close()  # the miss opens it
+    first = store.open("a.txt")  # the first hit reads it
+    assert first.data == b"version 1\n" and first.segment(0, first.size) == b"version 1\n"
+    assert first.segment(2, 5) == b"rsi"
+    first.close()
+    os.truncate(root / "a.txt", 0)
+    os.truncate(root / "a.txt", 10)  # same size, new bytes (zeros), new ctime
+    second = store.open("a.txt")
+    assert second.data == b"\0" * 10
+    second.close()
+
+
+def test_a_rewrite_that_restores_size_and_mtime_is_still_seen(store, root, settled) -> None:
+    store.open("a.txt").close()
+    store.open("a.txt").close()  # cached bytes: "version 1\n"
+    st = os.stat(root / "a.txt")
+    with open(root / "a.txt", "r+b") as f:
+        f.write(b"VERSION 1\n")
+    os.utime(root / "a.txt", ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime put back; ctime moves on
+    f = store.open("a.txt")
+    assert f.data == b"VERSION 1\n" and os.pread(f.fd, 20, 0) == b"VERSION 1\n"
+    f.close()
+
+
+def test_recently_changed_and_large_files_are_read_by_offset(store, root) -> None:
+    (root / "big.bin").write_bytes(b"x" * (64 * 1024))
+    for name in ("a.txt", "big.bin"):  # a.txt was just written: its stat is not to be trusted yet
+        store.open(name).close()
+        f = store.open(name)
+        assert f.data is None and f.segment(0, f.size) == (f.fd, 0, f.size)
+        f.close()

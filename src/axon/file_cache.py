@@ -18,6 +18,10 @@ When a change on disk is seen:
 A cached descriptor never reaches outside the root: it was opened under the store's rules, and a
 stale one can only name a file that was inside the root when it was opened.
 
+A small file (up to ``SMALL_FILE``) keeps its bytes in the entry too, read once its last change
+is ``SETTLED_NS`` old and served while the ``fstat`` of each use still shows the size, mtime and
+ctime they were read under: a batch of small files is then framed from memory, with no read.
+
 Descriptors are shared by reference count: an entry evicted (least recently used beyond ``size``
 entries) or gone stale while responses still read it is closed when the last of them is done.
 Shared descriptors must be read with explicit offsets only (``pread``, ``sendfile``), never
@@ -35,10 +39,22 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 
-class CachedDescriptor:
-    """One cached open file: its descriptor, and how many ``OpenFile`` views still use it."""
+#: Files up to this size keep their bytes in the cache as well, so that a hit needs no read: a
+#: batch of small files is then framed from memory (at most this much per entry, 16 MiB for
+#: the default 1024 entries).
+SMALL_FILE = 16 * 1024
+#: ... once their last change is this old. Two writes within one tick of the filesystem's clock
+#: can leave the size, mtime and ctime as they were (git calls such an entry "racily clean"):
+#: bytes read from a file that settled this long are the bytes of every later request with the
+#: same stat, since any later write moves the ctime past them.
+SETTLED_NS = 2_000_000_000
 
-    __slots__ = ("fd", "name", "content_type", "expires", "refs", "dropped", "_cache")
+
+class CachedDescriptor:
+    """One cached open file: its descriptor, how many ``OpenFile`` views still use it, and for a
+    small file its bytes with the stat they were read under."""
+
+    __slots__ = ("fd", "name", "content_type", "expires", "refs", "dropped", "small", "_cache")
 
     def __init__(self, cache: FileCache, fd: int, name: str, content_type: str, expires: float) -> None:
         self.fd = fd
@@ -47,7 +63,26 @@ class CachedDescriptor:
         self.expires = expires
         self.refs = 1
         self.dropped = False
+        self.small: tuple[tuple[int, int, int], bytes] | None = None
         self._cache = cache
+
+    def content(self, st: os.stat_result) -> bytes | None:
+        """The file's bytes if it is small and settled, as of ``st`` (an ``fstat`` just taken);
+        else None, and the caller reads it at its own offsets."""
+        size = st.st_size
+        if size > SMALL_FILE:
+            return None
+        key = (size, st.st_mtime_ns, st.st_ctime_ns)
+        small = self.small
+        if small is not None and small[0] == key:
+            return small[1]
+        if time.time_ns() - st.st_ctime_ns < SETTLED_NS:
+            return None
+        data = os.pread(self.fd, size + 1, 0)
+        if len(data) != size:  # changed as we read: read by offset this time, cache next time
+            return None
+        self.small = (key, data)  # one assignment: a reader sees the old pair or the new one
+        return data
 
     def release(self) -> None:
         """One user is done; the last one closes a descriptor that left the cache."""

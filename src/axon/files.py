@@ -28,6 +28,7 @@ import sys
 
 from .errors import BadRequest, Forbidden, HTTPError, NotFound, ServiceUnavailable
 from .file_cache import CachedDescriptor, FileCache
+from .sansio.segments import FileSlice, Segment
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO that sits in the root must not hang the worker; it is refused after
@@ -74,7 +75,8 @@ class OpenFile:
     explicit offsets (``pread``, ``sendfile``): a shared descriptor's file position is shared too.
     """
 
-    __slots__ = ("fd", "path", "name", "size", "mtime_ns", "inode", "device", "content_type", "ctime_ns", "_shared")
+    __slots__ = ("fd", "path", "name", "size", "mtime_ns", "inode", "device", "content_type", "ctime_ns", "data",
+                 "_shared")
 
     def __init__(
         self,
@@ -88,6 +90,7 @@ class OpenFile:
         content_type: str,
         ctime_ns: int = 0,  # changes on every write and utime: what mtime alone cannot promise
         shared: CachedDescriptor | None = None,
+        data: bytes | None = None,  # the whole content, when the open-file cache holds it
     ) -> None:
         self.fd = fd
         self.path = path
@@ -98,10 +101,18 @@ class OpenFile:
         self.device = device
         self.content_type = content_type
         self.ctime_ns = ctime_ns
+        self.data = data
         self._shared = shared
 
     def __repr__(self) -> str:
         return f"OpenFile(fd={self.fd}, path={self.path!r}, size={self.size})"
+
+    def segment(self, start: int, stop: int) -> Segment:
+        """Bytes ``[start, stop)`` of the file as a body segment: from memory when the cache
+        holds the file, else a slice of the descriptor."""
+        if self.data is not None:
+            return self.data if start == 0 and stop == self.size else self.data[start:stop]
+        return FileSlice(self.fd, start, stop - start)
 
     def close(self) -> None:
         """Give the descriptor back; only the first call does anything."""
@@ -204,7 +215,7 @@ class FileStore:
             entry, st = found
             return OpenFile(
                 entry.fd, requested, entry.name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev,
-                entry.content_type, st.st_ctime_ns, entry,
+                entry.content_type, st.st_ctime_ns, entry, entry.content(st),
             )
         f = self._open(requested)
         f._shared = cache.add(requested, f.fd, f.name, f.content_type)

@@ -102,14 +102,14 @@ def plan_batch(
             )
         if key is None:
             boundary = boundary or new_boundary()
-            parts = [(file_part_headers(p, f.name, f.content_type), FileSlice(f.fd, 0, f.size)) for p, f in zip(paths, chosen)]
+            parts = [(file_part_headers(p, f.name, f.content_type), f.segment(0, f.size)) for p, f in zip(paths, chosen)]
             return Response(200, [("Content-Type", f"multipart/mixed; boundary={boundary}")], frame(boundary, parts), files=files)
         signatures = tuple([(*file_signature(f), f.name) for f in chosen])
         layout = _cached_layout if len(chosen) <= LAYOUT_CACHE_FILES else _layout
         etag, content_type, heads = layout(key, boundary, signatures)
         body: list[Segment] = [heads[0]]
         for f, head in zip(chosen, heads[1:]):
-            body.append(FileSlice(f.fd, 0, f.size))
+            body.append(f.segment(0, f.size))
             body.append(head)
         return _ranged(etag, ("Content-Type", content_type), body, headers or {}, limits, files)
     except BaseException:

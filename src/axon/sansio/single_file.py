@@ -9,7 +9,6 @@ from ..response import Response
 from .conditional import evaluate, http_date, if_range_allows
 from .multipart import frame, new_boundary
 from .ranges import content_range, parse_range
-from .segments import FileSlice
 
 
 def etag(f: OpenFile) -> str:
@@ -42,14 +41,14 @@ def _plan(f: OpenFile, method: str, headers: dict[str, str], limits: Limits) -> 
         spans = parse_range(range_header, f.size, limits.max_ranges)
     if spans is None:
         out.append(("Content-Type", f.content_type))
-        return Response(200, out, [FileSlice(f.fd, 0, f.size)], files=[f])
+        return Response(200, out, [f.segment(0, f.size)], files=[f])
     if len(spans) == 1:
         (start, stop) = spans[0]
         out += [("Content-Type", f.content_type), ("Content-Range", content_range(spans[0], f.size))]
-        return Response(206, out, [FileSlice(f.fd, start, stop - start)], files=[f])
+        return Response(206, out, [f.segment(start, stop)], files=[f])
     boundary = new_boundary()
     parts = [
-        (f"Content-Type: {f.content_type}\r\nContent-Range: {content_range(s, f.size)}\r\n", FileSlice(f.fd, s[0], s[1] - s[0]))
+        (f"Content-Type: {f.content_type}\r\nContent-Range: {content_range(s, f.size)}\r\n", f.segment(*s))
         for s in spans
     ]
     out.append(("Content-Type", f"multipart/byteranges; boundary={boundary}"))

@@ -73,15 +73,16 @@ class BodyLengthMismatch(Exception):
 
 
 def send_simple(conn: HTTPProtocol, response: Response, keep_alive: bool, http11: bool) -> bool:
-    """Write a response that fits one write (health, errors, JSON, a small file or batch: at
-    most ``write_chunk`` bytes, no slice big enough for ``sendfile``) in one ``write`` and
-    return True. False, with nothing written, for anything else or when the socket is not free.
-    Raises ``FileChanged`` (nothing written) if a file turns out shorter than planned."""
+    """Write a response that fits one write and return True: health, errors, JSON, a body
+    already in memory (small files the open-file cache holds), or up to ``write_chunk`` bytes
+    with small file slices read here. False, with nothing written, for anything else (a slice
+    for ``sendfile``, more to read than one chunk) or when the socket is not free. Raises
+    ``FileChanged`` (nothing written) if a file turns out shorter than planned."""
     if response.stream is not None or conn.write_paused:
         return False
     body = response.body
-    if body and response.length > conn.write_chunk:  # type: ignore[operator]
-        return False
+    if body and response.length > conn.write_chunk and any(type(seg) is not bytes for seg in body):  # type: ignore[operator]
+        return False  # file slices to read or sendfile: in bounded chunks, by send_response
     tail = conn.worker.date_line
     if not keep_alive:
         tail += CLOSE
@@ -104,7 +105,7 @@ def send_simple(conn: HTTPProtocol, response: Response, keep_alive: bool, http11
                 return False  # zero-copy pays for itself at this size
             else:
                 out.append(read_slice(*seg))
-        conn.transport.write(b"".join(out))
+        _write(conn.transport, out, response.length)  # type: ignore[arg-type]
     return True
 
 
