@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from collections import deque
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes
@@ -83,9 +84,8 @@ class HTTPProtocol(asyncio.Protocol):
         self.parser = HttpRequestParser(self)
         self._runs_inline = worker.runs_inline
         self.transport: Any = None
-        self.sock: Any = None  # the transport's socket, for TCP_CORK (fetched once: it costs a syscall)
         self.sock_fd = -1
-        self._wfd = -1
+        self._own_sock: socket.socket | None = None  # see own_socket()
         self.lost = False
         self.write_paused = False
         self.phase = IDLE
@@ -130,7 +130,7 @@ class HTTPProtocol(asyncio.Protocol):
             # Pause on anything unsent: see send.py. TLS keeps the default marks.
             transport.set_write_buffer_limits(0, 0)  # type: ignore[attr-defined]
             if worker.use_sendfile:
-                sock = self.sock = transport.get_extra_info("socket")
+                sock = transport.get_extra_info("socket")
                 if sock is not None:
                     self.sock_fd = sock.fileno()
                     self.write_chunk = worker.config.write_chunk
@@ -147,10 +147,10 @@ class HTTPProtocol(asyncio.Protocol):
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(ClientGone())
-        if self._wfd >= 0:
-            self.loop.remove_writer(self._wfd)
-            os.close(self._wfd)
-            self._wfd = -1
+        own, self._own_sock = self._own_sock, None
+        if own is not None:
+            self.loop.remove_writer(own.fileno())
+            own.close()
 
     def data_received(self, data: bytes) -> None:
         if self._dead:
@@ -184,26 +184,37 @@ class HTTPProtocol(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def own_socket(self) -> socket.socket | None:
+        """A socket object of our own on a duplicate of the connection's descriptor, made once
+        per connection and closed with it: for ``TCP_CORK`` (the transport's pseudo-socket
+        builds a socket object, and calls ``getsockname``, on every ``setsockopt``) and to watch
+        writability (transports refuse ``add_writer`` on their own descriptor). None if no
+        descriptor is left to duplicate."""
+        if self._own_sock is None and not self.lost:
+            try:
+                self._own_sock = socket.socket(fileno=os.dup(self.sock_fd))
+            except OSError:
+                return None
+        return self._own_sock
+
     async def writable(self) -> bool:
-        """Wait until the socket takes more (``sendfile`` met a full socket). The loop watches a
-        duplicate of the descriptor (transports refuse ``add_writer`` on their own), made once
-        per connection and closed with it. False if no descriptor is left to duplicate."""
+        """Wait until the socket takes more (``sendfile`` met a full socket). False if no
+        descriptor is left to watch it with."""
         if self.lost or self.transport.is_closing():
             raise ClientGone()
-        if self._wfd < 0:
-            try:
-                self._wfd = os.dup(self.sock_fd)
-            except OSError:
-                return False
+        own = self.own_socket()
+        if own is None:
+            return False
+        fd = own.fileno()
         waiter = self._waiter = self.loop.create_future()
-        self.loop.add_writer(self._wfd, _wake, waiter)
+        self.loop.add_writer(fd, _wake, waiter)
         self.phase = WRITE
         self.deadline = self.worker.write_deadline
         try:
             await waiter
         finally:
-            if self._wfd >= 0:
-                self.loop.remove_writer(self._wfd)
+            if self._own_sock is not None:
+                self.loop.remove_writer(fd)
             if self.phase == WRITE:
                 self.phase = BUSY
                 self.deadline = None

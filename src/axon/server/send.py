@@ -203,9 +203,12 @@ async def _send_segments(conn: HTTPProtocol, head: bytes, body: list) -> None:
 def _cork(conn: HTTPProtocol, on: bool) -> bool:
     if conn.lost or conn.transport.is_closing():
         return False
+    own = conn.own_socket()
+    if own is None:
+        return False
     try:
-        conn.sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 1 if on else 0)
-    except (OSError, AttributeError):
+        own.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 1 if on else 0)
+    except OSError:
         return False
     return True
 
