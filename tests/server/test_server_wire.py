@@ -62,3 +62,20 @@ def test_the_worker_keeps_its_date_current(serve) -> None:
 def test_chunk_head() -> None:
     assert chunk_head(255) == b"ff\r\n"
     assert chunk_head(1) == b"1\r\n"
+
+
+def test_encoded_header_blocks_are_reused_and_still_checked() -> None:
+    from axon.server.wire import UnsafeHeader, encode_head
+
+    first = encode_head(200, "OK", [("Content-Type", "text/plain"), ("Content-Length", "5")], b"T: t\r\n")
+    again = encode_head(200, "OK", [("Content-Type", "text/plain"), ("Content-Length", "5")], b"T: u\r\n")
+    assert first == b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nT: t\r\n\r\n"
+    assert again == first.replace(b"T: t", b"T: u")
+    # Values equal as keys but written differently are never confused.
+    assert b"X: 1\r\n" in encode_head(200, "OK", [("X", "1")], b"")
+    assert b"X: True\r\n" in encode_head(200, "OK", [("X", True)], b"")  # type: ignore[list-item]
+    assert b"X: 1.0\r\n" in encode_head(200, "OK", [("X", 1.0)], b"")  # type: ignore[list-item]
+    assert b"X: 1\r\n" in encode_head(200, "OK", [["X", "1"]], b"")  # type: ignore[list-item]
+    for _ in range(2):  # refused every time, not cached
+        with pytest.raises(UnsafeHeader):
+            encode_head(200, "OK", [("X", "a\r\nSet-Cookie: s=1")], b"")

@@ -49,12 +49,35 @@ def encode_head(status: int, reason: str, headers: list[tuple[str, str]], tail: 
     line = STATUS_LINES.get(status) or status_line(status, reason)
     if not headers:
         return line + tail + CRLF
+    try:
+        key = tuple(headers)
+        block = _BLOCKS.get(key)
+    except TypeError:  # a header given as a list: fine, just not cached
+        key, block = None, None
+    if block is None:
+        block = encode_headers(headers)
+        # Only text keys: 1, 1.0 and True are equal keys that encode differently.
+        if key is not None and all(type(name) is str and type(value) is str for name, value in key):
+            if len(_BLOCKS) >= _BLOCKS_MAX:
+                _BLOCKS.clear()
+            _BLOCKS[key] = block
+    return b"".join((line, block, tail, CRLF))
+
+
+#: Encoded header blocks by their headers: a server sends the same few again and again (health,
+#: a file's or a batch's validators and length, the usual errors). Checked once, when encoded.
+_BLOCKS: dict[tuple, bytes] = {}
+_BLOCKS_MAX = 1024
+
+
+def encode_headers(headers: list[tuple[str, str]]) -> bytes:
+    """``Name: value`` lines, each ended by CRLF; :class:`UnsafeHeader` for CR, LF or NUL."""
     text = "\r\n".join([f"{name}: {value}" for name, value in headers])
     # Every CR and LF must be one of the separators just added: none may come from a header.
     lines = len(headers) - 1
     if text.count("\n") != lines or text.count("\r") != lines or "\x00" in text:
         raise UnsafeHeader("a response header contains CR, LF or NUL")
-    return b"".join((line, text.encode("latin-1"), CRLF, tail, CRLF))
+    return text.encode("latin-1") + CRLF
 
 
 def chunk_head(size: int) -> bytes:
