@@ -256,3 +256,41 @@ def test_recently_changed_and_large_files_are_read_by_offset(store, root) -> Non
         f = store.open(name)
         assert f.data is None and f.segment(0, f.size) == (f.fd, 0, f.size)
         f.close()
+
+
+def test_prune_closes_what_is_past_its_validity(store, root) -> None:
+    held = store.open("b.txt")  # in use while pruned: closed when its user is done
+    store.open("a.txt").close()
+    os.remove(root / "a.txt")  # deleted, and nobody asks for it again
+    time.sleep(VALID * 1.5)
+    store.prune_cache()
+    assert len(store._cache) == 0
+    assert f"{root}/a.txt (deleted)" not in fd_targets()  # its space is given back
+    assert f"{root}/b.txt" in fd_targets() and read(held) == b"B"
+    held.close()
+    assert f"{root}/b.txt" not in fd_targets()
+
+
+def test_a_descriptor_closed_by_someone_else_is_forgotten_not_reused(store, root, caplog) -> None:
+    f = store.open("a.txt")
+    os.close(f.fd)  # a handler's mistake: the number may now go to any file
+    other = os.open(root / "b.txt", os.O_RDONLY)  # likely the same number
+    try:
+        g = store.open("a.txt")
+        assert read(g) == b"version 1\n" and g.fd != other
+        g.close()
+        f.close()  # the view's release must not close what is now someone else's
+        os.fstat(other)
+        assert "closed by someone else" in caplog.text
+    finally:
+        os.close(other)
+
+
+def test_long_paths_are_not_cached(store, root) -> None:
+    from axon.files import MAX_CACHED_PATH
+
+    long = "./" * MAX_CACHED_PATH + "a.txt"
+    f = store.open(long)
+    assert read(f) == b"version 1\n" and not f.shared
+    f.close()
+    assert len(store._cache) == 0

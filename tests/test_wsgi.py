@@ -108,3 +108,18 @@ def test_negative_content_length_is_400(files):
     env["CONTENT_LENGTH"] = "-5"  # read(-5) would read the whole stream, past any limit
     seen, body = call(create_app(files), env)
     assert seen["status"].startswith("400")
+
+
+def test_a_shared_descriptor_is_never_handed_to_file_wrapper(files):
+    # An App whose store shares descriptors (because Axon's own server serves it too, in this
+    # process) must not give one away: the server closes what file_wrapper gets.
+    app = create_app(files)
+    app.app.store.enable_cache()
+    try:
+        for _ in range(2):
+            seen, body = call(app, environ("/files/a.bin", **{"wsgi.file_wrapper": FileWrapper}))
+            assert not isinstance(body, FileWrapper)
+            assert b"".join(body) == (files / "a.bin").read_bytes()
+            body.close()
+    finally:
+        app.app.store.enable_cache(0)

@@ -32,11 +32,14 @@ Thread-safe: blocking handlers open files from the App's thread pool.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+
+log = logging.getLogger("axon")
 
 
 #: Files up to this size keep their bytes in the cache as well, so that a hit needs no read: a
@@ -54,10 +57,12 @@ class CachedDescriptor:
     """One cached open file: its descriptor, how many ``OpenFile`` views still use it, and for a
     small file its bytes with the stat they were read under."""
 
-    __slots__ = ("fd", "name", "content_type", "expires", "refs", "dropped", "small", "_cache")
+    __slots__ = ("fd", "identity", "name", "content_type", "expires", "refs", "dropped", "small", "_cache")
 
-    def __init__(self, cache: FileCache, fd: int, name: str, content_type: str, expires: float) -> None:
+    def __init__(self, cache: FileCache, fd: int, identity: tuple[int, int], name: str, content_type: str,
+                 expires: float) -> None:
         self.fd = fd
+        self.identity = identity  # (device, inode): what the descriptor must still name
         self.name = name
         self.content_type = content_type
         self.expires = expires
@@ -78,7 +83,10 @@ class CachedDescriptor:
             return small[1]
         if time.time_ns() - st.st_ctime_ns < SETTLED_NS:
             return None
-        data = os.pread(self.fd, size + 1, 0)
+        try:
+            data = os.pread(self.fd, size + 1, 0)
+        except OSError:  # EIO: read by offset later, where the error aborts the response
+            return None
         if len(data) != size:  # changed as we read: read by offset this time, cache next time
             return None
         self.small = (key, data)  # one assignment: a reader sees the old pair or the new one
@@ -88,7 +96,7 @@ class CachedDescriptor:
         """One user is done; the last one closes a descriptor that left the cache."""
         with self._cache._lock:
             self.refs -= 1
-            last = self.refs == 0 and self.dropped
+            last = self.refs == 0 and self.dropped and self.fd >= 0
         if last:
             os.close(self.fd)
 
@@ -126,7 +134,17 @@ class FileCache:
             st = os.fstat(entry.fd)
         except OSError:
             st = None
-        if st is None or st.st_nlink == 0:  # deleted, or renamed over: resolve the path again
+        if st is None or (st.st_dev, st.st_ino) != entry.identity:
+            # Someone closed our descriptor (a handler's os.close, a file object that owned
+            # it) and the number may now be another file's: forget it, never serve or close it.
+            log.warning("a cached file descriptor was closed by someone else: %s", requested)
+            with lock:
+                entry.fd = -1  # not ours any more: never to be closed by us
+                if self._entries.get(requested) is entry:
+                    self._drop(requested, entry)
+                entry.refs -= 1
+            return None
+        if st.st_nlink == 0:  # deleted, or renamed over: resolve the path again
             with lock:
                 if self._entries.get(requested) is entry:
                     self._drop(requested, entry)
@@ -134,9 +152,9 @@ class FileCache:
             return None
         return entry, st
 
-    def add(self, requested: str, fd: int, name: str, content_type: str) -> CachedDescriptor:
+    def add(self, requested: str, fd: int, identity: tuple[int, int], name: str, content_type: str) -> CachedDescriptor:
         """Cache the descriptor just opened for ``requested``; the caller holds one reference."""
-        entry = CachedDescriptor(self, fd, name, content_type, self._clock() + self.valid)
+        entry = CachedDescriptor(self, fd, identity, name, content_type, self._clock() + self.valid)
         with self._lock:
             old = self._entries.pop(requested, None)
             if old is not None:  # another thread resolved the same path meanwhile
@@ -146,6 +164,16 @@ class FileCache:
                 key, oldest = self._entries.popitem(last=False)
                 self._drop(key, oldest, popped=True)
         return entry
+
+    def prune(self) -> None:
+        """Forget the entries past their validity, so that a file deleted or replaced and never
+        asked for again is not held open (and its disk space kept) for long: the server calls
+        this once a second. An entry still in use closes when its last user is done."""
+        now = self._clock()
+        with self._lock:
+            stale = [(key, entry) for key, entry in self._entries.items() if now >= entry.expires]
+            for key, entry in stale:
+                self._drop(key, entry)
 
     def clear(self) -> None:
         """Forget every entry; descriptors still in use close when their last user is done."""
@@ -159,5 +187,5 @@ class FileCache:
         if not popped:
             del self._entries[key]
         entry.dropped = True
-        if entry.refs == 0:
+        if entry.refs == 0 and entry.fd >= 0:
             os.close(entry.fd)

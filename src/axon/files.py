@@ -35,6 +35,8 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # fstat like any other non-regular file.
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
 _MAX_SYMLINKS = 40  # as the kernel's own limit
+#: Longer requested paths are opened without the open-file cache: its keys stay small.
+MAX_CACHED_PATH = 1024
 
 
 class _OpenHow(ctypes.Structure):
@@ -106,6 +108,11 @@ class OpenFile:
 
     def __repr__(self) -> str:
         return f"OpenFile(fd={self.fd}, path={self.path!r}, size={self.size})"
+
+    @property
+    def shared(self) -> bool:
+        """Whether the descriptor is the open-file cache's: never close it or hand it over."""
+        return self._shared is not None
 
     def segment(self, start: int, stop: int) -> Segment:
         """Bytes ``[start, stop)`` of the file as a body segment: from memory when the cache
@@ -205,10 +212,15 @@ class FileStore:
             self._cache.clear()
         self._cache = FileCache(size, valid) if size > 0 else None
 
+    def prune_cache(self) -> None:
+        """Close what the open-file cache holds past its validity (see :mod:`axon.file_cache`)."""
+        if self._cache is not None:
+            self._cache.prune()
+
     def open(self, requested: str) -> OpenFile:
         """Open ``requested`` (already decoded once) as a regular file inside the root."""
         cache = self._cache
-        if cache is None:
+        if cache is None or len(requested) > MAX_CACHED_PATH:
             return self._open(requested)
         found = cache.acquire(requested)
         if found is not None:
@@ -218,7 +230,7 @@ class FileStore:
                 entry.content_type, st.st_ctime_ns, entry, entry.content(st),
             )
         f = self._open(requested)
-        f._shared = cache.add(requested, f.fd, f.name, f.content_type)
+        f._shared = cache.add(requested, f.fd, (f.device, f.inode), f.name, f.content_type)
         return f
 
     def _open(self, requested: str) -> OpenFile:

@@ -52,7 +52,7 @@ class WSGIApp:
         wrapper = environ.get("wsgi.file_wrapper")
         if wrapper is not None and len(body) == 1 and isinstance(body[0], FileSlice) and len(response.files) == 1:
             whole = response.files[0]
-            if body[0].offset == 0 and body[0].count == whole.size:
+            if body[0].offset == 0 and body[0].count == whole.size and not whole.shared:
                 # Hand the descriptor to the server as a file object that now owns it.
                 response.files = ()
                 return wrapper(_CheckedFile(whole.fd, whole.size), app.limits.chunk_size)

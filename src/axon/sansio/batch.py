@@ -23,7 +23,7 @@ from ..limits import Limits
 from ..response import Response
 from .batch_identity import file_signature, identity_of
 from .conditional import if_range_allows
-from .multipart import file_part_headers, frame, new_boundary
+from .multipart import CACHED_PATH_CHARS, file_part_headers, frame, new_boundary
 from .ranges import content_range, parse_range
 from .segments import FileSlice, Segment, body_length, slice_segments
 
@@ -105,7 +105,8 @@ def plan_batch(
             parts = [(file_part_headers(p, f.name, f.content_type), f.segment(0, f.size)) for p, f in zip(paths, chosen)]
             return Response(200, [("Content-Type", f"multipart/mixed; boundary={boundary}")], frame(boundary, parts), files=files)
         signatures = tuple([(*file_signature(f), f.name) for f in chosen])
-        layout = _cached_layout if len(chosen) <= LAYOUT_CACHE_FILES else _layout
+        cacheable = len(chosen) <= LAYOUT_CACHE_FILES and sum(len(p) for p in paths) <= CACHED_PATH_CHARS * 4
+        layout = _cached_layout if cacheable else _layout
         etag, content_type, heads = layout(key, boundary, signatures)
         body: list[Segment] = [heads[0]]
         for f, head in zip(chosen, heads[1:]):
@@ -130,7 +131,8 @@ def _layout(key: bytes, boundary: str | None, signatures: tuple) -> tuple[str, s
 
 #: The same batch of unchanged files is the same bytes, so a repeated batch (an app's asset
 #: bundle, a benchmark) reuses its framing. A file's change changes its signature and so the
-#: key: nothing stale can be served. Batches of more files are framed anew (memory stays small).
+#: key: nothing stale can be served. Batches of more files, or of long paths, are framed anew
+#: (at most 128 x 8 KiB of paths are kept).
 _cached_layout = lru_cache(maxsize=128)(_layout)
 LAYOUT_CACHE_FILES = 64
 

@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from ..files import OpenFile
+from .multipart import CACHED_PATH_CHARS
 
 # Bumped whenever the framing of a batch changes: old tags must stop matching new bytes.
 _VERSION = b"axon-batch-v1"
@@ -77,7 +78,9 @@ def identity_of(key: bytes, signatures: Iterable[tuple[str, str, int, int, int, 
     """:func:`batch_identity` from the files' :func:`file_signature` s."""
     h = _keyed(key).copy()
     h.update(_field((boundary or "").encode("ascii")))
-    h.update(b"".join([_record(*signature) for signature in signatures]))
+    h.update(b"".join([
+        (_cached_record if len(signature[0]) <= CACHED_PATH_CHARS else _record)(*signature) for signature in signatures
+    ]))
     digest = h.hexdigest()
     # Two halves: the tag a client sees says nothing about the boundary, and the reverse.
     return BatchIdentity(f'"{digest[:32]}"', boundary or digest[32:])
@@ -91,11 +94,13 @@ def _keyed(key: bytes) -> "hashlib._Hash":
     return h
 
 
-@lru_cache(maxsize=4096)
 def _record(path: str, content_type: str, size: int, mtime_ns: int, ctime_ns: int, inode: int, device: int) -> bytes:
     """What one file adds to the digest; cached, since a hot file's record rarely changes."""
     stat = struct.pack(">QQQQQ", size, mtime_ns & (2**64 - 1), ctime_ns & (2**64 - 1), inode, device & (2**64 - 1))
     return _field(path.encode("utf-8", "surrogateescape")) + _field(content_type.encode("utf-8")) + stat
+
+
+_cached_record = lru_cache(maxsize=4096)(_record)
 
 
 def _field(data: bytes) -> bytes:

@@ -29,20 +29,33 @@ def ascii_fallback(name: str) -> str:
     return "".join(c if " " <= c <= "~" and c not in '"\\' else "_" for c in name)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096)  # called with basenames: short, or the file system refuses them
 def content_disposition(name: str) -> str:
     return f"attachment; filename=\"{ascii_fallback(name)}\"; filename*=UTF-8''{quote(name, safe=_ATTR_SAFE)}"
 
 
-@lru_cache(maxsize=4096)
 def file_part_headers(requested: str, name: str, content_type: str) -> str:
-    """The per-file header lines of a batch part (without Content-Length), cached per path."""
+    """The per-file header lines of a batch part (without Content-Length), cached per path
+    (unless the path is long: a cache keyed by what clients send must stay small)."""
+    if len(requested) + len(name) > CACHED_PATH_CHARS:
+        return _part_headers(requested, name, content_type)
+    return _cached_part_headers(requested, name, content_type)
+
+
+#: Paths longer than this (requested and resolved together) are not kept in the caches.
+CACHED_PATH_CHARS = 2048
+
+
+def _part_headers(requested: str, name: str, content_type: str) -> str:
     basename = name.rsplit("/", 1)[-1]
     return (
         f"Content-Type: {content_type}\r\n"
         f"Content-Disposition: {content_disposition(basename)}\r\n"
         f"Content-Location: {quote(requested, safe='/')}\r\n"
     )
+
+
+_cached_part_headers = lru_cache(maxsize=4096)(_part_headers)
 
 
 def frame(boundary: str, parts: Iterable[tuple[str, Segment]]) -> list[Segment]:

@@ -5,11 +5,12 @@ body read whole, up to ``Limits.max_body_bytes``), which queue in order. Request
 one at a time, in order (pipelining). While a response is pending the connection does not parse
 further: what arrives is kept (one read at most) and reading pauses until the response is done.
 
-The hot path costs no task and no loop iteration. A route that is a plain function (Axon's own
-endpoints are, with ``blocking=False``) is called inline and its response written before
-``data_received`` returns; the coroutine that does it is stepped by hand and becomes a task only
-if it must wait (the socket is full, a handler is async or blocking, a stream produces). An
-``async`` handler always runs inside a task, as asyncio code expects.
+The hot path costs no coroutine, no task and no loop iteration. A route that is a plain function
+that never blocks (Axon's own endpoints, any route with ``blocking=False``) is answered through
+the App's synchronous ``handle``, and a response that fits one write is written before
+``data_received`` returns. Only what must wait becomes a task: an ``async`` handler (always, as
+asyncio code expects), a blocking one (in the App's thread pool), a response that needs several
+writes, a full socket or ``sendfile``, a stream.
 
 Protection: URL, header bytes and header count are bounded while parsing (414, 431), a body by
 ``max_body_bytes`` (413, before ``100 Continue`` is sent), and malformed framing is a 400 from
@@ -437,12 +438,17 @@ class HTTPProtocol(asyncio.Protocol):
             _close_quietly(response)
             self._abort()
             return
+        except Exception:  # a bug of ours, or a body segment of a kind we do not send
+            log.exception("a response could not be sent; aborting the connection")
+            _close_quietly(response)
+            self._abort()
+            return
         if written:
             if response.files:
                 _close_quietly(response)
             self._finished(keep_alive)
             return
-        coro = self._respond(response, head_only, keep_alive, http11)
+        coro = self._respond(response, head_only, keep_alive, http11, simple=False)
         try:
             awaited = coro.send(None)
         except StopIteration as stop:
@@ -484,11 +490,13 @@ class HTTPProtocol(asyncio.Protocol):
         response = await handling
         return await self._respond(response, request.method == "HEAD", keep_alive, http11)
 
-    async def _respond(self, response: Response, head_only: bool, keep_alive: bool, http11: bool) -> bool:
+    async def _respond(self, response: Response, head_only: bool, keep_alive: bool, http11: bool,
+                       simple: bool = True) -> bool:
+        """Send ``response`` (``simple``: try the one-write path first; the caller did not)."""
         if self._shutting_down:
             keep_alive = False
         try:
-            if send_simple(self, response, keep_alive, http11):
+            if simple and send_simple(self, response, keep_alive, http11):
                 return keep_alive
             return await send_response(self, response, head_only, keep_alive, http11)
         except ClientGone:
@@ -538,6 +546,8 @@ class HTTPProtocol(asyncio.Protocol):
 
     def _abort(self) -> None:
         self._dead = True
+        self._pipeline.clear()  # nothing queued behind runs: the connection is going
+        self._stash.clear()
         self.deadline = None
         if self.transport is not None:
             self.transport.abort()

@@ -56,6 +56,10 @@ NUDGE = 16 * 1024
 _TCP_CORK = getattr(socket, "TCP_CORK", 3)
 #: Below this many bytes a buffer list is joined into one bytes object (cheaper than an iovec).
 JOIN_MAX = 16 * 1024
+#: A body already in memory (small files the open-file cache holds, a handler's bytes) of up to
+#: this size leaves in one ``writev``; the transport keeps references to what the socket did not
+#: take, so a slow reader of one costs little more than the cached bytes it shares.
+MEMORY_BODY_MAX = 256 * 1024
 
 __all__ = ["BadResponse", "BodyLengthMismatch", "ClientGone", "FileChanged", "send_response", "send_simple"]
 
@@ -74,15 +78,17 @@ class BodyLengthMismatch(Exception):
 
 def send_simple(conn: HTTPProtocol, response: Response, keep_alive: bool, http11: bool) -> bool:
     """Write a response that fits one write and return True: health, errors, JSON, a body
-    already in memory (small files the open-file cache holds), or up to ``write_chunk`` bytes
-    with small file slices read here. False, with nothing written, for anything else (a slice
+    already in memory (small files the open-file cache holds; up to ``MEMORY_BODY_MAX``), or up
+    to ``write_chunk`` bytes with small file slices read here. False, with nothing written, for anything else (a slice
     for ``sendfile``, more to read than one chunk) or when the socket is not free. Raises
     ``FileChanged`` (nothing written) if a file turns out shorter than planned."""
     if response.stream is not None or conn.write_paused:
         return False
     body = response.body
-    if body and response.length > conn.write_chunk and any(type(seg) is not bytes for seg in body):  # type: ignore[operator]
-        return False  # file slices to read or sendfile: in bounded chunks, by send_response
+    if body and response.length > conn.write_chunk and (  # type: ignore[operator]
+        response.length > MEMORY_BODY_MAX or any(type(seg) is not bytes for seg in body)  # type: ignore[operator]
+    ):
+        return False  # file slices to read or sendfile, or much to hold: send_response, by chunks
     tail = conn.worker.date_line
     if not keep_alive:
         tail += CLOSE

@@ -150,6 +150,8 @@ class Worker:
                 except Exception:
                     log.exception("timing out a connection failed")
                     conn.abort()
+        if self._cached_store is not None:
+            self._cached_store.prune_cache()
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
             log.warning("the supervisor is gone; stopping")
             self.stop()
