@@ -22,6 +22,7 @@ import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 from typing import Any, Callable, Iterable, Protocol
 from urllib.parse import parse_qsl
 
@@ -82,19 +83,9 @@ class Request:
     def query(self) -> list[tuple[str, str]]:
         """The query's (name, value) pairs, in order, repeats kept, decoded once as UTF-8."""
         if self._query is None:
-            try:
-                # Runtimes pass the raw query as latin-1, one character per byte: recover the
-                # bytes, so that raw UTF-8 and %-escapes are decoded alike, once, as UTF-8.
-                try:
-                    text = self.query_string.encode("latin-1").decode("utf-8")
-                except UnicodeEncodeError:  # a Request built by hand with text beyond latin-1
-                    text = self.query_string
-                if "%" in text or "+" in text:
-                    self._query = parse_qsl(text, keep_blank_values=True, errors="strict")
-                else:  # nothing to decode: what parse_qsl would give, four times faster
-                    self._query = [(k, v) for k, _, v in (f.partition("=") for f in text.split("&") if f)]
-            except UnicodeDecodeError:
-                raise BadRequest("query string is not valid UTF-8 once percent-decoded", code="bad_query") from None
+            raw = self.query_string
+            # A list of its own for each request: a handler may change it.
+            self._query = list(_parsed_query(raw) if len(raw) <= 2048 else _parse_query(raw))
         return self._query
 
     def arg(self, name: str, default: str | None = None) -> str | None:
@@ -306,6 +297,26 @@ class App:
 
     def _file(self, request: Request) -> Response:
         return self.send_file(request, request.params["path"])
+
+
+def _parse_query(raw: str) -> tuple[tuple[str, str], ...]:
+    try:
+        # Runtimes pass the raw query as latin-1, one character per byte: recover the bytes,
+        # so that raw UTF-8 and %-escapes are decoded alike, once, as UTF-8.
+        try:
+            text = raw.encode("latin-1").decode("utf-8")
+        except UnicodeEncodeError:  # a Request built by hand with text beyond latin-1
+            text = raw
+        if "%" in text or "+" in text:
+            return tuple(parse_qsl(text, keep_blank_values=True, errors="strict"))
+        # Nothing to decode: what parse_qsl would give, four times faster.
+        return tuple([(k, v) for k, _, v in (f.partition("=") for f in text.split("&") if f)])
+    except UnicodeDecodeError:
+        raise BadRequest("query string is not valid UTF-8 once percent-decoded", code="bad_query") from None
+
+
+#: Clients repeat their queries (a data loader's shard list, an app's bundle): parse each once.
+_parsed_query = lru_cache(maxsize=1024)(_parse_query)
 
 
 def _compile(pattern: str) -> str:

@@ -92,9 +92,10 @@ def plan_batch(
     files = list(opened.values())
     try:
         chosen = [opened[p] for p in paths]
-        total = 0
-        for f in chosen:
+        total = named = 0
+        for p, f in zip(paths, chosen):
             total += f.size
+            named += len(p)
         if total > limits.max_batch_bytes:
             raise PayloadTooLarge(
                 f"the batch holds {total} bytes; at most {limits.max_batch_bytes} may be sent",
@@ -104,8 +105,8 @@ def plan_batch(
             boundary = boundary or new_boundary()
             parts = [(file_part_headers(p, f.name, f.content_type), f.segment(0, f.size)) for p, f in zip(paths, chosen)]
             return Response(200, [("Content-Type", f"multipart/mixed; boundary={boundary}")], frame(boundary, parts), files=files)
-        signatures = tuple([(*file_signature(f), f.name) for f in chosen])
-        cacheable = len(chosen) <= LAYOUT_CACHE_FILES and sum(len(p) for p in paths) <= CACHED_PATH_CHARS * 4
+        signatures = tuple(map(file_signature, chosen))
+        cacheable = len(chosen) <= LAYOUT_CACHE_FILES and named <= CACHED_PATH_CHARS * 4
         layout = _cached_layout if cacheable else _layout
         etag, content_type, heads = layout(key, boundary, signatures)
         body: list[Segment] = [heads[0]]
@@ -121,9 +122,9 @@ def plan_batch(
 
 def _layout(key: bytes, boundary: str | None, signatures: tuple) -> tuple[str, str, tuple[bytes, ...]]:
     """A batch's ETag, Content-Type and framing (the bytes before, between and after its files)
-    from its files' signatures (:func:`~.batch_identity.file_signature`, then the name). Every
+    from its files' signatures (:func:`~.batch_identity.file_signature`). Every
     descriptor is left out: the caller puts its own in."""
-    identity = identity_of(key, [signature[:7] for signature in signatures], boundary)
+    identity = identity_of(key, signatures, boundary)
     parts = [(file_part_headers(s[0], s[7], s[1]), FileSlice(-1, 0, s[2])) for s in signatures]
     framed = frame(identity.boundary, parts)
     return identity.etag, f"multipart/mixed; boundary={identity.boundary}", tuple(framed[0::2])  # type: ignore[arg-type]

@@ -67,14 +67,17 @@ def batch_identity(key: bytes, files: Iterable[OpenFile], boundary: str | None =
     return identity_of(key, [file_signature(f) for f in files], boundary)
 
 
-def file_signature(f: OpenFile) -> tuple[str, str, int, int, int, int, int]:
-    """What a file contributes to a batch's identity: its path as requested, content type, size,
-    mtime, ctime, inode and device."""
-    return (f.path, f.content_type, f.size, f.mtime_ns, f.ctime_ns, f.inode, f.device)
+Signature = tuple[str, str, int, int, int, int, int, str]
 
 
-def identity_of(key: bytes, signatures: Iterable[tuple[str, str, int, int, int, int, int]],
-                boundary: str | None = None) -> BatchIdentity:
+def file_signature(f: OpenFile) -> Signature:
+    """What names a file's part of a batch: its path as requested, content type, size, mtime,
+    ctime, inode and device (all hashed into the identity), and its name under the root (in
+    the part's headers, and given by the path)."""
+    return (f.path, f.content_type, f.size, f.mtime_ns, f.ctime_ns, f.inode, f.device, f.name)
+
+
+def identity_of(key: bytes, signatures: Iterable[Signature], boundary: str | None = None) -> BatchIdentity:
     """:func:`batch_identity` from the files' :func:`file_signature` s."""
     h = _keyed(key).copy()
     h.update(_field((boundary or "").encode("ascii")))
@@ -94,7 +97,8 @@ def _keyed(key: bytes) -> "hashlib._Hash":
     return h
 
 
-def _record(path: str, content_type: str, size: int, mtime_ns: int, ctime_ns: int, inode: int, device: int) -> bytes:
+def _record(path: str, content_type: str, size: int, mtime_ns: int, ctime_ns: int, inode: int, device: int,
+            name: str = "") -> bytes:
     """What one file adds to the digest; cached, since a hot file's record rarely changes."""
     stat = struct.pack(">QQQQQ", size, mtime_ns & (2**64 - 1), ctime_ns & (2**64 - 1), inode, device & (2**64 - 1))
     return _field(path.encode("utf-8", "surrogateescape")) + _field(content_type.encode("utf-8")) + stat
