@@ -142,11 +142,16 @@ class App:
         self._exact: dict[str, dict[str, Route]] = {}
         self._patterns: list[tuple[re.Pattern[str], dict[str, Route]]] = []
         self._executor: ThreadPoolExecutor | None = None
+        #: GET responses that never change, by path (the health probe). Axon's own server answers
+        #: them from bytes encoded once, without calling the App, while nothing observes requests
+        #: (no observer, no access log). Registering any route at the same path removes the entry.
+        self.fixed: dict[str, Response] = {}
         #: Told of every request: ``started(request)`` before routing, ``finished(request,
         #: response, seconds)`` once it is planned (axon.metrics is one).
         self.observers: list[Observer] = list(observers)
         if builtins:
             self.add_route("/api/health", self._health, ["GET"], blocking=False)
+            self.fixed["/api/health"] = self._health(Request("GET", "/api/health"))
             self.add_route("/api/stream-files", self._stream_files, ["GET", "POST"], blocking=False)
             self.add_route("/files/<path:path>", self._file, ["GET"], blocking=False)
 
@@ -167,6 +172,7 @@ class App:
         if not pattern.startswith("/"):
             raise ValueError(f"a route pattern starts with '/': {pattern!r}")
         route = Route(handler, blocking)
+        self.fixed.pop(pattern, None)  # a route of your own answers here from now on
         if _PARAM.search(pattern) is None:
             table = self._exact.setdefault(pattern, {})
         else:

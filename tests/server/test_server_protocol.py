@@ -269,3 +269,71 @@ def test_a_small_response_longer_than_its_file_is_never_sent_short(harness, root
     h.feed(b"GET /short HTTP/1.1\r\n\r\n")
     assert h.transport.aborted and bytes(h.transport.out) == b""
     assert opened[0].fd == -1  # closed
+
+
+# -- fixed responses (the health probe) answered from bytes ------------------------------------
+
+
+def counting_app(root) -> tuple[App, list[str]]:
+    """An App whose ``handle`` records each path it answers: what the fast path skips."""
+    app = App(root)
+    called: list[str] = []
+    handle = app.handle
+
+    def counted(request: Request) -> Response:
+        called.append(request.path)
+        return handle(request)
+
+    app.handle = counted  # type: ignore[method-assign]
+    return app, called
+
+
+def test_health_is_answered_from_bytes_exactly_as_the_app_would(harness, root) -> None:
+    app, called = counting_app(root)
+    fast = harness(app)
+    fast.feed(b"GET /api/health HTTP/1.1\r\nHost: t\r\n\r\nHEAD /api/health HTTP/1.1\r\n\r\n")
+    assert called == []  # the App was not asked
+    observed, seen = counting_app(root)
+    observed.observers.append(type("O", (), {"started": lambda *a: None, "finished": lambda *a: None})())
+    slow = harness(observed)
+    slow.worker.date_line = fast.worker.date_line
+    slow.feed(b"GET /api/health HTTP/1.1\r\nHost: t\r\n\r\nHEAD /api/health HTTP/1.1\r\n\r\n")
+    assert seen == ["/api/health", "/api/health"]  # observed: through the App, as always
+    assert bytes(fast.transport.out) == bytes(slow.transport.out)
+    get, head = fast.responses(["GET", "HEAD"])
+    assert get.status == 200 and get.body == b'{"status":"available"}'
+    assert head.header("content-length") == "22" and head.body == b""
+
+
+def test_fixed_answers_keep_their_place_in_a_pipeline(harness, root) -> None:
+    app, called = counting_app(root)
+    h = harness(app)
+    h.feed(b"GET /files/a.txt HTTP/1.1\r\n\r\nGET /api/health HTTP/1.1\r\n\r\nGET /files/b.bin HTTP/1.1\r\n\r\n"
+           b"GET /api/health HTTP/1.1\r\n\r\n")
+    bodies = [r.body for r in h.responses()]
+    assert bodies == [FILES["a.txt"], b'{"status":"available"}', FILES["b.bin"], b'{"status":"available"}']
+
+
+def test_what_the_fast_path_does_not_take(harness, root) -> None:
+    app, called = counting_app(root)
+    h = harness(app)
+    h.feed(b"GET /api/health HTTP/1.0\r\n\r\n")  # HTTP/1.0: its keep-alive rules, through the App
+    assert called == ["/api/health"]
+    h = harness(app)
+    h.feed(b"GET /api/health HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert called == ["/api/health"] * 2 and h.closed
+    h = harness(app)
+    h.feed(b"POST /api/health HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+    assert h.responses()[0].status == 405
+
+
+def test_a_route_of_your_own_replaces_the_fixed_answer(harness, root) -> None:
+    app = App(root)
+
+    @app.route("/api/health", blocking=False)
+    def mine(request: Request) -> dict:
+        return {"status": "mine"}
+
+    h = harness(app)
+    h.feed(b"GET /api/health HTTP/1.1\r\n\r\n")
+    assert h.responses()[0].body == b'{"status":"mine"}'

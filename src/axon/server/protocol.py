@@ -44,7 +44,7 @@ from .send import (
     send_response,
     send_simple,
 )
-from .wire import CONTINUE
+from .wire import CONTINUE, CRLF
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -115,6 +115,8 @@ class HTTPProtocol(asyncio.Protocol):
         self._shutting_down = False  # graceful stop: close after the response in flight
         self._eof = False  # the client shut its side: answer the queue, then close
         self._linger_bytes = 0
+        self._fixed = worker.fixed
+        self._answered = False  # a fixed response went out during this read (see _answer_fixed)
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -167,7 +169,8 @@ class HTTPProtocol(asyncio.Protocol):
             self.phase = HEAD
             self.deadline = self.worker.head_deadline
         self._feed(data)
-        if self._pipeline:
+        if self._pipeline or self._answered:
+            self._answered = False
             self._advance()
 
     def eof_received(self) -> bool | None:
@@ -347,6 +350,10 @@ class HTTPProtocol(asyncio.Protocol):
         keep_alive = parser.should_keep_alive()
         body = self._body
         url = self._url
+        fixed = self._fixed.get(url)
+        if fixed is not None and keep_alive and self._http11 and self._answer_fixed(*fixed):
+            self._next_message()
+            return
         try:
             path, query = _target(url)
         except UnicodeDecodeError:
@@ -368,6 +375,32 @@ class HTTPProtocol(asyncio.Protocol):
         )
         self._pipeline.append((request, keep_alive, self._http11))
         self._next_message()
+
+    def _answer_fixed(self, path: str, response: Response, head: bytes, body: bytes) -> bool:
+        """Answer a GET of one of the App's fixed responses (the health probe) from its encoded
+        bytes, here in the parser's callback, as nginx's ``return 200`` does: no Request, no
+        App, no Response. Only when that is exactly what the App would do (nothing observes
+        requests, no signature is needed, the route is still the App's own) and nothing is
+        queued before it; else False, and it is answered like any other request."""
+        app = self.app
+        if (
+            self._busy or self._pipeline or self._dead or self._shutting_down or self.write_paused
+            or not self.worker.fixed_ok
+            or "upgrade" in self._headers  # llhttp stops after it: the answer must say "close"
+            or app.fixed.get(path) is not response
+            or (app.verifier is not None and path not in app.public_paths)
+        ):
+            return False
+        method = self.parser.get_method()
+        if method != b"GET" and method != b"HEAD":
+            return False
+        self.phase = BUSY  # answered: the settling after this read starts the next clock
+        self._answered = True
+        if method == b"HEAD":
+            self.transport.write(head + self.worker.date_line + CRLF)
+        else:
+            self.transport.write(head + self.worker.date_line + CRLF + body)
+        return True
 
     def _next_message(self) -> None:
         self._url = b""

@@ -19,10 +19,12 @@ import threading
 import time
 from typing import Any
 
+from .. import log as axon_log
 from ..app import App, Request
 from ..errors import ServiceUnavailable
 from ..files import FileStore
-from ..response import error_response
+from ..log import access_logger
+from ..response import Response, error_response
 from .config import ServerConfig
 from .loops import new_event_loop
 from .protocol import HTTPProtocol
@@ -57,8 +59,22 @@ class Worker:
         # instead of reading the clock on every request. They err late, never early: a timeout
         # fires between ``timeout`` and ``timeout`` + two ticks after its phase began.
         self.head_deadline = self.idle_deadline = self.write_deadline = float("inf")
+        #: Raw request target -> (path, the App's fixed response, its status line and headers
+        #: encoded, its body): see App.fixed and HTTPProtocol.on_message_complete.
+        self.fixed: dict[bytes, tuple[str, Response, bytes, bytes]] = {}
+        for path, response in getattr(app, "fixed", {}).items():
+            if response.stream is None and all(type(seg) is bytes for seg in response.body):
+                head = encode_head(response.status, response.reason, response.headers, b"")[:-2]  # without the blank line
+                self.fixed[path.encode("utf-8")] = (path, response, head, b"".join(response.body))  # type: ignore[arg-type]
+        self.fixed_ok = self._nothing_observes()
         full = error_response(ServiceUnavailable("the server is at its connection limit; retry later"))
         self.full_response = encode_head(full.status, full.reason, full.headers, CLOSE) + b"".join(full.body)  # type: ignore[arg-type]
+
+    def _nothing_observes(self) -> bool:
+        """Whether fixed responses may skip the App: no observer (metrics), no access log. Read
+        at start and by each sweep, so a logger switched on while serving counts within 1 s."""
+        app = self.app
+        return not getattr(app, "observers", True) and axon_log.access is None and not access_logger.isEnabledFor(logging.INFO)
 
     def runs_inline(self, request: Request) -> bool:
         """Whether ``app.handle`` may answer ``request`` right here, synchronously: its handler
@@ -142,6 +158,7 @@ class Worker:
     def _sweep(self) -> None:
         now = self.loop.time()
         self._set_deadlines(now)
+        self.fixed_ok = self._nothing_observes()
         for conn in list(self.connections):
             deadline = conn.deadline
             if deadline is not None and deadline <= now:
