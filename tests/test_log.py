@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import calendar
+import io
 import json
 import logging
+import os
 import re
 import sys
+import time
 
 import pytest
 
 from axon import log
 from axon.app import App, Request
 from axon.log import JSONFormatter, configure
+from axon.records import BATCH
 
 
 @pytest.fixture(autouse=True)
@@ -102,6 +107,7 @@ def test_access_log_when_configured(root, capsys):
     app = App(root)
     app.handle(Request("GET", "/files/a.txt")).close()
     app.handle(Request("HEAD", "/missing")).close()
+    app.records.drain()  # lines are written in batches; a thread drains every 0.25 s
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2
     assert re.fullmatch(r"GET /files/a\.txt 200 12 \d+\.\dms", out[0]), out[0]
@@ -110,13 +116,70 @@ def test_access_log_when_configured(root, capsys):
 
 def test_access_log_json(root, capsys):
     configure("info", json_format=True, access_log=True)
-    App(root).handle(Request("GET", "/api/stream-files", "f=a.txt")).close()
+    app = App(root)
+    app.handle(Request("GET", "/api/stream-files", "f=a.txt", {"x-forwarded-for": "203.0.113.9"})).close()
+    app.records.drain()
     (line,) = capsys.readouterr().out.splitlines()
     out = json.loads(line)
     assert out["logger"] == "axon.access" and out["level"] == "info"
     assert (out["method"], out["path"], out["status"]) == ("GET", "/api/stream-files", 200)
     assert isinstance(out["bytes"], int) and out["bytes"] > 12
     assert isinstance(out["ms"], float)
+    assert out["query"] == "f=a.txt" and out["client"] == "203.0.113.9"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", out["time"]), out["time"]
+
+
+def _serve(app: App, n: int, path: str = "/files/a.txt") -> None:
+    for _ in range(n):
+        app.handle(Request("GET", path)).close()
+
+
+def test_access_log_lines_arrive_without_a_drain(root, tmp_path):
+    """A thread hands waiting records over every INTERVAL seconds: a quiet server's lines are late
+    by that much, never lost."""
+    out = tmp_path / "out.log"
+    with open(out, "w") as stream:
+        log.access = log.AccessLog(stream, json_format=True)
+        _serve(App(root), 3)
+        deadline = time.monotonic() + 5
+        while out.read_text().count("\n") < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    lines = out.read_text().splitlines()
+    assert len(lines) == 3 and all(json.loads(line)["status"] == 200 for line in lines)
+
+
+def test_access_log_writes_a_batch_at_once(root, tmp_path):
+    out = tmp_path / "out.log"
+    with open(out, "w") as stream:
+        log.access = log.AccessLog(stream)
+        app = App(root)
+        _serve(app, BATCH - 1)
+        assert out.read_text() == ""  # waiting for the batch, or the thread
+        _serve(app, 1)
+        assert out.read_text().count("\n") == BATCH
+
+
+def test_access_log_cuts_pipe_writes_at_whole_lines(root):
+    """Workers share stdout: a write to a pipe over PIPE_BUF bytes may interleave with another
+    worker's, so each write is whole lines and at most 4096 bytes."""
+    read_end, write_end = os.pipe()
+    try:
+        with os.fdopen(write_end, "w", closefd=False) as stream:
+            log.access = log.AccessLog(stream, json_format=True)
+            app = App(root)
+            long_path = "/files/" + "x" * 200  # a 404, with a long path: long lines (under the pipe's 64 KiB in all)
+            _serve(app, BATCH + 8, long_path)
+            app.records.drain()
+        os.close(write_end)
+        chunks = []
+        while data := os.read(read_end, 65536):
+            chunks.append(data)
+    finally:
+        os.close(read_end)
+    text = b"".join(chunks).decode()
+    lines = text.splitlines()
+    assert len(lines) == BATCH + 8 and all(json.loads(line)["path"].endswith("x" * 200) for line in lines)
+    assert log.access._chunk == 4096
 
 
 def test_access_log_via_caplog(root, caplog):
@@ -143,3 +206,27 @@ def test_configure_text_format(capsys):
     log.logger.info("plain %d", 5)
     err = capsys.readouterr().err
     assert re.fullmatch(r"\S+ \S+ INFO axon: plain 5\n", err), err
+
+
+def test_access_log_ms_to_the_microsecond():
+    stream = io.StringIO()
+    access = log.AccessLog(stream, json_format=True)
+    seconds = (0.0, 0.0000005, 0.000999, 0.0009999, 0.001, 0.0123456, 2.5)
+    ended = time.perf_counter()
+    access.read([(ended, "GET", "/p", "", 200, 1, 1, s, None, None) for s in seconds])
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [line["ms"] for line in lines] == [0.0, 0.0, 0.999, 0.999, 1.0, 12.345, 2500.0]
+    assert '"ms":12.345,' in stream.getvalue()
+
+
+def test_access_log_time_is_the_wall_clock_of_the_response():
+    """Records carry perf_counter() times (cheaper per response); lines carry UTC wall time."""
+    stream = io.StringIO()
+    access = log.AccessLog(stream, json_format=True)
+    wall, now = time.time(), time.perf_counter()
+    access.read([(now - 1.5, "GET", "/p", "", 200, 1, 1, 0.0, None, None), (now, "GET", "/p", "", 200, 1, 1, 0.0, None, None)])
+    first, second = (json.loads(line)["time"] for line in stream.getvalue().splitlines())
+    for stamp, expected in ((first, wall - 1.5), (second, wall)):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", stamp), stamp
+        parsed = calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + int(stamp[20:23]) / 1000
+        assert abs(parsed - expected) < 0.05

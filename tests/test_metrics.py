@@ -37,6 +37,7 @@ from axon.metrics import (
     Metrics,
     instrument,
 )
+from axon.records import BATCH
 from axon.response import Response
 from axon.wsgi import create_app
 
@@ -394,7 +395,27 @@ def test_open_when_requests_must_be_signed(root: Path):
     assert status == 200 and b"axon_requests_total" in text
 
 
-def test_an_app_with_observers_is_not_wrapped(app: App):
-    app.observers = []  # the hook proposed for App: observers called around each request
+def test_the_app_records_and_metrics_read(app: App):
+    """No per-request call into the metrics: the App records each response and begun request
+    (axon.records), the metrics read them in batches; nothing of the App is wrapped."""
     metrics = instrument(app)
-    assert app.observers == [metrics] and "handle" not in vars(app)
+    assert app.records.readers == [metrics] and metrics.records is app.records
+    assert app.observers == [] and "handle" not in vars(app) and "_finish" not in vars(app)
+    for _ in range(BATCH - 1):
+        app.handle(Request("GET", "/api/health")).close()
+    assert len(app.records.queue) == BATCH - 1  # waiting: read in a batch
+    app.handle(Request("GET", "/api/health")).close()
+    assert len(app.records.queue) == 0
+    assert value(parse(metrics.render().decode()), "axon_requests_total", method="GET", status="200") == BATCH
+
+
+def test_scrapes_are_never_in_flight_nor_counted(app: App):
+    """Requests for /metrics that fail (a POST: 405) are no traffic either, and leave nothing in
+    flight; the scrape being answered is not in flight."""
+    instrument(app)
+    wsgi = create_app(app=app)
+    assert call(wsgi, "/metrics", method="POST")[0] == 405
+    call(wsgi, "/files/a.txt")
+    samples = parse(call(wsgi, "/metrics")[2].decode())
+    assert value(samples, "axon_requests_in_flight") == 0
+    assert family(samples, "axon_requests_total") == {(("method", "GET"), ("status", "200")): 1}

@@ -31,6 +31,7 @@ from .files import FileStore
 from .limits import DEFAULT_LIMITS, Limits
 from . import log
 from .log import access_logger, logger
+from .records import Records
 from .response import Response, error_response, json_response, redirect, stream_response, text_response
 from .sansio.batch import plan_batch
 from .sansio.batch_identity import derive_key
@@ -147,8 +148,11 @@ class App:
         #: (no observer, no access log). Registering any route at the same path removes the entry.
         self.fixed: dict[str, Response] = {}
         #: Told of every request: ``started(request)`` before routing, ``finished(request,
-        #: response, seconds)`` once it is planned (axon.metrics is one).
+        #: response, seconds)`` once it is planned.
         self.observers: list[Observer] = list(observers)
+        #: A tuple per response for those who read them in batches: axon.metrics and the access
+        #: log (axon.records). Made only while someone reads them.
+        self.records = Records()
         if builtins:
             self.add_route("/api/health", self._health, ["GET"], blocking=False)
             self.fixed["/api/health"] = self._health(Request("GET", "/api/health"))
@@ -208,6 +212,7 @@ class App:
     def handle(self, request: Request) -> Response:
         """For synchronous runtimes (WSGI): run the handler here, in the caller's thread."""
         started = time.perf_counter()
+        next(self.records.begun)
         for observer in self.observers:
             observer.started(request)
         try:
@@ -223,6 +228,7 @@ class App:
     async def handle_async(self, request: Request) -> Response:
         """For asynchronous runtimes (ASGI, native): blocking handlers go to a thread pool."""
         started = time.perf_counter()
+        next(self.records.begun)
         for observer in self.observers:
             observer.started(request)
         try:
@@ -260,12 +266,14 @@ class App:
     def _finish(self, request: Request, response: Response, started: float) -> Response:
         if request.method == "HEAD":
             response.without_body()
-        seconds = time.perf_counter() - started
+        ended = time.perf_counter()
+        seconds = ended - started
         for observer in self.observers:
             observer.finished(request, response, seconds)
-        if log.access is not None:
-            log.access(request, response, seconds)
-        elif access_logger.isEnabledFor(logging.INFO):  # your own handler on "axon.access"
+        records = self.records
+        if records.readers or log.access is not None:
+            records.add(request, response, seconds, ended)
+        if log.access is None and access_logger.isEnabledFor(logging.INFO):  # your own handler on "axon.access"
             access_logger.info(
                 '%s %s %d %s %.1fms', request.method, request.path, response.status,
                 "-" if response.length is None else response.length, seconds * 1000,

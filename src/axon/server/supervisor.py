@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import replace
 
-from .. import log as axon_log
+from ..records import drain_all
 from ..app import App
 from .config import ServerConfig
 from .loops import loop_name
@@ -144,11 +144,10 @@ class Supervisor:
             finally:
                 try:
                     # os._exit skips atexit: hand over what this worker still holds.
+                    drain_all()  # its last access-log lines and counts (at most 0.25 s old otherwise)
                     metrics = getattr(self.app, "metrics", None)
                     if metrics is not None:
                         metrics.publish()  # its last counts (published every 0.25 s otherwise)
-                    if axon_log.access is not None:
-                        axon_log.access.flush()  # its last access-log lines
                     sys.stdout.flush()
                     sys.stderr.flush()
                 finally:

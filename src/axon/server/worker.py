@@ -19,7 +19,6 @@ import threading
 import time
 from typing import Any
 
-from .. import log as axon_log
 from ..app import App, Request
 from ..errors import ServiceUnavailable
 from ..files import FileStore
@@ -74,7 +73,9 @@ class Worker:
         """Whether fixed responses may skip the App: no observer (metrics), no access log. Read
         at start and by each sweep, so a logger switched on while serving counts within 1 s."""
         app = self.app
-        return not getattr(app, "observers", True) and axon_log.access is None and not access_logger.isEnabledFor(logging.INFO)
+        records = getattr(app, "records", None)
+        return (not getattr(app, "observers", True) and records is not None and not records.wanted
+                and not access_logger.isEnabledFor(logging.INFO))
 
     def runs_inline(self, request: Request) -> bool:
         """Whether ``app.handle`` may answer ``request`` right here, synchronously: its handler
