@@ -1,7 +1,7 @@
 """``axon bench``: the article's load tests against a server, or against every server in turn.
 
     axon bench http://127.0.0.1:8000 --files-dir /srv/files     # a server you started
-    axon bench --compare                                        # nginx, the original, Axon x 5
+    axon bench --compare                                        # nginx, the original, Axon x 6
     axon bench --compare --article                              # the article's 1 + 10 minutes
     axon bench --from-json bench-results/<run>/results.json     # redraw a saved run's report
 

@@ -116,6 +116,13 @@ def _axon_serve(ctx: Context) -> list[Command]:
     return [Command(argv, "axon-serve", ctx.env)]
 
 
+def _axon_observed(ctx: Context) -> list[Command]:
+    # As deployed with deploy/: Prometheus metrics and a JSON access log (to the target's log file).
+    (command,) = _axon_serve(ctx)
+    argv = [*command.argv, "--metrics", "--access-log", "--json-logs"]
+    return [Command(argv, "axon-observed", ctx.env)]
+
+
 TARGETS = {
     t.name: t
     for t in [
@@ -127,6 +134,8 @@ TARGETS = {
         Target("uvicorn", "Axon ASGI on uvicorn (httptools, uvloop), 1 worker", AXON, _uvicorn, ("py:uvicorn",)),
         Target("granian", "Axon ASGI on granian, 1 worker", AXON, _granian, ("py:granian",)),
         Target("axon", "axon serve (native server), 1 worker", AXON, _axon_serve, ("py:axon.server.cli",)),
+        Target("axon-observed", "axon serve with --metrics and a JSON access log, 1 worker", AXON, _axon_observed,
+               ("py:axon.server.cli",)),
     ]
 }
 REFERENCES = ("nginx", "original")  # every figure is also given as a ratio to these
