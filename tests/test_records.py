@@ -133,3 +133,20 @@ def test_a_forked_child_starts_empty():
         process.join()
         process.close()
     assert len(records.queue) == 1 and records.begun_count() == 1  # the parent's, untouched
+
+
+def test_the_drain_thread_keeps_no_app_alive(root: Path):
+    """An App that goes away takes its records and readers with it; its thread ends."""
+    import gc
+    import weakref
+
+    app = App(root)
+    app.records.readers.append(Collect())
+    app.handle(Request("GET", "/api/health")).close()
+    thread = app.records._thread
+    gone = weakref.ref(app.records)
+    del app
+    gc.collect()
+    assert gone() is None
+    thread.join(5 * INTERVAL)
+    assert not thread.is_alive()

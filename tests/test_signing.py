@@ -170,7 +170,7 @@ def test_refused_requests_open_no_file(guarded, open_fds, target):
     before = open_fds()
     status, headers = status_of(app, target)
     assert status in (401, 403) and headers["Content-Type"] == "application/json"
-    assert opened == [] and open_fds() == before
+    assert opened == [] and open_fds() <= before  # (the collector may close an unrelated one)
 
 
 def test_signed_and_token_requests_are_served(guarded):

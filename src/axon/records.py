@@ -112,11 +112,17 @@ class Records:
                     log.logger.exception("reading response records failed")
 
     def _start(self) -> None:
+        ref = weakref.ref(self)  # the thread must not keep an App (and its readers) alive
+
         def drain_forever() -> None:
             while True:
                 time.sleep(INTERVAL)
-                if self.queue:
-                    self.drain()
+                records = ref()
+                if records is None:
+                    return
+                if records.queue:
+                    records.drain()
+                del records
 
         self._thread = threading.Thread(target=drain_forever, name="axon-records", daemon=True)
         self._thread.start()
