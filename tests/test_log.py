@@ -230,3 +230,29 @@ def test_access_log_time_is_the_wall_clock_of_the_response():
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", stamp), stamp
         parsed = calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + int(stamp[20:23]) / 1000
         assert abs(parsed - expected) < 0.05
+
+
+def test_a_line_longer_than_a_pipe_write_loses_nothing(root):
+    """A line over PIPE_BUF bytes (a long path) goes alone; the lines around it are kept."""
+    read_end, write_end = os.pipe()
+    try:
+        with os.fdopen(write_end, "w", closefd=False) as stream:
+            log.access = log.AccessLog(stream, json_format=True)
+            app = App(root)
+            for path in ("/files/a.txt", "/files/" + "y" * 5000, "/files/a.txt"):
+                _serve(app, 1, path)
+            app.records.drain()
+        os.close(write_end)
+        chunks = []
+        while data := os.read(read_end, 65536):
+            chunks.append(data)
+    finally:
+        os.close(read_end)
+    lines = [json.loads(line) for line in b"".join(chunks).decode().splitlines()]
+    assert [len(line["path"]) for line in lines] == [12, 5007, 12]
+
+
+def test_a_negative_duration_is_logged_as_zero():
+    stream = io.StringIO()
+    log.AccessLog(stream, json_format=True).read([(time.perf_counter(), "GET", "/p", "", 200, 1, 1, -0.002, None, None)])
+    assert json.loads(stream.getvalue())["ms"] == 0  # never a table lookup from the end

@@ -419,3 +419,47 @@ def test_scrapes_are_never_in_flight_nor_counted(app: App):
     samples = parse(call(wsgi, "/metrics")[2].decode())
     assert value(samples, "axon_requests_in_flight") == 0
     assert family(samples, "axon_requests_total") == {(("method", "GET"), ("status", "200")): 1}
+
+
+def test_requests_before_instrument_are_not_in_flight(app: App):
+    for _ in range(5):
+        app.handle(Request("GET", "/api/health")).close()
+    metrics = instrument(app)
+    app.handle(Request("GET", "/api/health")).close()
+    samples = parse(metrics.render().decode())
+    assert value(samples, "axon_requests_in_flight") == 0
+    assert value(samples, "axon_requests_total", method="GET", status="200") == 1
+
+
+def _count_in_child(metrics: Metrics, conn) -> None:
+    request = Request("GET", "/files/abc")
+    for _ in range(3):
+        metrics.started(request)  # begun, never finished
+    conn.send(value(parse(metrics.render().decode()), "axon_requests_in_flight"))
+    conn.close()
+    os._exit(0)
+
+
+def test_a_forked_child_counts_its_own_without_a_directory():
+    metrics = Metrics()
+    response, request = Response(200, [], [b"abc"]), Request("GET", "/files/abc")
+    for _ in range(10):
+        metrics.started(request)
+        metrics.finished(request, response, 0.001)
+    parent, child = multiprocessing.Pipe()
+    with parent, child:
+        process = multiprocessing.get_context("fork").Process(target=_count_in_child, args=(metrics, child))
+        process.start()
+        assert parent.recv() == 3
+        process.join()
+        process.close()
+
+
+def test_a_negative_duration_counts_as_zero():
+    metrics = Metrics(buckets=(0.01,))
+    request = Request("GET", "/files/x")
+    metrics.started(request)
+    metrics.finished(request, Response(200, [], [b"x"]), -0.5)
+    samples = parse(metrics.render().decode())
+    assert value(samples, "axon_request_duration_seconds_bucket", le="0.01") == 1
+    assert value(samples, "axon_request_duration_seconds_sum") == 0

@@ -133,6 +133,7 @@ def test_a_forked_child_starts_empty():
         process.join()
         process.close()
     assert len(records.queue) == 1 and records.begun_count() == 1  # the parent's, untouched
+    records.queue.clear()
 
 
 def test_the_drain_thread_keeps_no_app_alive(root: Path):
@@ -150,3 +151,20 @@ def test_the_drain_thread_keeps_no_app_alive(root: Path):
     assert gone() is None
     thread.join(5 * INTERVAL)
     assert not thread.is_alive()
+
+
+def test_only_an_apps_records_feed_the_access_log(root: Path, tmp_path: Path):
+    """A Metrics of its own (an App observer, say) keeps records too: they are not logged twice."""
+    from axon.metrics import Metrics
+
+    saved = log.access
+    try:
+        with open(tmp_path / "out.log", "w") as stream:
+            log.access = log.AccessLog(stream)
+            app = App(root, observers=[Metrics()])
+            app.handle(Request("GET", "/files/a.txt")).close()
+            drain_all()
+        lines = (tmp_path / "out.log").read_text().splitlines()
+    finally:
+        log.access = saved
+    assert len(lines) == 1 and lines[0].startswith("GET /files/a.txt 200")

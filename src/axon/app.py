@@ -152,7 +152,7 @@ class App:
         self.observers: list[Observer] = list(observers)
         #: A tuple per response for those who read them in batches: axon.metrics and the access
         #: log (axon.records). Made only while someone reads them.
-        self.records = Records()
+        self.records = Records(access_log=True)
         if builtins:
             self.add_route("/api/health", self._health, ["GET"], blocking=False)
             self.fixed["/api/health"] = self._health(Request("GET", "/api/health"))

@@ -49,6 +49,13 @@ _PIPE_BUF = 4096  # a write at most this long to a pipe is never interleaved wit
 # "ms" is to the microsecond, truncated. "0.000" to "0.999" are made once: most responses are
 # planned in under a millisecond, and formatting a float was a third of a line's cost.
 _SUB_MS = [f"0.{us:03d}" for us in range(1000)]
+
+
+def _ms(us: int) -> str:
+    """Microseconds as milliseconds, to three places (0 for a negative duration: none is)."""
+    return f"{us // 1000}.{us % 1000:03d}" if us >= 0 else "0.000"
+
+
 # Formatting an int costs more than finding its text: statuses and methods, as JSON.
 _STATUSES = {status: str(status) for status in range(100, 600)}
 _METHODS = {method: f'"{method}"' for method in ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")}
@@ -90,7 +97,7 @@ class AccessLog:
         data = text.encode("utf-8", "backslashreplace")
         chunk = self._chunk
         while len(data) > chunk:  # cut at a line's end, each piece whole lines
-            cut = data.rindex(b"\n", 0, chunk) + 1
+            cut = data.rfind(b"\n", 0, chunk) + 1 or data.index(b"\n") + 1  # (a line longer than a piece: alone)
             self._write(data[:cut])
             data = data[cut:]
         self._write(data)
@@ -101,9 +108,11 @@ class AccessLog:
         if len(stamps) >= 1024:
             stamps.clear()
         second, milli = divmod(ms, 1000)
-        if second != self._second[0]:
-            self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
-        stamps[ms] = stamp = f"{self._second[1]}.{milli:03d}Z"
+        known, text = self._second  # read once: two Apps' records may be formatted at once
+        if second != known:
+            text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = (second, text)
+        stamps[ms] = stamp = f"{text}.{milli:03d}Z"
         return stamp
 
     def _json_lines(self, records: list[tuple]) -> str:
@@ -114,7 +123,7 @@ class AccessLog:
             f'"logger":"axon.access","method":{_METHODS.get(method) or _quote(method)},'
             f'"path":{paths.get(path) or self._quote_path(path)},"query":{_quote(query[:max_query])},'
             f'"status":{_STATUSES.get(status, status)},"bytes":{"null" if nbytes is None else nbytes},'
-            f'"ms":{_SUB_MS[us] if (us := int(seconds * 1_000_000)) < 1000 else f"{us // 1000}.{us % 1000:03d}"},'
+            f'"ms":{_SUB_MS[us] if 0 <= (us := int(seconds * 1_000_000)) < 1000 else _ms(us)},'
             f'"client":{_quote(client) if client else "null"}}}\n'
             for ended, method, path, query, status, nbytes, _, seconds, client, _ in records
         ])

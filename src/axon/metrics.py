@@ -51,6 +51,7 @@ import re
 import struct
 import threading
 import time
+import weakref
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
@@ -111,9 +112,12 @@ class Metrics:
         self.records = Records()
         self.records.readers.append(self)
         self._reset()
+        # A forked child counts its own, from nothing (its records start from nothing too). Weakly:
+        # a Metrics dropped is not kept for the hook's sake.
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: (metrics := ref()) is not None and metrics._reset())
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            os.register_at_fork(after_in_child=self._reset)
 
     def _reset(self) -> None:
         """Zero counts for this process (a forked worker counts its own, from nothing)."""
@@ -125,6 +129,7 @@ class Metrics:
         self._blocks: dict[tuple[str, int], int] = {}  # (method, status) -> the block's first index
         self._block_keys: list[tuple[int, str]] = []  # (first index, "r METHOD STATUS")
         self._errors: dict[tuple[int, str], int] = {}
+        self._before = 0  # requests begun before instrument(): never recorded
         self._scrapes = 0  # requests for ``path`` finished: begun, but never counted
         self._rendering = 0  # scrapes being answered now: in flight, but not traffic
         self._store: _Slots | None = None
@@ -138,7 +143,7 @@ class Metrics:
 
     def finished(self, request: "Request", response: "Response", seconds: float) -> None:
         """Count a response once it is planned (an App records its own: see :func:`instrument`)."""
-        self.records.add(request, response, seconds, time.perf_counter())
+        self.records.add(request, response, seconds if seconds >= 0 else 0.0, time.perf_counter())  # (NaN: 0)
 
     def read(self, records: list[Record]) -> None:
         """Count a batch of responses (axon.records). Column by column, with C loops (zip,
@@ -207,7 +212,7 @@ class Metrics:
             counts = list(self._counts)
             keys = list(self._block_keys)
             # Begun, less what is not traffic: requests in flight = started - counted.
-            started = self.records.begun_count() - self._scrapes - self._rendering
+            started = self.records.begun_count() - self._before - self._scrapes - self._rendering
         out = {_BYTES: counts[0], _FILES: counts[1], _SUM: counts[2], _STARTED: started}
         width = len(self.buckets) + 1
         for index, key in keys:
@@ -340,6 +345,7 @@ def instrument(app: "App", *, path: str = "/metrics", directory: str | os.PathLi
     if public is not None:
         public.add(path)
     metrics.records = app.records  # the App counts requests begun and records each response
+    metrics._before = app.records.begun_count()  # those were never in flight for us
     app.records.readers.append(metrics)
     return metrics
 

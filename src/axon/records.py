@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 Record = tuple  # (ended, method, path, query, status, nbytes, files, seconds, client, error)
 
-#: Records handed to the readers at once, at most: a batch fits a pipe write or two of log lines.
+#: Records waiting when they are handed to the readers (more if a drain was slow, a full stdout):
+#: a batch of log lines fits a pipe write or a few.
 BATCH = 64
 #: Seconds a record waits at most before the readers get it (at low traffic).
 INTERVAL = 0.25
@@ -56,11 +57,13 @@ class Reader(Protocol):
 
 
 class Records:
-    """An App's records of its responses, waiting for its readers and the process's access log
-    (``axon.log.access``, which reads every App's). Thread-safe; reset in a forked child."""
+    """Records of responses, waiting for their readers; an App's (``access_log``) also for the
+    process's access log, ``axon.log.access``, which reads every App's. Thread-safe; reset in a
+    forked child."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, access_log: bool = False) -> None:
         self.readers: list[Reader] = []
+        self.access_log = access_log
         self._reset()
         _every.add(self)
 
@@ -75,7 +78,7 @@ class Records:
     @property
     def wanted(self) -> bool:
         """Whether anyone reads records (else the App makes none)."""
-        return bool(self.readers) or log.access is not None
+        return bool(self.readers) or (self.access_log and log.access is not None)
 
     def begun_count(self) -> int:
         return int(repr(self.begun)[6:-1])  # "count(N)": read without counting one more
@@ -104,7 +107,7 @@ class Records:
                 return
             popleft = queue.popleft
             batch = [popleft() for _ in range(len(queue))]
-            readers = self.readers if log.access is None else [*self.readers, log.access]
+            readers = [*self.readers, log.access] if self.access_log and log.access is not None else self.readers
             for reader in readers:
                 try:
                     reader.read(batch)
