@@ -159,16 +159,15 @@ def test_access_log_writes_a_batch_at_once(root, tmp_path):
         assert out.read_text().count("\n") == BATCH
 
 
-def test_access_log_cuts_pipe_writes_at_whole_lines(root):
-    """Workers share stdout: a write to a pipe over PIPE_BUF bytes may interleave with another
-    worker's, so each write is whole lines and at most 4096 bytes."""
+def _logged_through_a_pipe(app: App, paths: list[str]) -> list[dict]:
+    """The JSON lines the access log writes to a pipe (as stdout is under journald or docker)
+    for a GET of each path."""
     read_end, write_end = os.pipe()
     try:
         with os.fdopen(write_end, "w", closefd=False) as stream:
             log.access = log.AccessLog(stream, json_format=True)
-            app = App(root)
-            long_path = "/files/" + "x" * 200  # a 404, with a long path: long lines (under the pipe's 64 KiB in all)
-            _serve(app, BATCH + 8, long_path)
+            for path in paths:
+                _serve(app, 1, path)
             app.records.drain()
         os.close(write_end)
         chunks = []
@@ -176,9 +175,15 @@ def test_access_log_cuts_pipe_writes_at_whole_lines(root):
             chunks.append(data)
     finally:
         os.close(read_end)
-    text = b"".join(chunks).decode()
-    lines = text.splitlines()
-    assert len(lines) == BATCH + 8 and all(json.loads(line)["path"].endswith("x" * 200) for line in lines)
+    return [json.loads(line) for line in b"".join(chunks).decode().splitlines()]
+
+
+def test_access_log_cuts_pipe_writes_at_whole_lines(root):
+    """Workers share stdout: a write to a pipe over PIPE_BUF bytes may interleave with another
+    worker's, so each write is whole lines and at most 4096 bytes."""
+    long_path = "/files/" + "x" * 200  # a 404, with a long path: long lines (under the pipe's 64 KiB in all)
+    lines = _logged_through_a_pipe(App(root), [long_path] * (BATCH + 8))
+    assert len(lines) == BATCH + 8 and all(line["path"].endswith("x" * 200) for line in lines)
     assert log.access._chunk == 4096
 
 
@@ -234,21 +239,7 @@ def test_access_log_time_is_the_wall_clock_of_the_response():
 
 def test_a_line_longer_than_a_pipe_write_loses_nothing(root):
     """A line over PIPE_BUF bytes (a long path) goes alone; the lines around it are kept."""
-    read_end, write_end = os.pipe()
-    try:
-        with os.fdopen(write_end, "w", closefd=False) as stream:
-            log.access = log.AccessLog(stream, json_format=True)
-            app = App(root)
-            for path in ("/files/a.txt", "/files/" + "y" * 5000, "/files/a.txt"):
-                _serve(app, 1, path)
-            app.records.drain()
-        os.close(write_end)
-        chunks = []
-        while data := os.read(read_end, 65536):
-            chunks.append(data)
-    finally:
-        os.close(read_end)
-    lines = [json.loads(line) for line in b"".join(chunks).decode().splitlines()]
+    lines = _logged_through_a_pipe(App(root), ["/files/a.txt", "/files/" + "y" * 5000, "/files/a.txt"])
     assert [len(line["path"]) for line in lines] == [12, 5007, 12]
 
 
