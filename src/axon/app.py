@@ -271,7 +271,7 @@ class App:
         for observer in self.observers:
             observer.finished(request, response, seconds)
         records = self.records
-        if records.readers or log.access is not None:
+        if records.readers or log.access is not None:  # records.wanted, without a property call
             records.add(request, response, seconds, ended)
         if log.access is None and access_logger.isEnabledFor(logging.INFO):  # your own handler on "axon.access"
             access_logger.info(

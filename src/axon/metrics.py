@@ -46,6 +46,7 @@ import atexit
 import bisect
 import itertools
 import mmap
+import operator
 import os
 import re
 import struct
@@ -78,6 +79,7 @@ PUBLISH_INTERVAL = 0.25
 _METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"))
 # Axon's error bodies are {"error": {"status": 404, "code": "not_found", ...}} (errors.py); the
 # code is the first "code" key in it. Only the first bytes are searched.
+_PATH = operator.itemgetter(2)  # a record's path (axon.records)
 _ERROR_CODE = re.compile(rb'"code":\s*"([A-Za-z0-9_.-]{1,64})"')
 
 # Sample keys, as stored in a process's file: "r METHOD STATUS BUCKET" (requests, by bucket of
@@ -148,15 +150,17 @@ class Metrics:
     def read(self, records: list[Record]) -> None:
         """Count a batch of responses (axon.records). Column by column, with C loops (zip,
         Counter, map, sum): a Python loop per response would cost as much as the App's work."""
-        _, methods, paths, _, statuses, nbytes, files, seconds, _, errors = zip(*records)
-        scrapes = paths.count(self.path)
-        if scrapes:  # not traffic: count the rest
-            rest = [r for r in records if r[2] != self.path]
-            if not rest:
-                with self._lock:
-                    self._scrapes += scrapes
-                return
-            _, methods, paths, _, statuses, nbytes, files, seconds, _, errors = zip(*rest)
+        path = self.path
+        if path in map(_PATH, records):  # scrapes are not traffic: count the rest
+            traffic = [r for r in records if r[2] != path]
+        else:
+            traffic = records
+        scrapes = len(records) - len(traffic)
+        if not traffic:
+            with self._lock:
+                self._scrapes += scrapes
+            return
+        _, methods, _, _, statuses, nbytes, files, seconds, _, errors = zip(*traffic)
         tally = Counter(zip(methods, statuses, map(bisect.bisect_left, itertools.repeat(self.buckets), seconds)))
         with self._lock:
             self._scrapes += scrapes

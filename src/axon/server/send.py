@@ -79,9 +79,9 @@ class BodyLengthMismatch(Exception):
 def send_simple(conn: HTTPProtocol, response: Response, keep_alive: bool, http11: bool) -> bool:
     """Write a response that fits one write and return True: health, errors, JSON, a body
     already in memory (small files the open-file cache holds; up to ``MEMORY_BODY_MAX``), or up
-    to ``write_chunk`` bytes with small file slices read here. False, with nothing written, for anything else (a slice
-    for ``sendfile``, more to read than one chunk) or when the socket is not free. Raises
-    ``FileChanged`` (nothing written) if a file turns out shorter than planned."""
+    to ``write_chunk`` bytes with small file slices read here. False, with nothing written, for
+    anything else (a slice for ``sendfile``, more to read than one chunk) or when the socket is
+    not free. Raises ``FileChanged`` (nothing written) if a file turns out shorter than planned."""
     if response.stream is not None or conn.write_paused:
         return False
     body = response.body
