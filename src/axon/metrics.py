@@ -77,9 +77,9 @@ DEFAULT_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0
 PUBLISH_INTERVAL = 0.25
 
 _METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"))
+_PATH = operator.itemgetter(2)  # a record's path (axon.records)
 # Axon's error bodies are {"error": {"status": 404, "code": "not_found", ...}} (errors.py); the
 # code is the first "code" key in it. Only the first bytes are searched.
-_PATH = operator.itemgetter(2)  # a record's path (axon.records)
 _ERROR_CODE = re.compile(rb'"code":\s*"([A-Za-z0-9_.-]{1,64})"')
 
 # Sample keys, as stored in a process's file: "r METHOD STATUS BUCKET" (requests, by bucket of
