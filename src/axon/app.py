@@ -46,7 +46,8 @@ Handler = Callable[["Request"], Any]
 
 
 class Observer(Protocol):
-    """Told of every request (axon.metrics is one); must not raise."""
+    """Told of every request, one call each; must not raise. (A Metrics can be one, but
+    :func:`axon.metrics.instrument` has it read the App's records in batches instead: cheaper.)"""
 
     def started(self, request: "Request") -> None: ...
     def finished(self, request: "Request", response: Response, seconds: float) -> None: ...

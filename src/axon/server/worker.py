@@ -70,8 +70,9 @@ class Worker:
         self.full_response = encode_head(full.status, full.reason, full.headers, CLOSE) + b"".join(full.body)  # type: ignore[arg-type]
 
     def _nothing_observes(self) -> bool:
-        """Whether fixed responses may skip the App: no observer (metrics), no access log. Read
-        at start and by each sweep, so a logger switched on while serving counts within 1 s."""
+        """Whether fixed responses may skip the App: no observer, no reader of its records (the
+        metrics, the access log), no handler on ``axon.access``. Read at start and by each
+        sweep, so a logger switched on while serving counts within 1 s."""
         app = self.app
         records = getattr(app, "records", None)
         return (not getattr(app, "observers", True) and records is not None and not records.wanted
