@@ -120,8 +120,30 @@ def test_route_pattern_must_start_with_slash(app):
 def test_health(app, call, render):
     r = call(app, "GET", "/api/health")
     assert r.status == 200
-    assert r.headers == [("Content-Type", "application/json"), ("Content-Length", "22")]
+    assert r.headers == [("Content-Type", "application/json"), ("Cache-Control", "no-store"), ("Content-Length", "22")]
     assert _body(r, render) == b'{"status":"available"}'
+
+
+def test_options_asterisk_lists_the_servers_methods(app, call):
+    r = call(app, "OPTIONS", "*")
+    assert r.status == 200 and dict(r.headers)["Allow"] == "GET, HEAD, OPTIONS, POST"
+    assert dict(r.headers)["Content-Length"] == "0"
+    r = call(app, "GET", "*")  # the asterisk form is for OPTIONS only
+    assert r.status == 405 and dict(r.headers)["Allow"] == "OPTIONS"
+
+
+def test_cache_control_policy(root, call, monkeypatch):
+    app = App(root)
+    assert dict(call(app, "GET", "/files/a.txt").headers)["Cache-Control"] == "no-cache"
+    app = App(root, cache_control="public, max-age=31536000, immutable")
+    for target in ("/files/a.txt", "/api/stream-files?f=a.txt"):
+        assert dict(call(app, "GET", target).headers)["Cache-Control"] == "public, max-age=31536000, immutable"
+    assert dict(call(app, "GET", "/files/nope").headers)["Cache-Control"] == "no-store"
+    monkeypatch.setenv("AXON_CACHE_CONTROL", "max-age=60")
+    assert dict(call(App(root), "GET", "/files/a.txt").headers)["Cache-Control"] == "max-age=60"
+    assert "Cache-Control" not in dict(call(App(root, cache_control=""), "GET", "/files/a.txt").headers)
+    with pytest.raises(ValueError):
+        App(root, cache_control="no-cache\r\nX-Evil: 1")
 
 
 def test_stream_files_get(root, app, call, render, parse_multipart, open_fds):
@@ -215,7 +237,8 @@ def test_files_endpoint(app, call, render):
 
 @pytest.mark.parametrize(
     "path, status",
-    [("/files/../outside.txt", 403), ("/files//etc/passwd", 400), ("/files/.hidden", 403),
+    # "/files//etc/passwd" is "etc/passwd" under the root, as "/files/sub//x" is "sub/x".
+    [("/files/../outside.txt", 403), ("/files//etc/passwd", 404), ("/files/.hidden", 403),
      ("/files/sub", 403), ("/files/nope", 404), ("/files/a\\b", 400), ("/files/a\x00", 400)],
 )
 def test_files_endpoint_refusals(app, call, path, status):

@@ -340,6 +340,9 @@ CORPUS = [
     ("nope.txt", 404, "not_found"),
     ("dangling", 404, "not_found"),
     ("a.txt/x", 404, "not_found"),
+    ("a.txt/", 404, "not_found"),  # a trailing slash names a directory: no file is there
+    ("a.txt/.", 404, "not_found"),
+    ("sub/c.json/", 404, "not_found"),
     ("sub/nope/x", 404, "not_found"),
     ("x" * 300, 404, "not_found"),
     ("a/" * 2000 + "b", 404, "not_found"),

@@ -32,7 +32,7 @@ from .limits import DEFAULT_LIMITS, Limits
 from . import log
 from .log import access_logger, logger
 from .records import Records
-from .response import Response, error_response, json_response, redirect, stream_response, text_response
+from .response import NO_STORE, Response, error_response, json_response, redirect, stream_response, text_response
 from .sansio.batch import plan_batch
 from .sansio.batch_identity import derive_key
 from .sansio.single_file import plan_file
@@ -55,6 +55,10 @@ class Observer(Protocol):
 
 _PARAM = re.compile(r"<(?:(path):)?([A-Za-z_][A-Za-z0-9_]*)>")
 _HEALTH = b'{"status":"available"}'
+#: Files and batches may change under the same URL: caches keep them but ask again each time,
+#: which a strong ETag makes a cheap 304. Assets that never change under a URL can say
+#: "public, max-age=31536000, immutable" instead (``App(cache_control=...)``).
+DEFAULT_CACHE_CONTROL = "no-cache"
 #: Methods whose request body the WSGI and ASGI adapters read (up to Limits.max_body_bytes).
 BODY_METHODS = ("POST", "PUT", "PATCH")
 
@@ -128,6 +132,7 @@ class App:
         threads: int = 32,
         secret: str | bytes | None = None,
         observers: Iterable[Observer] = (),
+        cache_control: str | None = None,
     ) -> None:
         if store is None:
             store = FileStore(root if root is not None else os.environ.get("AXON_ROOT", "."), allow_hidden=allow_hidden)
@@ -139,9 +144,18 @@ class App:
         if secret is None:
             secret = os.environ.get("AXON_SECRET") or None
         self.verifier = Verifier(secret) if secret else None
-        self.public_paths = {"/api/health"}  # open even when signing is on: load balancers probe it
+        # Open even when signing is on: load balancers probe the health; "*" only lists methods.
+        self.public_paths = {"/api/health", "*"}
+        # ``cache_control`` (default: $AXON_CACHE_CONTROL, else DEFAULT_CACHE_CONTROL; "" for
+        # none) is sent with every file and batch response, 304s included (RFC 9110 15.4.5).
+        if cache_control is None:
+            cache_control = os.environ.get("AXON_CACHE_CONTROL", DEFAULT_CACHE_CONTROL)
+        if any(c in cache_control for c in "\r\n\x00"):
+            raise ValueError("cache_control must not contain CR, LF or NUL")
+        self.cache_control = cache_control
         self.batch_key = derive_key(secret or None, store.root)
-        self._exact: dict[str, dict[str, Route]] = {}
+        # The asterisk-form target is for OPTIONS only (RFC 9110 7.1): the server's own methods.
+        self._exact: dict[str, dict[str, Route]] = {"*": {"OPTIONS": Route(self._server_options, False)}}
         self._patterns: list[tuple[re.Pattern[str], dict[str, Route]]] = []
         self._executor: ThreadPoolExecutor | None = None
         #: GET responses that never change, by path (the health probe). Axon's own server answers
@@ -287,16 +301,32 @@ class App:
 
     def send_file(self, request: Request, path: str) -> Response:
         """One file under the root, with ETag, Last-Modified, Range (206/416) and 304/412."""
-        return plan_file(self.store, path, request.method, request.headers, self.limits)
+        return self._cacheable(plan_file(self.store, path, request.method, request.headers, self.limits))
 
     def send_batch(self, request: Request, paths: list[str]) -> Response:
-        """Files under the root as one ``multipart/mixed`` body; any bad path is one JSON 4xx."""
-        return plan_batch(self.store, paths, self.limits, key=self.batch_key, headers=request.headers)
+        """Files under the root as one ``multipart/mixed`` body, a resource with its own ETag,
+        preconditions (304/412) and Range; any bad path is one JSON 4xx."""
+        response = plan_batch(
+            self.store, paths, self.limits, key=self.batch_key, headers=request.headers, method=request.method
+        )
+        return self._cacheable(response)
+
+    def _cacheable(self, response: Response) -> Response:
+        if self.cache_control:
+            response.headers.append(("Cache-Control", self.cache_control))
+        return response
 
     # -- built-in endpoints --------------------------------------------------------------------
 
     def _health(self, request: Request) -> Response:
-        return Response(200, [("Content-Type", "application/json")], [_HEALTH])
+        return Response(200, [("Content-Type", "application/json"), NO_STORE], [_HEALTH])
+
+    def _server_options(self, request: Request) -> Response:
+        methods = {m for table in self._exact.values() for m in table}
+        methods.update(m for _, table in self._patterns for m in table)
+        if "GET" in methods:
+            methods.add("HEAD")
+        return Response(200, [("Allow", ", ".join(sorted(methods)))], [])
 
     def _stream_files(self, request: Request) -> Response:
         if request.method == "POST":
@@ -311,7 +341,9 @@ class App:
         return self.send_batch(request, paths)
 
     def _file(self, request: Request) -> Response:
-        return self.send_file(request, request.params["path"])
+        # "/files//a.txt" is "a.txt", as "sub//a.txt" is "sub/a.txt" (and as nginx merges
+        # slashes): the path is always taken below the root.
+        return self.send_file(request, request.params["path"].lstrip("/"))
 
 
 def _parse_query(raw: str) -> tuple[tuple[str, str], ...]:

@@ -256,6 +256,11 @@ class FileStore:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise Forbidden("not a regular file", code="not_a_file", paths=[requested])
+            if requested.endswith(("/", "/.")):
+                # A trailing slash names a directory (as the kernel and nginx read it): a file
+                # there is missing, or a browser resolves the page's relative links wrongly and
+                # caches keep two URLs for one file.
+                raise NotFound("no such file: a file's path does not end in '/'", paths=[requested])
         except BaseException:
             os.close(fd)
             raise

@@ -19,6 +19,8 @@ from .sansio.segments import Segment, body_length
 Stream = Union[Iterable[bytes], AsyncIterable[bytes]]
 
 _JSON = ("Content-Type", "application/json")
+#: Errors and the health probe describe a moment, not a resource: no cache may keep them.
+NO_STORE = ("Cache-Control", "no-store")
 
 
 class Response:
@@ -94,4 +96,4 @@ def redirect(location: str, status: int = 307) -> Response:
 
 
 def error_response(error: HTTPError) -> Response:
-    return Response(error.status, [_JSON, *error.headers], [error.to_json()])
+    return Response(error.status, [_JSON, NO_STORE, *error.headers], [error.to_json()])

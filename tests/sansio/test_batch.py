@@ -86,6 +86,7 @@ def test_batch_byte_exact(root, store, render):
         )
         assert response.headers == [
             ("Content-Type", "multipart/mixed; boundary=BOUNDARY"),
+            ("Content-Disposition", 'attachment; filename="batch.multipart"'),
             ("Content-Length", str(response.length)),
         ]
         # One bytes segment and one file slice per part, then the closing delimiter.

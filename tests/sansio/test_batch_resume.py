@@ -199,6 +199,32 @@ def test_an_unsatisfiable_range_is_416_and_closes_every_file(root, open_fds):
     assert open_fds() == before
 
 
+# -- preconditions: a batch is a resource (RFC 9110 13.2.1)
+
+
+def test_if_none_match_its_etag_is_304_and_closes_every_file(root, open_fds):
+    app = App(root, secret="")
+    _, headers, _ = batch(app)
+    before = open_fds()
+    for method in ("GET", "HEAD"):
+        status, got, body = batch(app, method=method, if_none_match=headers["ETag"])
+        assert (status, body) == (304, b"") and got["ETag"] == headers["ETag"], method
+        assert "Content-Length" not in got
+    assert open_fds() == before
+    assert batch(app, if_none_match='"other"')[0] == 200
+
+
+def test_if_match_is_evaluated_first(root):
+    """If-Match fails before a Range is looked at: a resume of an old version is a 412."""
+    app = App(root, secret="")
+    _, headers, _ = batch(app)
+    assert batch(app, if_match=headers["ETag"], range="bytes=5-")[0] == 206
+    status, got, body = batch(app, if_match='"old"', range="bytes=5-", if_range='"old"')
+    assert status == 412 and b"precondition_failed" in body
+    (root / "a.txt").write_bytes(b"changed, axon")
+    assert batch(app, if_match=headers["ETag"], range="bytes=5-")[0] == 412
+
+
 def test_head_and_post_take_ranges_too(root):
     app = App(root, secret="")
     _, headers, full = batch(app)

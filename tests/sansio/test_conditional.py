@@ -6,7 +6,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from axon.sansio.conditional import evaluate, http_date, if_range_allows, parse_http_date
+from axon.sansio.conditional import date_is_strong, evaluate, http_date, if_range_allows, parse_http_date
 
 SETTINGS = settings(max_examples=300, deadline=None, database=None)
 
@@ -182,6 +182,25 @@ def test_last_modified_round_trips_any_float(mtime):
 )
 def test_if_range(header, expected):
     assert if_range_allows(header, TAG, MTIME) is expected
+
+
+def test_if_range_date_needs_a_strong_date():
+    """A Last-Modified less than a second old is weak (RFC 9110 8.8.2.2): no date names a version."""
+    assert if_range_allows(DATE, TAG, MTIME, date_is_strong=False) is False
+    assert if_range_allows(TAG, TAG, MTIME, date_is_strong=False) is True  # the tag still does
+    assert date_is_strong(10**9, 2 * 10**9) is True
+    assert date_is_strong(10**9, 2 * 10**9 - 1) is False
+
+
+def test_without_a_date_only_tags_count():
+    """A representation without Last-Modified (a batch): dates never match, nor precondition."""
+    assert if_range_allows(DATE, TAG, None) is False
+    assert if_range_allows(TAG, TAG, None) is True
+    assert evaluate("GET", {"if-modified-since": DATE}, TAG, None) is None
+    assert evaluate("GET", {"if-unmodified-since": EARLIER}, TAG, None) is None
+    assert evaluate("GET", {"if-none-match": TAG}, TAG, None) == 304
+    assert evaluate("POST", {"if-none-match": TAG}, TAG, None) == 412
+    assert evaluate("GET", {"if-match": '"other"'}, TAG, None) == 412
 
 
 def test_if_range_weak_server_tag():

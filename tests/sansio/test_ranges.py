@@ -26,11 +26,15 @@ SETTINGS = settings(max_examples=200, deadline=None, database=None)
         ("bytes=-10", 10, [(0, 10)]),
         ("bytes=-999", 10, [(0, 10)]),
         ("bytes=0-1,4-5", 10, [(0, 2), (4, 6)]),
-        ("bytes=4-5,0-1", 10, [(0, 2), (4, 6)]),  # sorted
+        ("bytes=4-5,0-1", 10, [(4, 6), (0, 2)]),  # in the order asked (RFC 9110 15.3.7.2)
+        ("bytes=100-199,0-9", 1000, [(100, 200), (0, 10)]),
+        ("bytes=8-9,0-1,4-5", 10, [(8, 10), (0, 2), (4, 6)]),
+        ("bytes=6-7,0-1,1-2", 10, [(6, 8), (0, 3)]),  # a merged range stands where its first part was
+        ("bytes=6-7,2-3,0-1", 10, [(6, 8), (0, 4)]),
         ("bytes=0-1,2-3", 10, [(0, 4)]),  # adjacent: merged
         ("bytes=0-4,2-6", 10, [(0, 7)]),  # overlapping: merged
         ("bytes=0-0,0-0,0-0", 10, [(0, 1)]),
-        ("bytes=-2,0-1", 10, [(0, 2), (8, 10)]),
+        ("bytes=-2,0-1", 10, [(8, 10), (0, 2)]),
         ("bytes=5-,-8", 10, [(2, 10)]),
         ("bytes=0-1,50-60", 10, [(0, 2)]),  # one unsatisfiable range among satisfiable ones
         ("bytes=-0,0-0", 10, [(0, 1)]),
@@ -57,9 +61,8 @@ def test_other_units_are_ignored(header):
         ("bytes=10-20", 10),
         ("bytes=" + "9" * 30 + "-", 10),
         ("bytes=-0", 10),  # an empty suffix
-        ("bytes=0-0", 0),  # nothing is satisfiable in an empty file
-        ("bytes=-5", 0),
-        ("bytes=0-", 0),
+        ("bytes=a-b", 0),  # malformed is refused, even on an empty file
+        ("bytes=5-4", 0),
         ("bytes=5-4", 10),  # inverted
         ("bytes=0-1,5-4", 10),  # one inverted range spoils the header
         ("bytes=", 10),
@@ -85,6 +88,13 @@ def test_not_satisfiable(header, size):
     assert info.value.headers == [("Content-Range", f"bytes */{size}")]
 
 
+@pytest.mark.parametrize("header", ["bytes=0-", "bytes=-5", "bytes=0-0", "bytes=10-20", "bytes=-0", "bytes=0-,-1"])
+def test_an_empty_representation_ignores_a_well_formed_range(header):
+    """Nothing to slice: the whole (empty) body is the answer, a 200 as nginx gives; a browser's
+    media request sends ``bytes=0-`` and must not get a 416 for an empty file."""
+    assert parse_range(header, 0, 16) is None
+
+
 def test_too_many_ranges():
     header = "bytes=" + ",".join(f"{i}-{i}" for i in range(17))
     with pytest.raises(RangeNotSatisfiable, match="too many"):
@@ -102,7 +112,8 @@ def test_two_thousand_overlapping_ranges():
 
 
 def test_merge():
-    assert merge([(5, 6), (0, 1)]) == [(0, 1), (5, 6)]
+    assert merge([(5, 6), (0, 1)]) == [(5, 6), (0, 1)]  # request order kept
+    assert merge([(5, 6), (0, 1), (6, 8)]) == [(5, 8), (0, 1)]
     assert merge([(0, 5), (1, 2)]) == [(0, 5)]
     assert merge([(0, 2), (2, 4), (4, 6)]) == [(0, 6)]
     assert merge([(0, 1), (2, 3)]) == [(0, 1), (2, 3)]  # a gap of one byte stays a gap
@@ -175,16 +186,36 @@ def test_parse_property(specs, size, max_ranges, ows):
         assert exc.headers == [("Content-Range", f"bytes */{size}")]
         return
     assert len(specs) <= max_ranges and not inverted
+    if spans is None:  # an empty representation: nothing to slice
+        assert size == 0
+        return
     _check_spans(spans, size)
     assert {i for start, stop in spans for i in range(start, stop)} == covered
+    # Request order: each span stands where the first range it covers was asked for.
+    firsts = [min(i for i, item in enumerate(_resolved(specs, size)) if item and start <= item[0] < stop)
+              for start, stop in spans]
+    assert firsts == sorted(firsts)
+
+
+def _resolved(specs, size):
+    """Each requested range as a [start, stop) span within ``size``, or None if unsatisfiable."""
+    out = []
+    for kind, a, b in specs:
+        if kind == "suffix":
+            out.append((max(0, size - a), size) if a and size else None)
+        else:
+            stop = size if b is None else min(b + 1, size)
+            out.append((a, stop) if a < stop else None)
+    return out
 
 
 def _check_spans(spans, size):
     assert spans, "an empty list is never returned"
     for start, stop in spans:
         assert 0 <= start < stop <= size
-    for (_, stop), (start, _) in zip(spans, spans[1:]):
-        assert stop < start  # sorted, apart, and not even touching
+    ordered = sorted(spans)
+    for (_, stop), (start, _) in zip(ordered, ordered[1:]):
+        assert stop < start  # apart, and not even touching
 
 
 def _parse_and_check(header, size):

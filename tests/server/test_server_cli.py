@@ -20,7 +20,7 @@ from axon.server.cli import load_app
 
 ENV = ["AXON_HOST", "AXON_PORT", "AXON_WORKERS", "AXON_ROOT", "AXON_APP", "AXON_ACCESS_LOG", "AXON_LOG_LEVEL",
        "AXON_GRACEFUL_TIMEOUT", "AXON_CERTFILE", "AXON_KEYFILE", "AXON_MAX_CONNECTIONS", "AXON_JSON_LOGS",
-       "AXON_METRICS", "AXON_FILE_CACHE"]
+       "AXON_METRICS", "AXON_FILE_CACHE", "AXON_CACHE_CONTROL"]
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def test_defaults(clean_env) -> None:
     assert (args.host, args.port, args.workers) == ("127.0.0.1", 8000, len(os.sched_getaffinity(0)))
     assert (args.root, args.app, args.access_log, args.log_level) == (None, None, False, "info")
     assert (args.graceful_timeout, args.certfile, args.keyfile) == (30.0, None, None)
-    assert args.file_cache == 1024
+    assert args.file_cache == 1024 and args.cache_control is None
 
 
 def test_every_flag_has_an_environment_variable(clean_env) -> None:
@@ -44,6 +44,7 @@ def test_every_flag_has_an_environment_variable(clean_env) -> None:
         "AXON_APP": "site:app", "AXON_ACCESS_LOG": "true", "AXON_LOG_LEVEL": "DEBUG",
         "AXON_GRACEFUL_TIMEOUT": "2.5", "AXON_CERTFILE": "c.pem", "AXON_KEYFILE": "k.pem",
         "AXON_MAX_CONNECTIONS": "77", "AXON_JSON_LOGS": "1", "AXON_METRICS": "yes", "AXON_FILE_CACHE": "0",
+        "AXON_CACHE_CONTROL": "max-age=60",
     }
     for name, value in values.items():
         clean_env.setenv(name, value)
@@ -51,7 +52,13 @@ def test_every_flag_has_an_environment_variable(clean_env) -> None:
     assert (args.host, args.port, args.workers, args.root, args.app) == ("0.0.0.0", 9001, 3, "/srv", "site:app")
     assert (args.access_log, args.log_level, args.graceful_timeout) == (True, "debug", 2.5)
     assert (args.certfile, args.keyfile, args.max_connections, args.json_logs) == ("c.pem", "k.pem", 77, True)
-    assert args.metrics is True and args.file_cache == 0
+    assert args.metrics is True and args.file_cache == 0 and args.cache_control == "max-age=60"
+
+
+def test_cache_control_reaches_the_built_in_app(clean_env, tmp_path) -> None:
+    assert load_app(None, str(tmp_path), "public, max-age=600").cache_control == "public, max-age=600"
+    assert load_app(None, str(tmp_path)).cache_control == "no-cache"
+    assert load_app(None, str(tmp_path), "").cache_control == ""
 
 
 def test_a_flag_wins_over_its_variable(clean_env) -> None:

@@ -5,9 +5,11 @@ the root, too many files or bytes) is one JSON 4xx naming every offending path, 
 short. A path named twice is opened once: slices read by offset, so parts can share a descriptor.
 
 With a ``key``, the batch gets an identity (:mod:`.batch_identity`): a strong ``ETag`` and a
-boundary derived from its files, so the same batch of unchanged files is the same bytes, and a
-single ``Range`` (guarded by ``If-Range``) is served as the segment list sliced: a 206 that lets
-a client resume an interrupted batch. Several ranges get the whole batch (200), which RFC 9110
+boundary derived from its files, so the same batch of unchanged files is the same bytes. It is
+then a resource like a file: its preconditions (``If-Match``, ``If-None-Match``) are evaluated in
+RFC 9110's order (304, 412), and a single ``Range`` (guarded by ``If-Range``) is served as the
+segment list sliced: a 206 that lets a client resume an interrupted batch. A batch has no
+modification date, so the date conditions are ignored and ``If-Range`` needs its entity tag. Several ranges get the whole batch (200), which RFC 9110
 allows (a server may ignore ``Range``): a ``multipart/byteranges`` wrapped around a
 ``multipart/mixed`` would be legal but useless to any client we know. Range is honoured on
 ``POST /api/stream-files`` too: that POST is a query with its list in the body, not a change.
@@ -17,12 +19,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..errors import BadRequest, HTTPError, PayloadTooLarge
+from ..errors import BadRequest, HTTPError, PayloadTooLarge, PreconditionFailed
 from ..files import FileStore, OpenFile
 from ..limits import Limits
 from ..response import Response
 from .batch_identity import file_signature, identity_of
-from .conditional import if_range_allows
+from .conditional import evaluate, if_range_allows
 from .multipart import CACHED_PATH_CHARS, file_part_headers, frame, new_boundary
 from .ranges import content_range, parse_range
 from .segments import FileSlice, Segment, body_length, slice_segments
@@ -84,9 +86,11 @@ def plan_batch(
     boundary: str | None = None,
     key: bytes | None = None,
     headers: dict[str, str] | None = None,
+    method: str = "GET",
 ) -> Response:
     """The batch of ``paths``; with ``key``, with its identity and honouring ``headers``'
-    ``Range`` / ``If-Range`` (lower-case names, as :class:`~axon.app.Request` has them)."""
+    preconditions, ``Range`` and ``If-Range`` (lower-case names, as :class:`~axon.app.Request`
+    has them) for the request ``method``."""
     check_count(paths, limits)
     opened = open_all(store, paths)
     files = list(opened.values())
@@ -104,11 +108,20 @@ def plan_batch(
         if key is None:
             boundary = boundary or new_boundary()
             parts = [(file_part_headers(p, f.name, f.content_type), f.segment(0, f.size)) for p, f in zip(paths, chosen)]
-            return Response(200, [("Content-Type", f"multipart/mixed; boundary={boundary}")], frame(boundary, parts), files=files)
+            out = [("Content-Type", f"multipart/mixed; boundary={boundary}"), DISPOSITION]
+            return Response(200, out, frame(boundary, parts), files=files)
         signatures = tuple(map(file_signature, chosen))
         cacheable = len(chosen) <= LAYOUT_CACHE_FILES and named <= CACHED_PATH_CHARS * 4
         layout = _cached_layout if cacheable else _layout
         etag, content_type, heads = layout(key, boundary, signatures)
+        if headers:
+            verdict = evaluate(method, headers, etag, None)
+            if verdict == 304:
+                for f in files:
+                    f.close()
+                return Response(304, [("ETag", etag)])
+            if verdict == 412:
+                raise PreconditionFailed("the batch does not match the request's preconditions")
         body: list[Segment] = [heads[0]]
         for f, head in zip(chosen, heads[1:]):
             body.append(f.segment(0, f.size))
@@ -143,7 +156,7 @@ def _ranged(
     files: list[OpenFile],
 ) -> Response:
     """200 with the whole batch, or 206 with the one byte range asked for (416 if none fits)."""
-    out = [content_type, ("ETag", etag), ("Accept-Ranges", "bytes")]
+    out = [content_type, DISPOSITION, ("ETag", etag), ("Accept-Ranges", "bytes")]
     range_header = headers.get("range")
     if range_header is not None and _if_range_matches(headers.get("if-range"), etag):
         total = body_length(body)
@@ -156,7 +169,9 @@ def _ranged(
 
 def _if_range_matches(header: str | None, etag: str) -> bool:
     # A batch has no Last-Modified, so only its entity tag can validate a range.
-    if header is None:
-        return True
-    header = header.strip()
-    return header.startswith('"') and if_range_allows(header, etag, 0.0)
+    return if_range_allows(header, etag, None)
+
+
+#: A browser that opens a batch URL saves it under this name rather than the URL's last segment
+#: (``stream-files``, with no extension); the name the article's own ``curl -o`` uses.
+DISPOSITION = ("Content-Disposition", 'attachment; filename="batch.multipart"')

@@ -54,40 +54,61 @@ def _matches(header: str, etag: str, *, strong: bool) -> bool:
     return False
 
 
-def evaluate(method: str, headers: dict[str, str], etag: str, mtime: float) -> int | None:
-    """304, 412, or None to go on, evaluating preconditions in RFC 9110's order (13.2.2)."""
-    mtime = math.floor(mtime)  # HTTP dates have whole seconds
+def evaluate(method: str, headers: dict[str, str], etag: str, mtime: float | None) -> int | None:
+    """304, 412, or None to go on, evaluating preconditions in RFC 9110's order (13.2.2).
+
+    ``mtime`` is None for a representation without a modification date (a batch): the date
+    conditions are then ignored, as RFC 9110 13.1.3 and 13.1.4 require.
+    """
     if_match = headers.get("if-match")
     if if_match is not None:
         if not _matches(if_match, etag, strong=True):
             return 412
-    else:
+    elif mtime is not None:
         since = headers.get("if-unmodified-since")
         if since is not None:
             when = parse_http_date(since)
-            if when is not None and mtime > when:
+            if when is not None and math.floor(mtime) > when:  # HTTP dates have whole seconds
                 return 412
     safe = method in ("GET", "HEAD")
     if_none_match = headers.get("if-none-match")
     if if_none_match is not None:
         if _matches(if_none_match, etag, strong=False):
             return 304 if safe else 412
-    elif safe:
+    elif safe and mtime is not None:
         since = headers.get("if-modified-since")
         if since is not None:
             when = parse_http_date(since)
-            if when is not None and mtime <= when:
+            if when is not None and math.floor(mtime) <= when:
                 return 304
     return None
 
 
-def if_range_allows(header: str | None, etag: str, mtime: float) -> bool:
-    """Whether a ``Range`` may be honoured: no ``If-Range``, or one naming the current version."""
+def if_range_allows(header: str | None, etag: str, mtime: float | None, *, date_is_strong: bool = True) -> bool:
+    """Whether a ``Range`` may be honoured: no ``If-Range``, or one naming the current version.
+
+    A date names a version only when the ``Last-Modified`` it matches is strong (RFC 9110
+    13.1.5, 8.8.2.2): ``date_is_strong`` is False when the representation changed less than a
+    second before this response, since another version could then carry the same date; and a
+    representation without a date (``mtime`` None) can only be named by its entity tag.
+    """
     if header is None:
         return True
     header = header.strip()
     if header.startswith('"') or header.startswith("W/"):
         return not header.startswith("W/") and _matches(header, etag, strong=True)
+    if mtime is None or not date_is_strong:
+        return False
     when = parse_http_date(header)
-    # A date validator is only strong enough when it matches exactly (RFC 9110 13.1.5).
     return when is not None and math.floor(mtime) == when
+
+
+#: How long after a change a ``Last-Modified`` stays weak: the date has whole seconds, so two
+#: versions written within one second can share it (RFC 9110 8.8.2.2).
+WEAK_DATE_NS = 1_000_000_000
+
+
+def date_is_strong(changed_ns: int, now_ns: int) -> bool:
+    """Whether a ``Last-Modified`` derived from a change at ``changed_ns`` validates strongly in
+    a response made at ``now_ns`` (both in nanoseconds since the epoch)."""
+    return now_ns - changed_ns >= WEAK_DATE_NS

@@ -3,7 +3,8 @@ and format ``Content-Range``.
 
 Abuse is capped (Apache CVE-2011-3192): at most ``max_ranges`` ranges in one header, inverted
 or malformed ranges refused, overlapping and adjacent ranges merged, so a response never carries
-more bytes than the representation twice over.
+more bytes than the representation twice over. Ranges keep the order the client asked for
+(RFC 9110 15.3.7.2): a merged range stands where its first part was asked for.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ Span = tuple[int, int]  # [start, stop): half-open, like a slice
 
 
 def parse_range(header: str, size: int, max_ranges: int) -> list[Span] | None:
-    """The spans a ``Range`` header asks for, sorted and merged; None to ignore the header.
+    """The spans a ``Range`` header asks for, merged, in request order; None to ignore the header.
 
     A unit other than ``bytes`` is ignored (the whole representation is sent, as RFC 9110
-    allows). Malformed, inverted, too many, or none satisfiable: ``RangeNotSatisfiable``.
+    allows), and so is a well-formed header on an empty representation: there is nothing to
+    slice, and browsers' media requests (``bytes=0-``) expect the empty 200 nginx sends.
+    Malformed, inverted, too many, or none satisfiable: ``RangeNotSatisfiable``.
     """
     unit, sep, spec = header.partition("=")
     if not sep or unit.strip().lower() != "bytes":
@@ -48,6 +51,8 @@ def parse_range(header: str, size: int, max_ranges: int) -> list[Span] | None:
             raise RangeNotSatisfiable(f"inverted range: {item[:40]!r}", size)
         if start < size:
             spans.append((start, min(stop, size)))
+    if not size:
+        return None
     if not spans:
         raise RangeNotSatisfiable("no range is satisfiable", size)
     return merge(spans)
@@ -59,16 +64,19 @@ def _number(digits: str) -> int:
 
 
 def merge(spans: list[Span]) -> list[Span]:
-    """Sort spans and join those that overlap or touch."""
-    spans = sorted(spans)
-    merged = [spans[0]]
-    for start, stop in spans[1:]:
-        last_start, last_stop = merged[-1]
-        if start <= last_stop:
-            merged[-1] = (last_start, max(last_stop, stop))
+    """Join the spans that overlap or touch; each joined span keeps the place of its first
+    member, so the result follows the order they were asked in."""
+    order = sorted(range(len(spans)), key=spans.__getitem__)
+    groups: list[list[int]] = []  # [first index asked, start, stop]
+    for i in order:
+        start, stop = spans[i]
+        if groups and start <= groups[-1][2]:
+            group = groups[-1]
+            group[0], group[2] = min(group[0], i), max(group[2], stop)
         else:
-            merged.append((start, stop))
-    return merged
+            groups.append([i, start, stop])
+    groups.sort()
+    return [(start, stop) for _, start, stop in groups]
 
 
 def content_range(span: Span, size: int) -> str:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 from ..errors import PreconditionFailed
 from ..files import FileStore, OpenFile
 from ..limits import Limits
 from ..response import Response
-from .conditional import evaluate, http_date, if_range_allows
+from .conditional import date_is_strong, evaluate, http_date, if_range_allows
 from .multipart import frame, new_boundary
 from .ranges import content_range, parse_range
 
@@ -37,7 +39,7 @@ def _plan(f: OpenFile, method: str, headers: dict[str, str], limits: Limits) -> 
     out = [*validators, ("Accept-Ranges", "bytes")]
     range_header = headers.get("range")
     spans = None
-    if range_header is not None and if_range_allows(headers.get("if-range"), tag, mtime):
+    if range_header is not None and _if_range_allows(headers.get("if-range"), tag, f):
         spans = parse_range(range_header, f.size, limits.max_ranges)
     if spans is None:
         out.append(("Content-Type", f.content_type))
@@ -53,3 +55,11 @@ def _plan(f: OpenFile, method: str, headers: dict[str, str], limits: Limits) -> 
     ]
     out.append(("Content-Type", f"multipart/byteranges; boundary={boundary}"))
     return Response(206, out, frame(boundary, parts), files=[f])
+
+
+def _if_range_allows(header: str | None, tag: str, f: OpenFile) -> bool:
+    if header is None:
+        return True
+    # A change is an mtime or a ctime: content rewritten with its mtime put back moves the ctime.
+    strong = date_is_strong(max(f.mtime_ns, f.ctime_ns), time.time_ns())
+    return if_range_allows(header, tag, f.mtime_ns // 1_000_000_000, date_is_strong=strong)

@@ -76,13 +76,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=_env_bool("AXON_METRICS"),
                    help="Prometheus metrics at GET /metrics, summed over the workers (AXON_METRICS; the workers "
                         "keep their counts in AXON_METRICS_DIR, default a fresh temporary directory)")
+    p.add_argument("--cache-control", default=_env("AXON_CACHE_CONTROL"), metavar="POLICY",
+                   help="Cache-Control of file and batch responses (AXON_CACHE_CONTROL; default no-cache: "
+                        "caches revalidate, a cheap 304; e.g. 'public, max-age=31536000, immutable' for assets "
+                        "that never change under one URL; '' for none)")
     p.add_argument("--certfile", default=_env("AXON_CERTFILE"), help="TLS certificate chain, PEM (AXON_CERTFILE)")
     p.add_argument("--keyfile", default=_env("AXON_KEYFILE"), help="TLS private key, PEM (AXON_KEYFILE)")
     p.set_defaults(func=run)
     return p
 
 
-def load_app(spec: str | None, root: str | None) -> Any:
+def load_app(spec: str | None, root: str | None, cache_control: str | None = None) -> Any:
     """The built-in App serving ``root``, or the user's App named ``module:attr``.
 
     With ``--app``, ROOT (if given) is exported as ``AXON_ROOT`` before the module is imported, so
@@ -92,7 +96,7 @@ def load_app(spec: str | None, root: str | None) -> Any:
     from ..app import App
 
     if spec is None:
-        return App(root if root is not None else ".")
+        return App(root if root is not None else ".", cache_control=cache_control)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise SystemExit(f"--app takes MODULE:ATTR, e.g. mysite:app, not {spec!r}")
@@ -140,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         raise SystemExit(f"axon serve: {exc}") from None
     try:
-        app = load_app(args.app, args.root)
+        app = load_app(args.app, args.root, args.cache_control)
     except ValueError as exc:  # e.g. the root is not a directory
         raise SystemExit(f"axon serve: {exc}") from None
     scratch = None
