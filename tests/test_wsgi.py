@@ -123,3 +123,15 @@ def test_a_shared_descriptor_is_never_handed_to_file_wrapper(files):
             body.close()
     finally:
         app.app.store.enable_cache(0)
+
+
+def test_every_response_has_a_date(files):
+    """uWSGI's HTTP socket adds no Date; RFC 9110 6.6.1 wants one beside Last-Modified."""
+    import email.utils
+    import time
+
+    for path in ("/files/a.bin", "/files/missing", "/api/health"):
+        seen, body = call(create_app(files), environ(path))
+        when = email.utils.parsedate_to_datetime(seen["headers"]["Date"]).timestamp()
+        assert abs(when - time.time()) < 5
+        getattr(body, "close", lambda: None)()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 from typing import Callable, Iterable, Iterator
 
 from .app import BODY_METHODS, App, Request
@@ -19,6 +20,7 @@ from .chunks import FileChanged, iter_chunks
 from .errors import BadRequest, HTTPError, PayloadTooLarge, URITooLong
 from .limits import DEFAULT_LIMITS, Limits
 from .response import Response, error_response
+from .sansio.conditional import http_date
 from .sansio.segments import FileSlice
 
 StartResponse = Callable[..., object]
@@ -42,7 +44,7 @@ class WSGIApp:
             response.close()
             response = error_response(HTTPError("an async stream cannot be served over WSGI; use a plain generator"))
         try:
-            start_response(f"{response.status} {response.reason}", response.headers)
+            start_response(f"{response.status} {response.reason}", [*response.headers, _date_header()])
         except BaseException:
             response.close()
             raise
@@ -104,6 +106,25 @@ class WSGIApp:
         if len(data) > limit:
             raise PayloadTooLarge(f"request body larger than {limit} bytes", code="body_too_large")
         return data
+
+
+class _DateHeader:
+    """``Date``, which an origin server with a clock must send (RFC 9110 6.6.1): uWSGI's HTTP
+    socket sends none, and a ``Last-Modified`` without it leaves caches no clock to compare.
+    gunicorn sends its own in its place; waitress keeps ours. Formatted once a second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._header = ("Date", "")
+
+    def __call__(self) -> tuple[str, str]:
+        second = int(time.time())
+        if second != self._second:
+            self._second, self._header = second, ("Date", http_date(second))
+        return self._header
+
+
+_date_header = _DateHeader()
 
 
 class _CheckedFile(io.FileIO):
