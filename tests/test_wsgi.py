@@ -4,9 +4,11 @@ wire contract is tested over real sockets under gunicorn, uWSGI and waitress in 
 
 from __future__ import annotations
 
+import email.utils
 import gc
 import io
 import os
+import time
 from wsgiref.util import FileWrapper, setup_testing_defaults
 
 import pytest
@@ -127,9 +129,6 @@ def test_a_shared_descriptor_is_never_handed_to_file_wrapper(files):
 
 def test_every_response_has_a_date(files):
     """uWSGI's HTTP socket adds no Date; RFC 9110 6.6.1 wants one beside Last-Modified."""
-    import email.utils
-    import time
-
     for path in ("/files/a.bin", "/files/missing", "/api/health"):
         seen, body = call(create_app(files), environ(path))
         when = email.utils.parsedate_to_datetime(seen["headers"]["Date"]).timestamp()
