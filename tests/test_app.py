@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import threading
+from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
 
@@ -155,7 +156,9 @@ def test_stream_files_get(root, app, call, render, parse_multipart, open_fds):
         body = render(r.body)
         assert dict(r.headers)["Content-Length"] == str(len(body))
         parts = parse_multipart(ctype, body)
-        assert [p["Content-Location"] for p in parts] == ["a.txt", "sub/c.json", "a.txt", "empty.txt"]
+        assert [p["Content-Location"] for p in parts] == [
+            "/files/a.txt", "/files/sub/c.json", "/files/a.txt", "/files/empty.txt"
+        ]
         assert [p.get_payload(decode=True) for p in parts] == [
             b"hello, axon\n", b'{"c": 3}\n', b"hello, axon\n", b""
         ]
@@ -190,7 +193,24 @@ def test_stream_files_post(app, call, render, parse_multipart):
     r = call(app, "POST", "/api/stream-files", {"content-type": "application/json"}, body)
     assert r.status == 200
     parts = parse_multipart(dict(r.headers)["Content-Type"], _body(r, render))
-    assert [p["Content-Location"] for p in parts] == ["sub/c.json", "a.txt"]
+    assert [p["Content-Location"] for p in parts] == ["/files/sub/c.json", "/files/a.txt"]
+
+
+def test_content_location_fetches_the_file_from_any_route(root, call, render, parse_multipart):
+    """A batch served by a route of one's own, at any depth: each part's Content-Location,
+    resolved against that URL, is the built-in /files/ URL of the very file."""
+    (root / "sub" / "ü %41.txt").write_bytes(b"odd name")
+    app = App(root)
+    app.add_route("/bundle/<path:rest>", lambda r: app.send_batch(r, ["sub/c.json", "sub/ü %41.txt", "./a.txt"]))
+    batch_url = "http://host/bundle/deep/er"
+    r = call(app, "GET", "/bundle/deep/er")
+    parts = parse_multipart(dict(r.headers)["Content-Type"], _body(r, render))
+    assert len(parts) == 3
+    for part in parts:
+        url = urlsplit(urljoin(batch_url, part["Content-Location"]))
+        assert url.netloc == "host" and url.path.startswith("/files/"), url
+        single = call(app, "GET", unquote(url.path, errors="strict"))  # a runtime decodes the path once
+        assert single.status == 200 and _body(single, render) == part.get_payload(decode=True)
 
 
 @pytest.mark.parametrize(

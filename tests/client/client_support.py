@@ -18,15 +18,17 @@ CONTENT_TYPE = f"multipart/mixed; boundary={BOUNDARY}"
 Headers = Sequence[tuple[str, str]]
 
 
-def axon_headers(path: str, data: bytes, *, length: int | None = None) -> list[tuple[str, str]]:
-    """A part's headers as an Axon server sends them (``length`` overrides Content-Length)."""
+def axon_headers(path: str, data: bytes, *, length: int | None = None, legacy: bool = False) -> list[tuple[str, str]]:
+    """A part's headers as an Axon server sends them (``length`` overrides Content-Length):
+    Content-Location is the file's URL under ``/files/``, or with ``legacy`` (older servers)
+    the requested path alone."""
     name = path.rsplit("/", 1)[-1]
     ascii_name = name.encode("ascii", "replace").decode().replace('"', "_").replace("?", "_")
     return [
         ("Content-Type", "application/octet-stream"),
         ("Content-Length", str(len(data) if length is None else length)),
         ("Content-Disposition", f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}"),
-        ("Content-Location", quote(path, safe="/")),
+        ("Content-Location", ("" if legacy else "/files/") + quote(path, safe="/")),
     ]
 
 
@@ -40,8 +42,8 @@ def build_body(parts: Iterable[tuple[Headers, bytes]], boundary: str = BOUNDARY)
     return b"".join(out)
 
 
-def axon_body(files: Sequence[tuple[str, bytes]], boundary: str = BOUNDARY) -> bytes:
-    return build_body([(axon_headers(path, data), data) for path, data in files], boundary)
+def axon_body(files: Sequence[tuple[str, bytes]], boundary: str = BOUNDARY, *, legacy: bool = False) -> bytes:
+    return build_body([(axon_headers(path, data, legacy=legacy), data) for path, data in files], boundary)
 
 
 def random_splits(data: bytes, rng: random.Random, max_piece: int = 64) -> list[bytes]:

@@ -141,7 +141,7 @@ def test_whole_files_of_a_failed_batch_are_counted(
 ) -> None:
     def cut_in_second_part(request: Recorded) -> Reply:
         body = honest(request).body
-        second = body.index(b"Content-Location: " + request.files[1].encode())
+        second = body.index(b"Content-Location: /files/" + request.files[1].encode())
         return Reply(200, [("Content-Type", CONTENT_TYPE)], body, cut_after=second + 100)
 
     http_server.reply = cut_in_second_part

@@ -196,7 +196,7 @@ def test_truncation_error_keeps_the_parser_error(
 ) -> None:
     body = axon_body([("a.bin", FILES["a.bin"])])
     http_server.reply = lambda request: Reply(
-        200, [("Content-Type", CONTENT_TYPE), ("Content-Length", "99999")], body, cut_after=200
+        200, [("Content-Type", CONTENT_TYPE), ("Content-Length", "99999")], body, cut_after=body.index(b"alpha") + 20
     )
     with pytest.raises(FetchError) as caught:
         fetch(http_server.url, ["a.bin"], tmp_path / "dest")
@@ -215,7 +215,11 @@ def test_part_longer_than_its_content_length(
     assert all_files(tmp_path / "dest") == set()
 
 
-HOSTILE_LOCATIONS = ["../x", "/etc/x", "a/../../x", "a\x00b", "a\\b", "..%2Fx", "dir/../../../x"]
+HOSTILE_LOCATIONS = [
+    "../x", "/etc/x", "a/../../x", "a\x00b", "a\\b", "..%2Fx", "dir/../../../x",
+    # the same under the /files/ prefix current servers send, and absolute paths it does not cover
+    "/files/../x", "/files//etc/x", "/files/a/../../x", "/files/..%2Fx", "/files/a%00b", "/api/x", "/x",
+]
 
 
 @pytest.mark.parametrize("location", HOSTILE_LOCATIONS)
@@ -246,6 +250,35 @@ def test_symlink_in_destination_cannot_lead_out(
     with pytest.raises(UnsafePathError):
         fetcher(http_server.url, ["link/x"], dest)
     assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["files-url", "older-server"])
+def test_both_content_location_forms_land_where_requested(
+    fetcher: Fetcher, http_server: ScriptedServer, tmp_path: Path, legacy: bool
+) -> None:
+    """A server of today (``/files/<path>``) and an older one (``<path>``) are both understood."""
+    files = {
+        "100%/x%41 %zz.bin": b"percent",
+        "dir/with space.bin": b"space",
+        "naïve/résumé ü 名前.txt": b"unicode",
+        "files/a.bin": b"a directory called files",
+    }
+    body = axon_body(list(files.items()), legacy=legacy)
+    assert (b"Content-Location: /files/" in body) is not legacy
+    http_server.reply = lambda request: Reply(200, [("Content-Type", CONTENT_TYPE)], body)
+    result = fetcher(http_server.url, list(files), tmp_path / "dest")
+    assert [f.path for f in result.files] == list(files)
+    assert {path: (tmp_path / "dest" / path).read_bytes() for path in files} == files
+
+
+def test_a_full_url_as_content_location_is_not_taken_for_a_path(
+    fetcher: Fetcher, http_server: ScriptedServer, tmp_path: Path
+) -> None:
+    headers = axon_headers("a.bin", b"x")[:-1] + [("Content-Location", "http://elsewhere/files/a.bin")]
+    http_server.reply = lambda request: Reply(200, [("Content-Type", CONTENT_TYPE)], build_body([(headers, b"x")]))
+    with pytest.raises(FetchError, match="not requested"):
+        fetcher(http_server.url, ["a.bin"], tmp_path / "dest")
+    assert all_files(tmp_path) == set()
 
 
 def test_unrequested_part_is_refused(fetcher: Fetcher, http_server: ScriptedServer, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import random
+import re
 import tracemalloc
 import zlib
 from email.encoders import encode_noop
@@ -28,6 +29,7 @@ from axon.client.multipart import (
     State,
     StreamEnd,
     boundary_from_content_type,
+    requested_path,
 )
 
 # Bodies meant to look like a delimiter without being one.
@@ -71,7 +73,7 @@ def test_axon_body_gives_the_expected_events() -> None:
     assert isinstance(first, PartStart) and isinstance(second, PartStart)
     assert (first.index, second.index) == (0, 1)
     assert first.content_length == 5 and first.path == "a.bin" and first.filename == "a.bin"
-    assert second.content_location == "dir/b%20b.bin" and second.path == "dir/b b.bin"
+    assert second.content_location == "/files/dir/b%20b.bin" and second.path == "dir/b b.bin"
     assert second.content_type == "application/octet-stream"
     assert payloads(events) == [b"hello", b"\r\n--" + BOUNDARY.encode()[:5] + b"world"]
 
@@ -388,6 +390,37 @@ def test_part_start_helpers() -> None:
         PartStart(0, (("Content-Disposition", 'attachment; filename="plain.bin"'),)).filename == "plain.bin"
     )
     assert PartStart(0, ()).filename is None
+
+
+# Paths whose Content-Location takes some decoding: '%', spaces, non-ASCII, a literal "%2e%2e",
+# and names that themselves hold "files".
+LOCATION_PATHS = ["a.bin", "dir/b b.bin", "100%/x%41 %zz.bin", "naïve/résumé ü 名前.txt", "%2e%2e/x.bin",
+                  "files/a.bin", "dir/files/x"]
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["files-url", "older-server"])
+@pytest.mark.parametrize("path", LOCATION_PATHS)
+def test_both_content_location_forms_give_the_requested_path(path: str, legacy: bool) -> None:
+    """Current servers send ``/files/<path>`` (a URL that fetches the file), older ones ``<path>``:
+    both map back to the path as requested, decoded exactly once."""
+    start = parse([axon_body([(path, b"x")], legacy=legacy)])[0]
+    assert isinstance(start, PartStart)
+    assert start.content_location.startswith("/files/") is not legacy
+    assert start.path == path
+    # The parser's errors name the same path.
+    with pytest.raises(MultipartError, match=re.escape(f"part 0 ({path!r})")):
+        parse([axon_body([(path, b"x")], legacy=legacy)[:-10]])
+
+
+@pytest.mark.parametrize(
+    "location, path",
+    [("/files/a%2Fb", "a/b"), ("/files//etc/x", "/etc/x"), ("/files/../x", "../x"), ("/api/x", "/api/x"),
+     ("/Files/x", "/Files/x"), ("http://host/files/x", "http://host/files/x"), ("/files%2Fx", "/files/x")],
+)
+def test_other_content_locations_are_decoded_as_they_are(location: str, path: str) -> None:
+    """Only the leading "/files/" is taken off; whatever is left is for the caller to refuse
+    (an absolute path or a ".." is never written, a path not asked for is not accepted)."""
+    assert requested_path(location) == path
 
 
 @pytest.mark.parametrize(

@@ -81,7 +81,9 @@ def test_batch(stack: Stack):
     assert status == 200
     assert int(headers["Content-Length"]) == len(body)  # not re-chunked by nginx
     assert "Transfer-Encoding" not in headers and "Content-Encoding" not in headers
-    assert multipart(headers, body) == [("data/a.bin", a), ("examples/hello.txt", b"Hello from Axon.\n"), ("data/a.bin", a)]
+    assert multipart(headers, body) == [
+        ("/files/data/a.bin", a), ("/files/examples/hello.txt", b"Hello from Axon.\n"), ("/files/data/a.bin", a)
+    ]
 
 
 def test_post_batch_and_body_limit(stack: Stack):

@@ -47,6 +47,8 @@ CONTENT_DISPOSITION_RE = re.compile(
 )
 # Content-Location is a URI reference: visible ASCII, no space, no quote.
 CONTENT_LOCATION_RE = re.compile(rb"[\x21\x23-\x7e]+")
+# A part's Content-Location is an absolute path under the single-file endpoint.
+FILES_PREFIX = b"/files/"
 # RFC 2046 bchars, not ending in a space, 1..70 long.
 BOUNDARY_RE = re.compile(r"[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]")
 
@@ -447,8 +449,11 @@ def check_part_headers(headers: dict[str, bytes], path: str, size: int) -> None:
     location = headers.get("content-location")
     assert location is not None, f"part for {path!r} has no Content-Location"
     assert CONTENT_LOCATION_RE.fullmatch(location), f"raw characters in Content-Location {location!r}"
-    assert unquote(location.decode("ascii"), errors="strict") == path, (
-        f"Content-Location {location!r} is not the requested path {path!r}"
+    # The URL of that very file on the built-in /files/ endpoint; what follows the prefix is the
+    # path as requested, percent-encoded.
+    assert location.startswith(FILES_PREFIX), f"Content-Location {location!r} is not under {FILES_PREFIX!r}"
+    assert unquote(location[len(FILES_PREFIX) :].decode("ascii"), errors="strict") == path, (
+        f"Content-Location {location!r} does not carry the requested path {path!r}"
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urljoin
+
 import pytest
 
 from e2e_wire import (
@@ -39,7 +41,7 @@ def test_get_two_files(server, served_root):
     resp = server.get(batch_target(AB))
     parts = check_batch(resp, AB, served_root)
     # the email parser agrees with the per-part headers
-    assert [p["Content-Location"] for p in parts] == AB
+    assert [p["Content-Location"] for p in parts] == ["/files/" + p for p in AB]
     assert [p.get_content_type() for p in parts] == ["application/octet-stream"] * 2
 
 
@@ -81,6 +83,25 @@ def test_post_matches_get(server, served_root):
 def test_post_repeats_and_hostile_names(server, served_root):
     paths = ["examples/small.txt", f"examples/{HOSTILE_NAME}", f"examples/{UNICODE_NAME}", "examples/small.txt"]
     check_batch(server.post_files(paths), paths, served_root)
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_content_location_fetches_that_very_file(server, served_root, method):
+    """Each part's Content-Location, resolved against the batch URL (RFC 9110 §8.7: it is a URI
+    reference), is a URL that answers with exactly the part's bytes: a nested path, a path with a
+    dot segment, a non-ASCII name and one with a quote and a newline."""
+    paths = ["deep/dir/c.bin", "examples/./small.txt", f"examples/{UNICODE_NAME}", f"examples/{HOSTILE_NAME}"]
+    target = batch_target(paths) if method == "GET" else "/api/stream-files"
+    resp = server.get(target) if method == "GET" else server.post_files(paths)
+    assert resp.status == 200, resp.describe()
+    origin = "http://axon.test"
+    for headers, data in walk_multipart(resp.body, content_type_of(resp.header("content-type")).get_boundary()):
+        url = urljoin(origin + target, headers["content-location"].decode("ascii"))
+        assert url.startswith(origin + "/"), f"{headers['content-location']!r} leaves the server: {url}"
+        single = server.get(url[len(origin) :])
+        assert single.status == 200, f"{url}\n{single.describe()}"
+        assert single.body == data, f"{url} is not the part's bytes"
+    check_batch(resp, paths, served_root)
 
 
 @pytest.mark.parametrize(
@@ -170,7 +191,7 @@ def test_email_reads_the_parts_in_order(server, served_root):
     got = [(p["Content-Location"], p.get_content_type(), int(p["Content-Length"])) for p in msg.iter_parts()]
     sizes = [(served_root / p).stat().st_size for p in paths]
     assert got == [
-        ("examples/small.txt", "text/plain", sizes[0]),
-        ("deep/dir/c.bin", "application/octet-stream", sizes[1]),
-        ("examples/small.txt", "text/plain", sizes[2]),
+        ("/files/examples/small.txt", "text/plain", sizes[0]),
+        ("/files/deep/dir/c.bin", "application/octet-stream", sizes[1]),
+        ("/files/examples/small.txt", "text/plain", sizes[2]),
     ]

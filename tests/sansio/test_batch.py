@@ -49,7 +49,7 @@ def test_batch_round_trip(root, store, render, parse_multipart, open_fds):
             data = (root / path).read_bytes()
             assert part.get_payload(decode=True) == data
             assert part["Content-Length"] == str(len(data))
-            assert part["Content-Location"] == path
+            assert part["Content-Location"] == "/files/" + path
             assert part.get_content_type() == {
                 ".txt": "text/plain", ".bin": "application/octet-stream", ".json": "application/json"
             }[os.path.splitext(path)[1]]
@@ -72,14 +72,14 @@ def test_batch_byte_exact(root, store, render):
             b"--BOUNDARY\r\n"
             b"Content-Type: text/plain; charset=utf-8\r\n"
             b"Content-Disposition: attachment; filename=\"a.txt\"; filename*=UTF-8''a.txt\r\n"
-            b"Content-Location: a.txt\r\n"
+            b"Content-Location: /files/a.txt\r\n"
             b"Content-Length: 12\r\n"
             b"\r\n"
             b"hello, axon\n"
             b"\r\n--BOUNDARY\r\n"
             b"Content-Type: text/plain; charset=utf-8\r\n"
             b"Content-Disposition: attachment; filename=\"empty.txt\"; filename*=UTF-8''empty.txt\r\n"
-            b"Content-Location: empty.txt\r\n"
+            b"Content-Location: /files/empty.txt\r\n"
             b"Content-Length: 0\r\n"
             b"\r\n"
             b"\r\n--BOUNDARY--\r\n"
@@ -103,17 +103,17 @@ def test_same_basename_kept_apart(root, store, render, parse_multipart):
     response = plan_batch(store, ["x/same.txt", "y/same.txt"], LIMITS)
     try:
         _, parts = _parts(response, render, parse_multipart)
-        assert [p["Content-Location"] for p in parts] == ["x/same.txt", "y/same.txt"]
+        assert [p["Content-Location"] for p in parts] == ["/files/x/same.txt", "/files/y/same.txt"]
         assert [p.get_payload(decode=True) for p in parts] == [b"from x", b"from y"]
     finally:
         response.close()
 
 
-def test_content_location_is_the_requested_path(store, render, parse_multipart):
+def test_content_location_is_the_requested_path_under_files(store, render, parse_multipart):
     response = plan_batch(store, ["sub/../a.txt", "./sub//c.json"], LIMITS)
     try:
         _, parts = _parts(response, render, parse_multipart)
-        assert [p["Content-Location"] for p in parts] == ["sub/../a.txt", "./sub//c.json"]
+        assert [p["Content-Location"] for p in parts] == ["/files/sub/../a.txt", "/files/./sub//c.json"]
         assert 'filename="c.json"' in parts[1]["Content-Disposition"]
     finally:
         response.close()
@@ -171,7 +171,8 @@ def test_hostile_filenames(root, store, render, parse_multipart):
             assert m, disposition
             assert all(" " <= c <= "~" for c in m.group(1))
             assert unquote(m.group(2), errors="strict") == name
-            assert unquote(raw["Content-Location"], errors="strict") == name
+            location = raw["Content-Location"]
+            assert location.startswith("/files/") and unquote(location[7:], errors="strict") == name
     finally:
         response.close()
 

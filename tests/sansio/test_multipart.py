@@ -31,6 +31,8 @@ HOSTILE = [
     "tab\there.txt",
     "ünïcödé.txt",
     "名前 😀.txt",
+    "résumé ü.txt",
+    "full＂width＼\u2028.txt",
     "a'b.txt",
     "\x7fdel\x01ctl.txt",
     "",
@@ -47,8 +49,14 @@ def test_new_boundary():
 
 @pytest.mark.parametrize(
     "name, expected",
-    [("plain.txt", "plain.txt"), ('a"b', "a_b"), ("a\\b", "a_b"), ("a\r\nb", "a__b"), ("é", "_"),
-     ("名前.txt", "__.txt"), ("~ !", "~ !"), ("\x7f", "_"), ("", "")],
+    [("plain.txt", "plain.txt"), ('a"b', "a_b"), ("a\\b", "a_b"), ("a\r\nb", "a__b"), ("é", "e"),
+     ("名前.txt", "__.txt"), ("~ !", "~ !"), ("\x7f", "_"), ("", ""),
+     # transliterated: accents dropped, compatibility forms (ligatures, full width) spelled out
+     ("résumé ü.txt", "resume u.txt"), ("re\u0301sume\u0301.txt", "resume.txt"), ("ﬁle№１.txt", "fileNo1.txt"),
+     ("Ærøskøbing straße.txt", "_r_sk_bing stra_e.txt"),
+     # what a compatibility form spells out is checked too: a quote, a backslash or a line
+     # separator never reaches the header
+     ("full＂width＼.txt", "full_width_.txt"), ("a\u2028b\x85c", "a_b_c"), ("tab\tnbsp\u00a0.txt", "tab_nbsp .txt")],
 )
 def test_ascii_fallback(name, expected):
     assert ascii_fallback(name) == expected
@@ -99,8 +107,11 @@ def test_file_part_headers(name):
     assert headers["Content-Type"] == "text/plain; charset=utf-8"
     _check_disposition(name.rsplit("/", 1)[-1], headers["Content-Disposition"])  # the basename only
     location = headers["Content-Location"]
+    # The URL of that very file under the built-in /files/ endpoint; the rest is the path as
+    # requested, percent-encoded.
+    assert location.startswith("/files/"), location
     assert _ATTR_CHARS.fullmatch(location.replace("/", "")), location
-    assert unquote(location, errors="strict") == requested
+    assert unquote(location.removeprefix("/files/"), errors="strict") == requested
 
 
 def test_frame_byte_exact(tmp_path):

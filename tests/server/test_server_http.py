@@ -134,7 +134,7 @@ def test_files_and_batches_arrive_intact(serve, root, mode) -> None:
         parts = parse_multipart(resp)
         expected = [big if p == "big.bin" else FILES[p] for p in paths]
         assert [p[1] for p in parts] == expected
-        assert [p[0]["Content-Location"] for p in parts] == paths
+        assert [p[0]["Content-Location"] for p in parts] == ["/files/" + p for p in paths]
         assert int(resp.header("content-length")) == len(resp.body)
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "PartStart",
     "StreamEnd",
     "boundary_from_content_type",
+    "requested_path",
 ]
 
 DEFAULT_MAX_HEADER_BYTES = 16 * 1024
@@ -48,8 +49,8 @@ _BAD_VALUE_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 class MultipartError(ValueError):
     """The stream is malformed, truncated or over a limit.
 
-    ``part_index`` (0-based) and ``path`` (the part's decoded ``Content-Location``) say where, when
-    known; both are also in the message.
+    ``part_index`` (0-based) and ``path`` (the requested path the part's ``Content-Location``
+    names) say where, when known; both are also in the message.
     """
 
     def __init__(self, message: str, *, part_index: int | None = None, path: str | None = None):
@@ -77,6 +78,22 @@ def boundary_from_content_type(content_type: str) -> str:
     if not _BOUNDARY_CHARS.fullmatch(boundary):
         raise MultipartError(f"invalid multipart boundary: {boundary!r}")
     return boundary
+
+
+# Axon servers send a part's Content-Location as the file's URL under the single-file endpoint
+# (an absolute path, so that it resolves to the file whatever the batch's URL); older ones sent
+# the requested path alone, which never starts with "/".
+_FILES_PREFIX = "/files/"
+
+
+def requested_path(location: str) -> str:
+    """The path a batch part's raw ``Content-Location`` says was requested, decoded once.
+
+    Both forms servers send are read: ``/files/dir/a%20b.bin`` and ``dir/a%20b.bin`` both give
+    ``dir/a b.bin``. Anything else comes back decoded as it is, for the caller to refuse as a
+    path it never asked for. Bad percent-encoding is a :class:`UnicodeDecodeError`.
+    """
+    return unquote(location.removeprefix(_FILES_PREFIX), errors="strict")
 
 
 class ContentRange(NamedTuple):
@@ -122,9 +139,9 @@ class PartStart:
 
     @property
     def path(self) -> str | None:
-        """``Content-Location`` decoded once: the path as it was requested."""
+        """The path as it was requested, read from ``Content-Location`` (see :func:`requested_path`)."""
         location = self.content_location
-        return None if location is None else unquote(location, errors="strict")
+        return None if location is None else requested_path(location)
 
     @property
     def content_range(self) -> ContentRange | None:
@@ -431,7 +448,7 @@ class MultipartParser:
         location = start.content_location
         if location is not None:
             try:
-                self._part_path = unquote(location, errors="strict")
+                self._part_path = requested_path(location)
             except UnicodeDecodeError:
                 raise self._error(f"Content-Location is not percent-encoded UTF-8: {location!r}") from None
         lengths = {value for key, value in start.headers if key.lower() == "content-length"}

@@ -37,7 +37,7 @@ from ..files import OpenFile
 from .multipart import CACHED_PATH_CHARS
 
 # Bumped whenever the framing of a batch changes: old tags must stop matching new bytes.
-_VERSION = b"axon-batch-v1"
+_VERSION = b"axon-batch-v2"
 _MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 
 

@@ -1,14 +1,17 @@
 """Multipart framing (RFC 2046): boundaries, part headers, and the segments of a whole body.
 
 Part header values built from file names are escaped here and only here: the ASCII fallback
-replaces anything outside printable ASCII (and quote and backslash) with ``_``; the real name
-goes in RFC 5987 ``filename*``; ``Content-Location`` is the requested path percent-encoded.
-No CR, LF or quote from a request reaches a header raw.
+is the name transliterated (accents dropped, compatibility forms spelled out) with anything still
+outside printable ASCII (and quote and backslash) replaced by ``_``; the real name goes in
+RFC 5987 ``filename*``; ``Content-Location`` is the URL of the file on the built-in ``/files/``
+endpoint, the requested path percent-encoded after that prefix. No CR, LF or quote from a
+request reaches a header raw.
 """
 
 from __future__ import annotations
 
 import secrets
+import unicodedata
 from functools import lru_cache
 from typing import Iterable
 from urllib.parse import quote
@@ -26,7 +29,16 @@ def new_boundary() -> str:
 
 
 def ascii_fallback(name: str) -> str:
-    return "".join(c if " " <= c <= "~" and c not in '"\\' else "_" for c in name)
+    """``name`` for clients that read only ``filename``: ``résumé ü.txt`` becomes ``resume u.txt``.
+
+    NFKD splits accented letters into letter and combining mark (the marks are dropped) and
+    spells out compatibility forms (ligatures, full-width letters); what it produces is checked
+    like the rest, since full-width forms of quote and backslash decompose to the real ones.
+    """
+    decomposed = unicodedata.normalize("NFKD", name)
+    return "".join(
+        c if " " <= c <= "~" and c not in '"\\' else "_" for c in decomposed if not unicodedata.combining(c)
+    )
 
 
 @lru_cache(maxsize=4096)  # called with basenames: short, or the file system refuses them
@@ -46,12 +58,17 @@ def file_part_headers(requested: str, name: str, content_type: str) -> str:
 CACHED_PATH_CHARS = 2048
 
 
+#: A part's Content-Location is this prefix and the requested path: an absolute path, so that
+#: resolved against the URL of the batch, whatever route served it, it fetches that very file.
+FILES_PREFIX = "/files/"
+
+
 def _part_headers(requested: str, name: str, content_type: str) -> str:
     basename = name.rsplit("/", 1)[-1]
     return (
         f"Content-Type: {content_type}\r\n"
         f"Content-Disposition: {content_disposition(basename)}\r\n"
-        f"Content-Location: {quote(requested, safe='/')}\r\n"
+        f"Content-Location: {FILES_PREFIX}{quote(requested, safe='/')}\r\n"
     )
 
 
