@@ -160,6 +160,22 @@ def test_a_symlink_swapped_to_leave_the_root_never_opens_outside(store, root, tm
     assert os.path.realpath(tmp_path / "outside.txt") not in fd_targets()
 
 
+def test_a_symlink_swapped_to_a_dot_file_is_refused_after_the_validity_window(store, root) -> None:
+    os.symlink("sub/x.txt", root / "link")
+    store.open("link").close()
+    os.remove(root / "link")
+    os.symlink(".hidden", root / "link")
+    within = store.open("link")
+    assert read(within) == b"X"  # the file it named when it was resolved, a visible one
+    within.close()
+    time.sleep(VALID * 1.5)
+    for _ in range(2):  # refused, so never cached
+        with pytest.raises(HTTPError) as err:
+            store.open("link")
+        assert (err.value.status, err.value.code) == (403, "hidden")
+    assert str(root / ".hidden") not in fd_targets()
+
+
 def test_the_least_recently_used_entry_is_evicted_and_closed_when_idle(root) -> None:
     store = FileStore(root)
     store.enable_cache(size=2, valid=60)

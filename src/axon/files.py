@@ -8,13 +8,16 @@ The rules (DESIGN.md, "Rules that keep it safe"):
   and ``O_NOFOLLOW``, so the kernel never follows a link on our behalf. A symlink met on the way
   is read and its target walked by the same rules, which refuses any target outside the root.
   Nothing outside the root is ever opened, and there is no check-then-open race;
+* unless hidden files are allowed, no dot-named component is ever opened: not in the request,
+  not in a symlink's target (a link to ``.secret``, or through ``.git/..``, is refused as hidden);
 * the final descriptor is checked with ``fstat``: only regular files are served.
 
 On Linux 5.6+ the kernel does that walk in one call: ``openat2`` with ``RESOLVE_BENEATH`` follows
 symlinks only while they stay below the root (a quarter of the cost of four ``openat`` calls;
-the standard library has no wrapper, so ``ctypes`` calls it). Anything it refuses, including an
-absolute symlink that points back inside the root, is walked again the portable way, which
-gives the precise error; where ``openat2`` is missing or forbidden, the portable walk is all.
+the standard library has no wrapper, so ``ctypes`` calls it). Unless hidden files are allowed it
+follows none (``RESOLVE_NO_SYMLINKS``): the kernel cannot apply the rule on names to a target.
+Anything it refuses, a symlink included, is walked again the portable way, which applies every
+rule and gives the precise error; where ``openat2`` is missing or forbidden, the walk is all.
 """
 
 from __future__ import annotations
@@ -43,8 +46,14 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
+# openat2's resolve flags. BENEATH: never leave dir_fd; NO_MAGICLINKS: no /proc/self/fd style
+# jumps; NO_SYMLINKS: follow no symlink at all (ELOOP), which leaves each one to the walk.
+_RESOLVE_NO_SYMLINKS, _RESOLVE_NO_MAGICLINKS, _RESOLVE_BENEATH = 0x04, 0x02, 0x08
+
+
 def _openat2():
-    """A function ``(dir_fd, path) -> fd or -1`` using Linux's openat2, or None if unavailable."""
+    """A maker ``resolve -> ((dir_fd, path) -> fd or -errno)`` for Linux's openat2 with those
+    resolve flags, or None if unavailable."""
     if not sys.platform.startswith("linux") or os.environ.get("AXON_NO_OPENAT2"):
         return None  # AXON_NO_OPENAT2=1 forces the portable walk (the tests run both)
     try:
@@ -52,18 +61,21 @@ def _openat2():
     except (OSError, AttributeError):
         return None
     syscall.restype = ctypes.c_long
-    # 437 is openat2 on every Linux architecture (the unified syscall table). BENEATH: never
-    # leave dir_fd; NO_MAGICLINKS: no /proc/self/fd style jumps. O_NOFOLLOW is not set: the
-    # kernel follows links, but only while they stay beneath the root.
-    how = _OpenHow(_FILE_FLAGS & ~os.O_NOFOLLOW, 0, 0x08 | 0x02)
-    ref, size = ctypes.byref(how), ctypes.sizeof(how)
 
-    def openat2(dir_fd: int, path: bytes) -> int:
-        """The new descriptor, or minus the errno."""
-        fd = syscall(437, dir_fd, path, ref, size)
-        return fd if fd >= 0 else -ctypes.get_errno()
+    def make(resolve: int):
+        # O_NOFOLLOW is not set: the kernel follows links, but only as ``resolve`` allows.
+        how = _OpenHow(_FILE_FLAGS & ~os.O_NOFOLLOW, 0, resolve)
+        ref, size = ctypes.byref(how), ctypes.sizeof(how)
 
-    return openat2
+        def openat2(dir_fd: int, path: bytes) -> int:
+            """The new descriptor, or minus the errno."""
+            # 437 is openat2 on every Linux architecture (the unified syscall table).
+            fd = syscall(437, dir_fd, path, ref, size)
+            return fd if fd >= 0 else -ctypes.get_errno()
+
+        return openat2
+
+    return make
 
 
 _OPENAT2 = _openat2()
@@ -183,13 +195,16 @@ class FileStore:
         self.root = os.path.realpath(os.fspath(root))
         if not os.path.isdir(self.root):
             raise ValueError(f"root is not a directory: {self.root}")
-        self.allow_hidden = allow_hidden
+        self.allow_hidden = allow_hidden  # for the store's life: it sets how openat2 resolves
         self._types: dict[str, str] = {}
         if not mimetypes.inited:  # init() rereads the system's tables and resets any additions
             mimetypes.init()
         # Held for the store's life: the root is this directory, even if renamed meanwhile.
         self._root_fd = os.open(self.root, _DIR_FLAGS)
-        self._openat2 = _OPENAT2
+        resolve = _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS
+        if not allow_hidden:  # a link's target may name a dot-file: only the walk sees it
+            resolve |= _RESOLVE_NO_SYMLINKS
+        self._openat2 = _OPENAT2(resolve) if _OPENAT2 is not None else None
         probe = self._openat2(self._root_fd, b".") if self._openat2 is not None else -1
         if probe >= 0:
             os.close(probe)
@@ -244,7 +259,7 @@ class FileStore:
             except ValueError:  # a NUL cannot get here (normalize refused it); be safe anyway
                 fd = -1
         if fd in (-errno.ENOENT, -errno.ENOTDIR):
-            # Missing, even through the in-root symlinks the kernel followed: the walk would
+            # Missing, before any symlink or through those the kernel followed: the walk would
             # only say so again (the error baseline, a missing file, paid for both).
             raise NotFound("no such file", paths=[requested])
         if fd < 0:
@@ -322,7 +337,12 @@ class FileStore:
                         os.close(current)
                         current = os.dup(self._root_fd)
                         target = inside
-                    pending.extend(reversed([p for p in target.split("/") if p not in ("", ".")]))
+                    target_parts = [p for p in target.split("/") if p not in ("", ".")]
+                    if not self.allow_hidden and any(p.startswith(".") and p != ".." for p in target_parts):
+                        # _open checked the request, this checks each target before any of it
+                        # is opened: a link names its file no less than the request does.
+                        raise Forbidden("hidden files are not served", code="hidden", paths=[requested])
+                    pending.extend(reversed(target_parts))
                     continue
                 if last:
                     os.close(current)

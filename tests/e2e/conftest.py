@@ -362,6 +362,10 @@ def _make_root(root: Path) -> None:
     (ex / HOSTILE_NAME).write_bytes(b"hostile name\r\n" + rnd.randbytes(1000))
     (ex / UNICODE_NAME).write_bytes("naïve résumé\n".encode())
     (root / ".secret").write_bytes(b"do not serve me\n")
+    (root / ".hid").mkdir()
+    (root / ".hid" / "x.txt").write_bytes(b"hidden directory, do not serve me either\n")
+    os.symlink(".secret", root / "link-to-dot")  # a visible name for a dot-file: refused as it is
+    os.symlink(".hid", root / "link-dir")  # a visible name for a dot-directory: refused as it is
     os.symlink("a.bin", ex / "link.bin")  # inside the root: served as a.bin
     os.symlink("/etc/passwd", root / "escape")  # outside file
     os.symlink("/etc", root / "escdir")  # outside directory

@@ -39,6 +39,8 @@ CORPUS = [
     ("root-itself", ".", ".", BAD),
     ("hidden", ".secret", ".secret", (403,)),
     ("hidden-via-dotdot", "examples/../.secret", "examples/../.secret", (403,)),
+    ("hidden-via-symlink", "link-to-dot", "link-to-dot", (403,)),
+    ("hidden-via-symlinked-dir", "link-dir/x.txt", "link-dir/x.txt", (403,)),
 ]
 IDS = [case[0] for case in CORPUS]
 
@@ -94,6 +96,8 @@ FILES_CORPUS = [
     ("directory", "/files/examples"),
     ("directory-slash", "/files/examples/"),
     ("hidden", "/files/.secret"),
+    ("hidden-via-symlink", "/files/link-to-dot"),
+    ("hidden-via-symlinked-dir", "/files/link-dir/x.txt"),
 ]
 
 
@@ -107,6 +111,30 @@ def test_traversal_in_files_path(server, target):
 @pytest.mark.parametrize("target", ["/files/escape", "/files/examples/fifo", "/files/.secret"])
 def test_files_refusals_are_403(server, target):
     check_refused(server.get(target, timeout=10), (403,))
+
+
+HIDDEN_VIA_LINKS = ["link-to-dot", "link-dir/x.txt"]  # conftest: links to .secret and .hid
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        *(f"/files/{path}" for path in HIDDEN_VIA_LINKS),
+        batch_target(HIDDEN_VIA_LINKS),
+        batch_target(["examples/small.txt", "link-to-dot"]),
+        batch_target(["link-dir/x.txt", "examples/a.bin"]),
+    ],
+    ids=["file-link-to-dot", "file-link-dir", "batch-both", "batch-link-to-dot", "batch-link-dir"],
+)
+def test_hidden_via_symlinks_is_403(server, served_root, target):
+    """A link with a visible name to a dot-file or dot-directory is refused as the dot-name
+    itself would be, and not a byte of what it points to is sent."""
+    resp = server.get(target, timeout=10)
+    err = check_refused(resp, (403,))
+    codes = [d["code"] for d in err["details"]] if "details" in err else [err["code"]]
+    assert codes and set(codes) == {"hidden"}, err
+    for secret in (served_root / ".secret", served_root / ".hid" / "x.txt"):
+        assert secret.read_bytes() not in resp.body, resp.describe()
 
 
 def test_symlink_inside_root_is_served(server, served_root):
