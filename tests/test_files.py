@@ -675,10 +675,10 @@ def _trees(draw) -> dict[str, tuple[str, str | None]]:
             dirs.append(path + "/")
         elif kind == "link":
             parts = draw(st.lists(st.sampled_from([*_NAMES, "..", "."]), max_size=3))
-            # Not "." last: "file/." is ENOTDIR to the kernel, while the walk drops the "." (as
-            # it drops the "/" of "file/"); a known gap between the modes, not about names.
-            parts.append(draw(st.sampled_from([*_NAMES, ".."])))
-            target = "/" * draw(st.booleans()) + "/".join(parts)
+            parts.append(draw(st.sampled_from([*_NAMES, "..", "."])))
+            # A trailing "/" or "/." names a directory: "file/." is ENOTDIR to the kernel, and
+            # the walk must agree.
+            target = "/" * draw(st.booleans()) + "/".join(parts) + "/" * draw(st.booleans())
         tree[path] = (kind, target)
     return tree
 
@@ -762,6 +762,8 @@ def _outcome(store: FileStore, requested: str, root: Path, open_fds):
 @example(tree={".h": ("file", None), "a": ("link", "/.h")}, requests=["a"])
 @example(tree={".h": ("file", None), "a": ("link", "b"), "b": ("link", ".h")}, requests=["a"])
 @example(tree={".h": ("dir", None), "b": ("file", None), "a": ("link", ".h/../b")}, requests=["a"])
+@example(tree={"b": ("file", None), "a": ("link", "b/.")}, requests=["a"])
+@example(tree={"b": ("file", None), "a": ("link", "/b/")}, requests=["a"])
 def test_what_is_opened_is_never_hidden(tree, requests, open_fds):
     """Whatever the links, a file served without allow_hidden has no dot-name on its real path;
     it is refused as hidden exactly when the request or a link met on the way names a dot-name,

@@ -304,6 +304,9 @@ class FileStore:
         pending = list(reversed(parts))  # components still to walk, next one last
         done: list[str] = []  # components walked, for resolving relative symlink targets
         links = 0
+        # A link in last place whose target ends in "/" or "/." names a directory, as the
+        # kernel reads it: the file it ends at must then be one (a file there is missing).
+        must_be_dir = False
         current = os.dup(self._root_fd)
         try:
             while pending:
@@ -317,7 +320,7 @@ class FileStore:
                     continue
                 last = not pending
                 try:
-                    fd = os.open(part, _FILE_FLAGS if last else _DIR_FLAGS, dir_fd=current)
+                    fd = os.open(part, _FILE_FLAGS if last and not must_be_dir else _DIR_FLAGS, dir_fd=current)
                 except OSError as exc:
                     # O_NOFOLLOW refuses a symlink with ELOOP, or ENOTDIR when O_DIRECTORY is set.
                     target = _readlink(part, current) if exc.errno in (errno.ELOOP, errno.ENOTDIR) else None
@@ -327,6 +330,8 @@ class FileStore:
                     links += 1
                     if links > _MAX_SYMLINKS:
                         raise Forbidden("too many symlinks", code="symlink_loop", paths=[requested]) from None
+                    if last and (target.endswith(("/", "/.")) or target == "."):
+                        must_be_dir = True
                     if target.startswith("/"):
                         inside = os.path.relpath(target, self.root)
                         if inside == ".." or inside.startswith("../") or os.path.isabs(inside):
