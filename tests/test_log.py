@@ -24,9 +24,7 @@ from axon.records import BATCH
 def restore_loggers():
     """configure() changes process-wide loggers: put them back after each test."""
     saved = [(lg, lg.level, lg.handlers[:], lg.propagate) for lg in (log.logger, log.access_logger)]
-    saved_access = log.access
     yield
-    log.access = saved_access
     for lg, level, handlers, propagate in saved:
         lg.setLevel(level)
         lg.handlers[:] = handlers
@@ -130,6 +128,75 @@ def test_access_log_json(root, capsys):
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", out["time"]), out["time"]
 
 
+def test_configured_access_log_reads_the_records_of_apps_built_after(root, capsys):
+    """configure() makes the fast access log the axon.access logger's; an App built afterwards
+    attaches it to its records, and no LogRecord is made per response."""
+    configure("warning", json_format=True, access_log=True)
+    collect = _Collect()
+    log.access_logger.addHandler(collect)  # would see any LogRecord a response made
+    first, second = App(root), App(root)
+    assert first.records.logger is None and first.records.readers == second.records.readers
+    first.handle(Request("GET", "/files/a.txt")).close()
+    second.handle(Request("GET", "/api/health")).close()
+    assert capsys.readouterr().out == ""  # in batches: waiting
+    first.records.drain()
+    second.records.drain()
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(line["path"] for line in lines) == ["/api/health", "/files/a.txt"]
+    assert collect.records == []
+
+
+@pytest.mark.parametrize("json_format", [False, True])
+def test_an_app_built_before_configure_is_logged_too(root, capsys, json_format):
+    """Through the logger, a line at a time, the same line as the App's records would give."""
+    early = App(root)
+    configure("warning", json_format=json_format, access_log=True)
+    late = App(root)
+    early.handle(Request("GET", "/files/a.txt")).close()
+    late.handle(Request("GET", "/files/a.txt")).close()
+    first = capsys.readouterr().out  # the early App's line, at once
+    late.records.drain()
+    second = capsys.readouterr().out
+    if json_format:
+        first_line, second_line = json.loads(first), json.loads(second)
+        assert first_line.keys() == second_line.keys()
+        for key in ("level", "logger", "method", "path", "status", "bytes"):
+            assert first_line[key] == second_line[key], key
+    else:
+        pattern = r"GET /files/a\.txt 200 12 \d+\.\dms\n"
+        assert re.fullmatch(pattern, first) and re.fullmatch(pattern, second), (first, second)
+    assert capsys.readouterr().err == ""  # not on stderr as well
+
+
+def test_configure_again_replaces_the_access_log(root, capsys):
+    configure("warning", access_log=True)
+    configure("warning", json_format=True, access_log=True)
+    (handler,) = log.access_logger.handlers
+    assert isinstance(handler, log.AccessLog) and handler.json_format
+    configure("warning")
+    assert log.access_logger.handlers == [] and not log.access_logger.isEnabledFor(logging.INFO)
+    app = App(root)
+    assert not app.records.observed()
+    app.handle(Request("GET", "/api/health")).close()
+    assert capsys.readouterr().out == ""
+
+
+def test_a_handler_of_your_own_added_after_the_app_and_beside_the_metrics(root):
+    """The axon.access logger is asked per response: a handler added after the App was built
+    gets its records, whoever else reads the App's records."""
+    from axon.metrics import instrument
+
+    app = App(root)
+    instrument(app)
+    collect = _Collect()
+    log.access_logger.addHandler(collect)
+    log.access_logger.setLevel(logging.INFO)
+    assert app.records.observed()
+    app.handle(Request("GET", "/files/a.txt")).close()
+    (record,) = collect.records
+    assert (record.method, record.path, record.status, record.bytes) == ("GET", "/files/a.txt", 200, 12)
+
+
 def _serve(app: App, n: int, path: str = "/files/a.txt") -> None:
     for _ in range(n):
         app.handle(Request("GET", path)).close()
@@ -140,8 +207,9 @@ def test_access_log_lines_arrive_without_a_drain(root, tmp_path):
     by that much, never lost."""
     out = tmp_path / "out.log"
     with open(out, "w") as stream:
-        log.access = log.AccessLog(stream, json_format=True)
-        _serve(App(root), 3)
+        app = App(root)
+        app.records.attach(log.AccessLog(stream, json_format=True))
+        _serve(app, 3)
         deadline = time.monotonic() + 5
         while out.read_text().count("\n") < 3 and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -152,17 +220,17 @@ def test_access_log_lines_arrive_without_a_drain(root, tmp_path):
 def test_access_log_writes_a_batch_at_once(root, tmp_path):
     out = tmp_path / "out.log"
     with open(out, "w") as stream:
-        log.access = log.AccessLog(stream)
         app = App(root)
+        app.records.attach(log.AccessLog(stream))
         _serve(app, BATCH - 1)
         assert out.read_text() == ""  # waiting for the batch, or the thread
         _serve(app, 1)
         assert out.read_text().count("\n") == BATCH
 
 
-def _logged_through_a_pipe(app: App, paths: list[str]) -> list[dict]:
+def _logged_through_a_pipe(app: App, paths: list[str]) -> tuple[list[dict], int]:
     """The JSON lines the access log writes to a pipe (as stdout is under journald or docker)
-    for a GET of each path."""
+    for a GET of each path, and the most it writes at once."""
     read_end, write_end = os.pipe()
     chunks: list[bytes] = []
 
@@ -174,7 +242,8 @@ def _logged_through_a_pipe(app: App, paths: list[str]) -> list[dict]:
     reader.start()
     try:
         with os.fdopen(write_end, "w", closefd=False) as stream:
-            log.access = log.AccessLog(stream, json_format=True)
+            access = log.AccessLog(stream, json_format=True)
+            app.records.attach(access)
             for path in paths:
                 _serve(app, 1, path)
             app.records.drain()
@@ -182,16 +251,16 @@ def _logged_through_a_pipe(app: App, paths: list[str]) -> list[dict]:
         os.close(write_end)
         reader.join()
         os.close(read_end)
-    return [json.loads(line) for line in b"".join(chunks).decode().splitlines()]
+    return [json.loads(line) for line in b"".join(chunks).decode().splitlines()], access._chunk
 
 
 def test_access_log_cuts_pipe_writes_at_whole_lines(root):
     """Workers share stdout: a write to a pipe over PIPE_BUF bytes may interleave with another
     worker's, so each write is whole lines and at most 4096 bytes."""
     long_path = "/files/" + "x" * 200  # a 404, with a long path: long lines
-    lines = _logged_through_a_pipe(App(root), [long_path] * (BATCH + 8))
+    lines, chunk = _logged_through_a_pipe(App(root), [long_path] * (BATCH + 8))
     assert len(lines) == BATCH + 8 and all(line["path"].endswith("x" * 200) for line in lines)
-    assert log.access._chunk == 4096
+    assert chunk == 4096
 
 
 def test_access_log_via_caplog(root, caplog):
@@ -246,7 +315,7 @@ def test_access_log_time_is_the_wall_clock_of_the_response():
 
 def test_a_line_longer_than_a_pipe_write_loses_nothing(root):
     """A line over PIPE_BUF bytes (a long path) goes alone; the lines around it are kept."""
-    lines = _logged_through_a_pipe(App(root), ["/files/a.txt", "/files/" + "y" * 5000, "/files/a.txt"])
+    lines, _ = _logged_through_a_pipe(App(root), ["/files/a.txt", "/files/" + "y" * 5000, "/files/a.txt"])
     assert [len(line["path"]) for line in lines] == [12, 5007, 12]
 
 

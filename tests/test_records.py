@@ -9,18 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from axon import log
 from axon.app import App, Request
-from axon.records import BATCH, INTERVAL, Records, drain_all
+from axon.records import BATCH, INTERVAL, Records
 from axon.response import Response, stream_response
 
 
 class Collect:
     def __init__(self) -> None:
         self.batches: list[list[tuple]] = []
+        self.flushed = False
 
     def read(self, records: list[tuple]) -> None:
         self.batches.append(records)
+
+    def flush(self) -> None:
+        self.flushed = True
 
     @property
     def records(self) -> list[tuple]:
@@ -35,7 +38,7 @@ def app(root: Path) -> App:
 @pytest.fixture
 def reader(app: App) -> Collect:
     collect = Collect()
-    app.records.readers.append(collect)
+    app.records.attach(collect)
     return collect
 
 
@@ -56,7 +59,7 @@ def test_the_fields_of_a_record(app: App, reader: Collect):
 
 def test_a_stream_has_no_length():
     records, collect = Records(), Collect()
-    records.readers.append(collect)
+    records.attach(collect)
     response = stream_response(iter([b"x"]), content_type="text/plain")
     records.add(Request("GET", "/s"), response, 0.001, time.perf_counter())
     records.drain()
@@ -80,25 +83,42 @@ def test_a_quiet_app_is_read_within_the_interval(app: App, reader: Collect):
 
 
 def test_no_record_is_made_when_nobody_reads(app: App):
-    assert not app.records.wanted
+    assert not app.records.wanted and not app.records.observed()
     app.handle(Request("GET", "/api/health")).close()
     assert len(app.records.queue) == 0 and app.records.begun_count() == 1  # counted, not recorded
 
 
-def test_the_access_log_reads_every_app(root: Path, tmp_path: Path):
-    saved = log.access
-    try:
-        with open(tmp_path / "out.log", "w") as stream:
-            log.access = log.AccessLog(stream)
-            first, second = App(root), App(root)
-            assert first.records.wanted and second.records.wanted
-            first.handle(Request("GET", "/files/a.txt")).close()
-            second.handle(Request("GET", "/api/health")).close()
-            drain_all()
-        lines = (tmp_path / "out.log").read_text().splitlines()
-    finally:
-        log.access = saved
-    assert sorted(line.split()[1] for line in lines) == ["/api/health", "/files/a.txt"]
+def test_reading_the_count_does_not_count(app: App):
+    assert [app.records.begun_count() for _ in range(3)] == [0, 0, 0]
+    app.handle(Request("GET", "/api/health")).close()
+    assert [app.records.begun_count() for _ in range(3)] == [1, 1, 1]
+
+
+def test_apps_keep_their_records_apart(root: Path):
+    first, second = App(root), App(root)
+    reader = Collect()
+    first.records.attach(reader)
+    assert first.records.wanted and not second.records.wanted
+    first.handle(Request("GET", "/files/a.txt")).close()
+    second.handle(Request("GET", "/api/health")).close()
+    first.records.drain()
+    second.records.drain()
+    assert [r[2] for r in reader.records] == ["/files/a.txt"]
+    assert (first.records.begun_count(), second.records.begun_count()) == (1, 1)
+
+
+def test_a_detached_reader_gets_what_was_recorded_for_it(app: App, reader: Collect):
+    app.handle(Request("GET", "/api/health")).close()
+    app.records.detach(reader)
+    assert not app.records.wanted and len(reader.records) == 1
+    app.handle(Request("GET", "/api/health")).close()
+    assert len(reader.records) == 1 and len(app.records.queue) == 0
+
+
+def test_flush_hands_everything_over_and_flushes_the_readers(app: App, reader: Collect):
+    app.handle(Request("GET", "/api/health")).close()
+    app.records.flush()
+    assert len(reader.records) == 1 and reader.flushed
 
 
 def test_a_failing_reader_fails_no_request(app: App, reader: Collect, caplog):
@@ -106,11 +126,16 @@ def test_a_failing_reader_fails_no_request(app: App, reader: Collect, caplog):
         def read(self, records):
             raise RuntimeError("bug")
 
-    app.records.readers.insert(0, Broken())
+        def flush(self):
+            raise RuntimeError("bug")
+
+    app.records.readers = (Broken(), *app.records.readers)
     for _ in range(BATCH):
         assert app.handle(Request("GET", "/api/health")).status == 200
     assert len(reader.records) == BATCH  # the others still read
     assert "reading response records failed" in caplog.text
+    app.records.flush()
+    assert reader.flushed and "flushing a reader of response records failed" in caplog.text
 
 
 def _child(records: Records, conn) -> None:
@@ -122,7 +147,7 @@ def _child(records: Records, conn) -> None:
 def test_a_forked_child_starts_empty():
     """A worker forked from a master that recorded something counts only its own."""
     records = Records()
-    records.readers.append(Collect())
+    records.attach(Collect())
     next(records.begun)
     records.add(Request("GET", "/x"), Response(200, [], [b"x"]), 0.0, time.perf_counter())
     parent, child = multiprocessing.Pipe()
@@ -142,7 +167,7 @@ def test_the_drain_thread_keeps_no_app_alive(root: Path):
     import weakref
 
     app = App(root)
-    app.records.readers.append(Collect())
+    app.records.attach(Collect())
     app.handle(Request("GET", "/api/health")).close()
     thread = app.records._thread
     gone = weakref.ref(app.records)
@@ -153,18 +178,24 @@ def test_the_drain_thread_keeps_no_app_alive(root: Path):
     assert not thread.is_alive()
 
 
-def test_only_an_apps_records_feed_the_access_log(root: Path, tmp_path: Path):
-    """A Metrics of its own (an App observer, say) keeps records too: they are not logged twice."""
-    from axon.metrics import Metrics
 
-    saved = log.access
-    try:
-        with open(tmp_path / "out.log", "w") as stream:
-            log.access = log.AccessLog(stream)
-            app = App(root, observers=[Metrics()])
-            app.handle(Request("GET", "/files/a.txt")).close()
-            drain_all()
-        lines = (tmp_path / "out.log").read_text().splitlines()
-    finally:
-        log.access = saved
-    assert len(lines) == 1 and lines[0].startswith("GET /files/a.txt 200")
+def test_what_waits_at_exit_is_handed_over(root: Path, tmp_path: Path):
+    """A process that ends before the drain thread's next turn still writes its lines and
+    publishes its counts (a worker that ends with os._exit calls Records.flush itself)."""
+    import subprocess
+    import sys
+
+    script = f"""
+from axon import log
+from axon.app import App, Request
+from axon.metrics import instrument
+
+log.configure("warning", access_log=True)
+app = App({str(root)!r})
+instrument(app, directory={str(tmp_path / "metrics")!r})
+app.handle(Request("GET", "/files/a.txt")).close()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=True)
+    assert done.stdout.startswith("GET /files/a.txt 200 12 "), done
+    (published,) = (tmp_path / "metrics").iterdir()
+    assert b"r GET 200" in published.read_bytes()

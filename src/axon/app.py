@@ -17,20 +17,20 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import logging
 import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Protocol
+from logging import INFO
+from typing import Any, Callable, Iterable
 from urllib.parse import parse_qsl
 
 from .errors import BadRequest, HTTPError, MethodNotAllowed, NotFound, URITooLong
 from .files import FileStore
 from .limits import DEFAULT_LIMITS, Limits
 from . import log
-from .log import access_logger, logger
+from .log import logger
 from .records import Records
 from .response import NO_STORE, Response, error_response, json_response, redirect, stream_response, text_response
 from .sansio.batch import plan_batch
@@ -43,14 +43,6 @@ __all__ = [
 ]
 
 Handler = Callable[["Request"], Any]
-
-
-class Observer(Protocol):
-    """Told of every request, one call each; must not raise. (A Metrics can be one, but
-    :func:`axon.metrics.instrument` has it read the App's records in batches instead: cheaper.)"""
-
-    def started(self, request: "Request") -> None: ...
-    def finished(self, request: "Request", response: Response, seconds: float) -> None: ...
 
 
 _PARAM = re.compile(r"<(?:(path):)?([A-Za-z_][A-Za-z0-9_]*)>")
@@ -131,7 +123,6 @@ class App:
         builtins: bool = True,
         threads: int = 32,
         secret: str | bytes | None = None,
-        observers: Iterable[Observer] = (),
         cache_control: str | None = None,
     ) -> None:
         if store is None:
@@ -160,14 +151,13 @@ class App:
         self._executor: ThreadPoolExecutor | None = None
         #: GET responses that never change, by path (the health probe). Axon's own server answers
         #: them from bytes encoded once, without calling the App, while nothing observes requests
-        #: (no observer, no access log). Registering any route at the same path removes the entry.
+        #: (``records.observed()``). Registering any route at the same path removes the entry.
         self.fixed: dict[str, Response] = {}
-        #: Told of every request: ``started(request)`` before routing, ``finished(request,
-        #: response, seconds)`` once it is planned.
-        self.observers: list[Observer] = list(observers)
-        #: A tuple per response for those who read them in batches: axon.metrics and the access
-        #: log (axon.records). Made only while someone reads them.
-        self.records = Records(access_log=True)
+        #: What each response leaves for those who observe them: a tuple for the readers
+        #: attached (axon.metrics, the access log), made only while there is one; the
+        #: ``axon.access`` logger for a handler of your own (axon.records, axon.log.connect).
+        self.records = Records()
+        log.connect(self.records)
         if builtins:
             self.add_route("/api/health", self._health, ["GET"], blocking=False)
             self.fixed["/api/health"] = self._health(Request("GET", "/api/health"))
@@ -228,8 +218,6 @@ class App:
         """For synchronous runtimes (WSGI): run the handler here, in the caller's thread."""
         started = time.perf_counter()
         next(self.records.begun)
-        for observer in self.observers:
-            observer.started(request)
         try:
             route = self._prepare(request)
             result = route.handler(request)
@@ -244,8 +232,6 @@ class App:
         """For asynchronous runtimes (ASGI, native): blocking handlers go to a thread pool."""
         started = time.perf_counter()
         next(self.records.begun)
-        for observer in self.observers:
-            observer.started(request)
         try:
             route = self._prepare(request)
             if route.is_async:
@@ -282,19 +268,12 @@ class App:
         if request.method == "HEAD":
             response.without_body()
         ended = time.perf_counter()
-        seconds = ended - started
-        for observer in self.observers:
-            observer.finished(request, response, seconds)
         records = self.records
-        if records.readers or log.access is not None:  # records.wanted, without a property call
-            records.add(request, response, seconds, ended)
-        if log.access is None and access_logger.isEnabledFor(logging.INFO):  # your own handler on "axon.access"
-            access_logger.info(
-                '%s %s %d %s %.1fms', request.method, request.path, response.status,
-                "-" if response.length is None else response.length, seconds * 1000,
-                extra={"method": request.method, "path": request.path, "status": response.status,
-                       "bytes": response.length, "ms": round(seconds * 1000, 3)},
-            )
+        if records.wanted:
+            records.add(request, response, ended - started, ended)
+        access = records.logger
+        if access is not None and access.isEnabledFor(INFO):  # a handler of your own on "axon.access"
+            log.log_response(access, request, response, ended - started)
         return response
 
     # -- responses users build from files --------------------------------------------------

@@ -1,7 +1,8 @@
 """Logging under the ``axon`` logger, a JSON formatter, and an access log that is off by default.
 
-Terminal logging alone halved a server's throughput in one of our seeds (seed 001), so the access
-log is opt-in and, when on, costs a tuple per response (axon.records) and under a microsecond.
+A line per response through the logging module costs more than the request it describes (a
+LogRecord, the caller lookup, a Formatter and a write per line), so the access log is opt-in and
+its fast form, :class:`AccessLog`, reads an App's records (axon.records) in batches instead.
 """
 
 from __future__ import annotations
@@ -12,16 +13,18 @@ import os
 import stat
 import sys
 import time
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .app import Request
+    from .records import Records
+    from .response import Response
 
 logger = logging.getLogger("axon")
 access_logger = logging.getLogger("axon.access")
 # Off unless asked for, whatever the root logger's level: an application's
 # logging.basicConfig(level=INFO) must not turn on a line per response.
 access_logger.setLevel(logging.WARNING)
-#: The fast access log that ``configure(access_log=True)`` turns on (None when off). Without
-#: it, ``access_logger`` still gets a record per response if you give it a level and a handler.
-access: "AccessLog | None" = None
 
 
 class JSONFormatter(logging.Formatter):
@@ -61,21 +64,25 @@ _STATUSES = {status: str(status) for status in range(100, 600)}
 _METHODS = {method: f'"{method}"' for method in ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")}
 
 
-class AccessLog:
-    """One line per response, JSON or text, on stdout: under 1 µs a response.
+class AccessLog(logging.Handler):
+    """One line per response, JSON or text, on stdout, without a LogRecord per line.
 
-    Not through the logging module, whose LogRecord, caller lookup and Formatter cost ~150,000
-    instructions a line, +69% on T1 (seed 001: logging halved throughput). The App keeps a tuple
-    per response (axon.records) and hands them over in batches, at most 0.25 s late; a batch is
+    It reads an App's records (axon.records) in batches, at most 0.25 s late: a batch is
     formatted in one comprehension and written whole. A pipe (journald, docker) gets writes of
     at most PIPE_BUF bytes, so workers sharing it never split each other's lines; a regular file
-    gets one write a batch.
+    gets one write a batch. It is a logging handler too, so that :func:`configure` can make it
+    the ``axon.access`` logger's: Apps built afterwards attach it to their records
+    (:func:`connect`), and a record that reaches it through the logger (from an App built before)
+    gets the same line.
     """
 
     def __init__(self, stream: IO[str] | None = None, *, json_format: bool = False, max_query: int = 2048) -> None:
+        super().__init__()
         self.stream = stream if stream is not None else sys.stdout
         self.json_format = json_format
         self.max_query = max_query
+        if json_format:
+            self.setFormatter(JSONFormatter())  # for a record that is not a response's
         try:
             self.stream.flush()
             self.fd: int | None = self.stream.fileno()
@@ -90,7 +97,27 @@ class AccessLog:
 
     def read(self, records: list[tuple]) -> None:
         """Write a line for each record (axon.records)."""
-        text = self._format(records)
+        self._put(self._format(records))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """A record from the ``axon.access`` logger: a response's (:func:`log_response`) gets the
+        line its App's records would give (without query and client, which it does not carry)."""
+        fields = vars(record)
+        if "status" in fields and "method" in fields:
+            ended = record.created - time.time() + time.perf_counter()  # records carry perf_counter times
+            ms = fields.get("ms") or 0.0
+            self.read([(ended, record.method, record.path, "", record.status, fields.get("bytes"), 0, ms / 1000, None, None)])
+        else:
+            self._put(self.format(record) + "\n")
+
+    def flush(self) -> None:
+        if self.fd is None:  # a real file's lines were written at once
+            try:
+                self.stream.flush()
+            except (OSError, ValueError):  # closed
+                pass
+
+    def _put(self, text: str) -> None:
         if self.fd is None:
             self.stream.write(text)
             return
@@ -149,17 +176,44 @@ class AccessLog:
             pass  # a closed or full stdout must not fail requests
 
 
+def log_response(logger: logging.Logger, request: "Request", response: "Response", seconds: float) -> None:
+    """A LogRecord for one response, for the handlers a user gives ``axon.access``."""
+    logger.info(
+        '%s %s %d %s %.1fms', request.method, request.path, response.status,
+        "-" if response.length is None else response.length, seconds * 1000,
+        extra={"method": request.method, "path": request.path, "status": response.status,
+               "bytes": response.length, "ms": round(seconds * 1000, 3)},
+    )
+
+
+def connect(records: "Records") -> None:
+    """Have a new App's ``records`` feed the access log as logging is set up now: the fast access
+    logs that :func:`configure` made the ``axon.access`` logger's read them in batches; without
+    one, the logger is told of each response while a user's handler makes it enabled."""
+    fast = [handler for handler in access_logger.handlers if isinstance(handler, AccessLog)]
+    for access_log in fast:
+        records.attach(access_log)
+    records.logger = None if fast else access_logger
+
+
 def configure(level: str = "warning", *, json_format: bool = False, access_log: bool = False) -> None:
-    """Set up the ``axon`` loggers for a command-line run (libraries leave this to the user)."""
+    """Set up the ``axon`` loggers for a command-line run (libraries leave this to the user).
+    ``access_log``: a line per response on stdout, from the Apps built after this call in
+    batches (from any built before, through the logger, one by one)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JSONFormatter() if json_format else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger.handlers[:] = [handler]
     logger.setLevel(level.upper())
     logger.propagate = False
-    global access
-    access_logger.setLevel(logging.WARNING)  # the fast path replaces its records
-    if access is not None:
-        from .records import drain_all
-
-        drain_all()  # the lines waiting for the access log being replaced
-    access = AccessLog(sys.stdout, json_format=json_format) if access_log else None
+    replaced = [h for h in access_logger.handlers if isinstance(h, AccessLog)]
+    for old in replaced:
+        access_logger.removeHandler(old)
+        old.close()
+    if access_log:
+        access_logger.addHandler(AccessLog(sys.stdout, json_format=json_format))
+        access_logger.setLevel(logging.INFO)
+        access_logger.propagate = False  # its lines go to stdout alone, not to the stderr above too
+    else:
+        access_logger.setLevel(logging.WARNING)
+        if replaced:
+            access_logger.propagate = True

@@ -34,15 +34,14 @@ own counts exact, the others' at most 0.25 s old. A worker that exits leaves its
 never go backwards; its in-flight requests stop counting. ``axon serve --metrics`` gives the
 workers a fresh directory.
 
-Cost: the request path makes one tuple (axon.records), which the App makes for the access log
-anyway; the counting is done a batch at a time, with C loops. On T1 (one 8 KiB file, the
-smallest request) ``python -m axon.bench.observe_cost`` measures about 4-5% of the throughput
-flat out and 3% of the CPU at a steady load; it was 5% when an observer counted each response.
+The metrics read the App's records (axon.records): the request path makes one tuple, shared with
+the access log, and the counting is done a batch at a time, with C loops, because a call per
+response would cost as much as the App's own work (what it costs: deploy/README.md, and
+``python -m axon.bench.observe_cost``).
 """
 
 from __future__ import annotations
 
-import atexit
 import bisect
 import itertools
 import mmap
@@ -99,21 +98,20 @@ _HELP = {
 class Metrics:
     """The counters of one process and, with ``directory``, the sum over all of a server's.
 
-    It reads the :class:`~axon.records.Records` of an App (:func:`instrument` wires it) in
-    batches; alone, it has records of its own, fed by ``started(request)`` and
-    ``finished(request, response, seconds)``. ``render()`` is the exposition, served at
-    ``path``, whose own requests are not counted. Thread-safe.
+    It counts what ``records`` (an App's: :func:`instrument` attaches it) hands it in batches;
+    the requests begun before it was made are not in flight for it. ``render()`` is the
+    exposition, served at ``path``, whose own requests are not counted. Thread-safe.
     """
 
-    def __init__(self, *, path: str = "/metrics", directory: str | os.PathLike[str] | None = None,
+    def __init__(self, records: Records, *, path: str = "/metrics", directory: str | os.PathLike[str] | None = None,
                  buckets: Iterable[float] = DEFAULT_BUCKETS) -> None:
         self.path = path
         self.buckets = tuple(sorted(float(b) for b in buckets))
         self.directory = Path(directory) if directory is not None else None
-        #: Where the responses come from: these, or an App's (:func:`instrument`).
-        self.records = Records()
-        self.records.readers.append(self)
+        #: Where the responses come from, and the requests begun.
+        self.records = records
         self._reset()
+        self._before = records.begun_count()  # never in flight for us
         # A forked child counts its own, from nothing (its records start from nothing too). Weakly:
         # a Metrics dropped is not kept for the hook's sake.
         ref = weakref.ref(self)
@@ -138,14 +136,6 @@ class Metrics:
         self._publisher: threading.Thread | None = None
 
     # -- counting ------------------------------------------------------------------------------
-
-    def started(self, request: "Request") -> None:
-        """Count a request begun (an App counts its own: see :func:`instrument`)."""
-        next(self.records.begun)
-
-    def finished(self, request: "Request", response: "Response", seconds: float) -> None:
-        """Count a response once it is planned (an App records its own: see :func:`instrument`)."""
-        self.records.add(request, response, seconds if seconds >= 0 else 0.0, time.perf_counter())  # (NaN: 0)
 
     def read(self, records: list[Record]) -> None:
         """Count a batch of responses (axon.records). Column by column, with C loops (zip,
@@ -249,7 +239,11 @@ class Metrics:
 
         self._publisher = threading.Thread(target=publish_forever, name="axon-metrics", daemon=True)
         self._publisher.start()
-        atexit.register(self.publish)  # a worker that exits cleanly publishes its last counts
+
+    def flush(self) -> None:
+        """Publish the last counts, if this process counted any: it is ending (axon.records)."""
+        if self._publisher is not None:
+            self.publish()
 
     # -- exposition ------------------------------------------------------------------------
 
@@ -339,18 +333,15 @@ def instrument(app: "App", *, path: str = "/metrics", directory: str | os.PathLi
     call this before the server forks them, or in each worker, with the same directory."""
     if directory is None:
         directory = os.environ.get("AXON_METRICS_DIR") or None
-    metrics = Metrics(path=path, directory=directory, buckets=buckets)
+    metrics = Metrics(app.records, path=path, directory=directory, buckets=buckets)
     app.add_route(path, metrics.endpoint, ["GET"], blocking=False)
-    app.metrics = metrics  # type: ignore[attr-defined]
     # Open even when requests must be signed (AXON_SECRET), as /api/health is: Prometheus does
     # not sign. Keep it from the world by address instead: axon serve on loopback, and the
     # nginx site lets only loopback through to it.
     public = getattr(app, "public_paths", None)
     if public is not None:
         public.add(path)
-    metrics.records = app.records  # the App counts requests begun and records each response
-    metrics._before = app.records.begun_count()  # those were never in flight for us
-    app.records.readers.append(metrics)
+    app.records.attach(metrics)
     return metrics
 
 

@@ -1,11 +1,15 @@
-"""What each response leaves for the access log and the metrics: a tuple, read in batches.
+"""What each response of an App leaves for its readers (the metrics, the access log): a tuple,
+read in batches.
 
 In CPython a call and its attribute lookups cost more than the counting or formatting it does,
 and per request that code runs with cold caches, the network having run in between. So the App
 makes one tuple per response and appends it to a deque (atomic: no lock); readers take the
 tuples in batches, each in one warm loop: every :data:`BATCH` responses, every
 :data:`INTERVAL` seconds (a thread), and whenever a reader needs them all (a scrape, an exit).
-With metrics and a JSON access log on, this halves what observing a response costs.
+
+Each App owns one :class:`Records`; a reader is attached to it explicitly (``instrument(app)``,
+the access log ``axon.log.configure`` sets up for Apps built after it). Nothing here is shared
+between Apps.
 
 A record's fields, in order:
 
@@ -29,13 +33,12 @@ from __future__ import annotations
 import atexit
 import collections
 import itertools
+import logging
 import os
 import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Protocol
-
-from . import log
 
 if TYPE_CHECKING:
     from .app import Request
@@ -44,12 +47,14 @@ if TYPE_CHECKING:
 Record = tuple  # (ended, method, path, query, status, nbytes, files, seconds, client, error)
 
 #: Records waiting when they are handed to the readers (more if a drain was slow, a full stdout).
-#: 256 rather than 64: a drain's fixed costs and its cold start are shared by four times the
-#: responses, which cut what metrics and the JSON log cost on T1 by about a sixth (0.3-0.5 µs a
-#: response, BENCHMARKS.md); its 0.3 ms in one request did not raise wrk's p99. 1024 gained no more.
+#: Large enough that a drain's fixed costs and the cold start of its loops are shared by many
+#: responses, small enough that a drain inside one request does not show in the latency tail
+#: (the measurements: docs/design-notes.md, "Logging").
 BATCH = 256
 #: Seconds a record waits at most before the readers get it (at low traffic).
 INTERVAL = 0.25
+
+_log = logging.getLogger("axon")
 
 
 class Reader(Protocol):
@@ -57,33 +62,61 @@ class Reader(Protocol):
 
     def read(self, records: list[Record]) -> None: ...
 
+    def flush(self) -> None:
+        """Finish what it holds (the metrics publish their counts): the process is ending."""
+
 
 class Records:
-    """Records of responses, waiting for their readers; an App's (``access_log``) also for the
-    process's access log, ``axon.log.access``, which reads every App's. Thread-safe; reset in a
-    forked child."""
+    """The records of one App's responses, waiting for its readers. Thread-safe; a forked child
+    starts empty."""
 
-    def __init__(self, *, access_log: bool = False) -> None:
-        self.readers: list[Reader] = []
-        self.access_log = access_log
+    def __init__(self) -> None:
+        self.readers: tuple[Reader, ...] = ()
+        #: Whether anyone reads the records (else the App makes none): a plain attribute, read
+        #: per response.
+        self.wanted = False
+        #: The ``axon.access`` logger, told of each response while a user's handler makes it
+        #: enabled; None while a fast access log reads these records instead (axon.log.connect).
+        self.logger: logging.Logger | None = None
+        self._hooked = False
         self._reset()
-        _every.add(self)
 
     def _reset(self) -> None:
         self.queue: collections.deque[Record] = collections.deque()
-        #: Requests begun, counted by the App (``next``: one C call, atomic); with the records
-        #: read, the requests in flight.
+        #: Requests begun, counted by the App with ``next()`` (one C call, atomic: no lock); with
+        #: the records read, the requests in flight. Read by :meth:`begun_count`.
         self.begun = itertools.count()
+        self._reads = 0  # the begun_count() calls so far: each took one from ``begun`` too
         self._lock = threading.Lock()  # a lock held by another thread at fork() stays held
         self._thread: threading.Thread | None = None
 
-    @property
-    def wanted(self) -> bool:
-        """Whether anyone reads records (else the App makes none)."""
-        return bool(self.readers) or (self.access_log and log.access is not None)
+    # -- readers -------------------------------------------------------------------------------
+
+    def attach(self, reader: Reader) -> None:
+        """Have ``reader`` read every response from now on."""
+        if not self._hooked:
+            self._hook()
+        self.readers = (*self.readers, reader)
+        self.wanted = True
+
+    def detach(self, reader: Reader) -> None:
+        """Stop feeding ``reader``, once it has what was recorded for it."""
+        self.drain()
+        self.readers = tuple(r for r in self.readers if r is not reader)
+        self.wanted = bool(self.readers)
+
+    def observed(self) -> bool:
+        """Whether anything observes responses now: a reader, or a handler on ``axon.access``."""
+        logger = self.logger
+        return self.wanted or (logger is not None and logger.isEnabledFor(logging.INFO))
+
+    # -- counting and recording ----------------------------------------------------------------
 
     def begun_count(self) -> int:
-        return int(repr(self.begun)[6:-1])  # "count(N)": read without counting one more
+        """Requests begun. ``begun`` can only be read by counting once more: those are taken off."""
+        with self._lock:
+            self._reads += 1
+            return next(self.begun) - self._reads + 1
 
     def add(self, request: "Request", response: "Response", seconds: float, ended: float) -> None:
         """Record a planned response: ``seconds`` it took, ``ended`` by ``time.perf_counter()``."""
@@ -109,12 +142,23 @@ class Records:
                 return
             popleft = queue.popleft
             batch = [popleft() for _ in range(len(queue))]
-            readers = [*self.readers, log.access] if self.access_log and log.access is not None else self.readers
-            for reader in readers:
+            for reader in self.readers:
                 try:
                     reader.read(batch)
                 except Exception:  # noqa: BLE001 - a reader's bug must not fail requests
-                    log.logger.exception("reading response records failed")
+                    _log.exception("reading response records failed")
+
+    def flush(self) -> None:
+        """Hand every waiting record over and have each reader finish: before the process ends
+        (at exit; a worker of ``axon serve``, which ends with ``os._exit``, calls it itself)."""
+        self.drain()
+        for reader in self.readers:
+            try:
+                reader.flush()
+            except Exception:  # noqa: BLE001 - one reader's failure must not keep the others
+                _log.exception("flushing a reader of response records failed")
+
+    # -- threads, forks and exits --------------------------------------------------------------
 
     def _start(self) -> None:
         ref = weakref.ref(self)  # the thread must not keep an App (and its readers) alive
@@ -132,21 +176,10 @@ class Records:
         self._thread = threading.Thread(target=drain_forever, name="axon-records", daemon=True)
         self._thread.start()
 
-
-# Every live Records, weakly: reset in a forked child, drained at exit (an App may be gone by then).
-_every: "weakref.WeakSet[Records]" = weakref.WeakSet()
-
-
-def drain_all() -> None:
-    """Hand every App's waiting records to its readers: before a process exits."""
-    for records in list(_every):
-        records.drain()
-
-
-def _reset_all() -> None:
-    for records in list(_every):
-        records._reset()
-
-
-os.register_at_fork(after_in_child=_reset_all)
-atexit.register(drain_all)
+    def _hook(self) -> None:
+        """With its first reader: a forked child starts empty (a worker counts its own), and what
+        waits at exit is handed over. Weakly: an App dropped is not kept for its hooks' sake."""
+        self._hooked = True
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: (records := ref()) is not None and records._reset())
+        atexit.register(lambda: (records := ref()) is not None and records.flush())

@@ -294,7 +294,7 @@ def test_health_is_answered_from_bytes_exactly_as_the_app_would(harness, root) -
     fast.feed(b"GET /api/health HTTP/1.1\r\nHost: t\r\n\r\nHEAD /api/health HTTP/1.1\r\n\r\n")
     assert called == []  # the App was not asked
     observed, seen = counting_app(root)
-    observed.observers.append(type("O", (), {"started": lambda *a: None, "finished": lambda *a: None})())
+    observed.records.attach(type("Reader", (), {"read": lambda *a: None, "flush": lambda *a: None})())
     slow = harness(observed)
     slow.worker.date_line = fast.worker.date_line
     slow.feed(b"GET /api/health HTTP/1.1\r\nHost: t\r\n\r\nHEAD /api/health HTTP/1.1\r\n\r\n")

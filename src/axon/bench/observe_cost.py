@@ -43,24 +43,25 @@ def app() -> App:
     from ..metrics import instrument
 
     served = App()
-    instrument(served, directory=None)
-    readers = list(served.records.readers)
+    metrics = instrument(served, directory=None)
     out = Path(os.environ[_OUT])
     access = log.AccessLog(open(out.with_suffix(".access.log"), "w"), json_format=True)  # noqa: SIM115 - the worker's life
-    switch = {
-        "nothing": (False, False), "metrics": (True, False), "json-log": (False, True), "both": (True, True),
-    }
+    readers = {"nothing": (), "metrics": (metrics,), "json-log": (access,), "both": (metrics, access)}
+    records = served.records
 
     def cycle() -> None:
         with open(out, "a") as rows:
             for second in itertools.count():
                 state = STATES[second % len(STATES)]
-                counting, logging = switch[state]
-                served.records.readers[:] = readers if counting else []
-                log.access = access if logging else None
-                begun, start, cpu = served.records.begun_count(), time.perf_counter(), time.process_time()
+                for reader in records.readers:
+                    records.detach(reader)
+                for reader in readers[state]:
+                    records.attach(reader)
+                # As axon.log.connect leaves an App built with the access log on: no logger to ask.
+                records.logger = None if access in readers[state] else log.access_logger
+                begun, start, cpu = records.begun_count(), time.perf_counter(), time.process_time()
                 time.sleep(1.0)
-                requests = served.records.begun_count() - begun
+                requests = records.begun_count() - begun
                 rate = requests / (time.perf_counter() - start)
                 cpu_us = (time.process_time() - cpu) / max(requests, 1) * 1e6  # user + system, all threads
                 row = {"cycle": second // len(STATES), "state": state, "rps": rate, "cpu_us": cpu_us}

@@ -23,7 +23,6 @@ import sys
 import time
 from dataclasses import replace
 
-from ..records import drain_all
 from ..app import App
 from .config import ServerConfig
 from .loops import loop_name
@@ -144,10 +143,9 @@ class Supervisor:
             finally:
                 try:
                     # os._exit skips atexit: hand over what this worker still holds.
-                    drain_all()  # its last access-log lines and counts (at most 0.25 s old otherwise)
-                    metrics = getattr(self.app, "metrics", None)
-                    if metrics is not None:
-                        metrics.publish()  # its last counts (published every 0.25 s otherwise)
+                    records = getattr(self.app, "records", None)
+                    if records is not None:  # its last access-log lines and counts (0.25 s old at most otherwise)
+                        records.flush()
                     sys.stdout.flush()
                     sys.stderr.flush()
                 finally:

@@ -22,7 +22,6 @@ from typing import Any
 from ..app import App, Request
 from ..errors import ServiceUnavailable
 from ..files import FileStore
-from ..log import access_logger
 from ..response import Response, error_response
 from .config import ServerConfig
 from .loops import new_event_loop
@@ -70,13 +69,11 @@ class Worker:
         self.full_response = encode_head(full.status, full.reason, full.headers, CLOSE) + b"".join(full.body)  # type: ignore[arg-type]
 
     def _nothing_observes(self) -> bool:
-        """Whether fixed responses may skip the App: no observer, no reader of its records (the
-        metrics, the access log), no handler on ``axon.access``. Read at start and by each
-        sweep, so a logger switched on while serving counts within 1 s."""
-        app = self.app
-        records = getattr(app, "records", None)
-        return (not getattr(app, "observers", True) and records is not None and not records.wanted
-                and not access_logger.isEnabledFor(logging.INFO))
+        """Whether fixed responses may skip the App: no reader of its records (the metrics, the
+        access log), no handler on ``axon.access``. Read at start and by each sweep, so a
+        logger switched on while serving counts within 1 s."""
+        records = getattr(self.app, "records", None)
+        return records is not None and not records.observed()
 
     def runs_inline(self, request: Request) -> bool:
         """Whether ``app.handle`` may answer ``request`` right here, synchronously: its handler
