@@ -19,7 +19,7 @@ from .chunks import FileChanged, iter_chunks
 from .errors import BadRequest, HTTPError, PayloadTooLarge, URITooLong
 from .limits import DEFAULT_LIMITS, Limits
 from .response import Response, error_response
-from .sansio.segments import FileSlice
+from .http.segments import FileSlice
 
 StartResponse = Callable[..., object]
 
