@@ -38,7 +38,7 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def store(root: Path):
-    from axon.files import FileStore
+    from axon.storage.local import FileStore
 
     return FileStore(root)
 

@@ -460,7 +460,7 @@ def test_app_root_from_environment(root, monkeypatch, call, render):
 
 
 def test_app_with_store_and_hidden(root, call, render):
-    from axon.files import FileStore
+    from axon.storage.local import FileStore
 
     assert call(App(root), "GET", "/files/.hidden").status == 403
     assert _body(call(App(root, allow_hidden=True), "GET", "/files/.hidden"), render) == b"hidden\n"

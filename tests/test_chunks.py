@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from axon import chunks
 from axon.chunks import FileChanged, iter_chunks, read_slice
 from axon.limits import Limits
-from axon.sansio.batch import plan_batch
-from axon.sansio.segments import FileSlice
+from axon.plan.batch import plan_batch
+from axon.http.segments import FileSlice
 
 SETTINGS = settings(max_examples=150, deadline=None, database=None)
 DATA = os.urandom(4096)

@@ -8,7 +8,7 @@ import pytest
 
 from axon.errors import MethodNotAllowed, NotFound
 from axon.response import Response, error_response, json_response, redirect, stream_response, text_response
-from axon.sansio.segments import FileSlice
+from axon.http.segments import FileSlice
 
 
 def test_content_length_from_segments(store):

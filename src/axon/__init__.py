@@ -6,9 +6,9 @@ constant memory. The same :class:`App` runs under WSGI, ASGI and Axon's own serv
 
 from .app import App, Request, Response
 from .errors import HTTPError
-from .files import FileStore, OpenFile
+from .storage.local import FileStore, OpenFile
 from .limits import Limits
-from .sansio.segments import FileSlice
+from .http.segments import FileSlice
 
 __all__ = ["App", "FileSlice", "FileStore", "HTTPError", "Limits", "OpenFile", "Request", "Response"]
 __version__ = "1.0.0.dev0"

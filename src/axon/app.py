@@ -27,15 +27,15 @@ from typing import Any, Callable, Iterable
 from urllib.parse import parse_qsl
 
 from .errors import BadRequest, HTTPError, MethodNotAllowed, NotFound, URITooLong
-from .files import FileStore
+from .storage.local import FileStore
 from .limits import DEFAULT_LIMITS, Limits
 from . import log
 from .log import logger
 from .records import Records
 from .response import NO_STORE, Response, error_response, json_response, redirect, stream_response, text_response
-from .sansio.batch import plan_batch
-from .sansio.batch_identity import derive_key
-from .sansio.single_file import plan_file
+from .plan.batch import plan_batch
+from .http.batch_identity import derive_key
+from .plan.single_file import plan_file
 from .signing import Verifier
 
 __all__ = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
-from .sansio.segments import Segment
+from .http.segments import Segment
 
 
 class FileChanged(OSError):

@@ -13,8 +13,8 @@ from http import HTTPStatus
 from typing import Any, AsyncIterable, Iterable, Union
 
 from .errors import HTTPError
-from .files import OpenFile
-from .sansio.segments import Segment, body_length
+from .storage.local import OpenFile
+from .http.segments import Segment, body_length
 
 Stream = Union[Iterable[bytes], AsyncIterable[bytes]]
 

@@ -20,8 +20,8 @@ from .chunks import FileChanged, iter_chunks
 from .errors import BadRequest, HTTPError, PayloadTooLarge, URITooLong
 from .limits import DEFAULT_LIMITS, Limits
 from .response import Response, error_response
-from .sansio.conditional import http_date
-from .sansio.segments import FileSlice
+from .http.conditional import http_date
+from .http.segments import FileSlice
 
 StartResponse = Callable[..., object]
 

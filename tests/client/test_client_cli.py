@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from client_support import CONTENT_TYPE, axon_body
+from multipart_support import CONTENT_TYPE, axon_body
 from scripted_server import Recorded, Reply, ScriptedServer
 
 from axon.client import cli

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from client_support import BOUNDARY, CONTENT_TYPE, axon_body, axon_headers, build_body
+from multipart_support import BOUNDARY, CONTENT_TYPE, axon_body, axon_headers, build_body
 from scripted_server import Recorded, Reply, ScriptedServer
 
 from axon.client import FetchError, FetchResult, MultipartError, UnsafePathError, afetch, fetch

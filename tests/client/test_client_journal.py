@@ -13,7 +13,7 @@ from email.message import Message
 from pathlib import Path
 
 import pytest
-from client_support import BOUNDARY, CONTENT_TYPE, axon_body, merge_data, parse, random_splits
+from multipart_support import BOUNDARY, CONTENT_TYPE, axon_body, merge_data, parse, random_splits
 
 from axon.client import FetchError, MultipartParser
 from axon.client import download as download_module

@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from client_support import CONTENT_TYPE, axon_body
+from multipart_support import CONTENT_TYPE, axon_body
 from cut_proxy import CutProxy
 from live_server import LiveAxon
 from scripted_server import Reply, ScriptedServer
@@ -25,7 +25,7 @@ from scripted_server import Reply, ScriptedServer
 from axon.client import FetchedFile, FetchError, UnsafePathError, afetch, fetch
 from axon.client import cli as fetch_cli
 from axon.client.journal import JOURNAL_DIR
-from axon.client.multipart import boundary_from_content_type
+from axon.http.multipart_parser import boundary_from_content_type
 from axon.client.protocol import build_request
 
 

@@ -252,8 +252,8 @@ def test_a_small_response_longer_than_its_file_is_never_sent_short(harness, root
     """The one-write path reads every slice before writing: a file shorter than the response
     claims (truncated after planning, or a handler's mistake) aborts the connection with
     nothing sent, and the descriptors are given back."""
-    from axon.files import FileStore
-    from axon.sansio.segments import FileSlice
+    from axon.storage.local import FileStore
+    from axon.http.segments import FileSlice
 
     app = App(root)
     store = FileStore(root)

@@ -8,7 +8,7 @@ parser underneath, usable on its own. Only the standard library is imported here
 from .download import FetchedFile, FetchResult, Progress
 from .errors import FetchError, UnsafePathError
 from .fetch import afetch, fetch
-from .multipart import (
+from ..http.multipart_parser import (
     ContentRange,
     MultipartError,
     MultipartParser,

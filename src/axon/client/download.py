@@ -26,7 +26,7 @@ from typing import BinaryIO, Protocol
 
 from .errors import FetchError
 from .journal import Journal, SavedBatch, SavedPart
-from .multipart import (
+from ..http.multipart_parser import (
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_PARTS,
     Event,

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..app import App, Request
 from ..errors import ServiceUnavailable
-from ..files import FileStore
+from ..storage.local import FileStore
 from ..response import Response, error_response
 from .config import ServerConfig
 from .loops import new_event_loop

@@ -29,9 +29,9 @@ import os
 import stat
 import sys
 
-from .errors import BadRequest, Forbidden, HTTPError, NotFound, ServiceUnavailable
+from ..errors import BadRequest, Forbidden, HTTPError, NotFound, ServiceUnavailable
 from .file_cache import CachedDescriptor, FileCache
-from .sansio.segments import FileSlice, Segment
+from ..http.segments import FileSlice, Segment
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO that sits in the root must not hang the worker; it is refused after

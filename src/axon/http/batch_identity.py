@@ -33,7 +33,7 @@ from functools import lru_cache
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from ..files import OpenFile
+from ..storage.local import OpenFile
 from .multipart import CACHED_PATH_CHARS
 
 # Bumped whenever the framing of a batch changes: old tags must stop matching new bytes.

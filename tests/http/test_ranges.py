@@ -7,7 +7,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from axon.errors import RangeNotSatisfiable
-from axon.sansio.ranges import content_range, merge, parse_range
+from axon.http.ranges import content_range, merge, parse_range
 
 SETTINGS = settings(max_examples=200, deadline=None, database=None)
 

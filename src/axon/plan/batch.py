@@ -20,14 +20,14 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..errors import BadRequest, HTTPError, PayloadTooLarge, PreconditionFailed
-from ..files import FileStore, OpenFile
+from ..storage.local import FileStore, OpenFile
 from ..limits import Limits
 from ..response import Response
-from .batch_identity import file_signature, identity_of
-from .conditional import evaluate, if_range_allows
-from .multipart import CACHED_PATH_CHARS, file_part_headers, frame, new_boundary
-from .ranges import content_range, parse_range
-from .segments import FileSlice, Segment, body_length, slice_segments
+from ..http.batch_identity import file_signature, identity_of
+from ..http.conditional import evaluate, if_range_allows
+from ..http.multipart import CACHED_PATH_CHARS, file_part_headers, frame, new_boundary
+from ..http.ranges import content_range, parse_range
+from ..http.segments import FileSlice, Segment, body_length, slice_segments
 
 
 def check_count(paths: list[str], limits: Limits) -> None:

@@ -18,11 +18,11 @@ import pytest
 
 from axon.app import App, Request
 from axon.errors import RangeNotSatisfiable
-from axon.files import FileStore
+from axon.storage.local import FileStore
 from axon.limits import Limits
-from axon.sansio.batch import plan_batch
-from axon.sansio.batch_identity import batch_identity, derive_key, identity_of
-from axon.sansio.multipart import file_part_headers, frame
+from axon.plan.batch import plan_batch
+from axon.http.batch_identity import batch_identity, derive_key, identity_of
+from axon.http.multipart import file_part_headers, frame
 from axon.wsgi import WSGIApp
 
 PATHS = ["a.txt", "b.bin", "empty.txt", "sub/c.json", "a.txt"]

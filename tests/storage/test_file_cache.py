@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from axon.errors import HTTPError
-from axon.files import FileStore
+from axon.storage.local import FileStore
 
 VALID = 0.2  # seconds a path's resolution is trusted in these tests
 
@@ -235,7 +235,7 @@ def test_threads_sharing_the_cache_leak_nothing(root) -> None:
 @pytest.fixture
 def settled(monkeypatch):
     """Treat every file as settled (its last change long enough ago to trust its stat)."""
-    from axon import file_cache
+    from axon.storage import file_cache
 
     monkeypatch.setattr(file_cache, "SETTLED_NS", -(10**18))
 
@@ -303,7 +303,7 @@ def test_a_descriptor_closed_by_someone_else_is_forgotten_not_reused(store, root
 
 
 def test_long_paths_are_not_cached(store, root) -> None:
-    from axon.files import MAX_CACHED_PATH
+    from axon.storage.local import MAX_CACHED_PATH
 
     long = "./" * MAX_CACHED_PATH + "a.txt"
     f = store.open(long)

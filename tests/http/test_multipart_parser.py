@@ -15,11 +15,11 @@ from email.parser import BytesParser
 from email.policy import HTTP
 
 import pytest
-from client_support import BOUNDARY, axon_body, axon_headers, build_body, parse, random_splits, rechunk
+from multipart_support import BOUNDARY, axon_body, axon_headers, build_body, parse, random_splits, rechunk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from axon.client.multipart import (
+from axon.http.multipart_parser import (
     ContentRange,
     MultipartError,
     MultipartParser,

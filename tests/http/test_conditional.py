@@ -6,7 +6,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from axon.sansio.conditional import date_is_strong, evaluate, http_date, if_range_allows, parse_http_date
+from axon.http.conditional import date_is_strong, evaluate, http_date, if_range_allows, parse_http_date
 
 SETTINGS = settings(max_examples=300, deadline=None, database=None)
 

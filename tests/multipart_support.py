@@ -10,7 +10,7 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 from urllib.parse import quote
 
-from axon.client.multipart import Event, MultipartParser, PartData
+from axon.http.multipart_parser import Event, MultipartParser, PartData
 
 BOUNDARY = "axon-test-7f3a9c2e51d04b68"
 CONTENT_TYPE = f"multipart/mixed; boundary={BOUNDARY}"

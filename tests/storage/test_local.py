@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from axon import files
+from axon.storage import local as files
 from axon.errors import HTTPError
-from axon.files import FileStore, OpenFile, normalize
+from axon.storage.local import FileStore, OpenFile, normalize
 
 SETTINGS = settings(max_examples=400, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -555,7 +555,7 @@ def test_open_errors_map_to_statuses(root, monkeypatch, err, status, code, open_
 _OPEN_LOCKED = """
 import sys
 from axon.errors import HTTPError
-from axon.files import FileStore
+from axon.storage.local import FileStore
 try:
     FileStore(sys.argv[1]).open("locked.txt")
     print("opened")
@@ -800,7 +800,7 @@ def test_what_is_opened_is_never_hidden(tree, requests, open_fds):
 _OUT_OF_DESCRIPTORS = """
 import resource, sys
 from axon.errors import HTTPError
-from axon.files import FileStore
+from axon.storage.local import FileStore
 store = FileStore(sys.argv[1])
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 held = []

@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 
 from ..errors import PreconditionFailed
-from ..files import FileStore, OpenFile
+from ..storage.local import FileStore, OpenFile
 from ..limits import Limits
 from ..response import Response
-from .conditional import date_is_strong, evaluate, http_date, if_range_allows
-from .multipart import frame, new_boundary
-from .ranges import content_range, parse_range
+from ..http.conditional import date_is_strong, evaluate, http_date, if_range_allows
+from ..http.multipart import frame, new_boundary
+from ..http.ranges import content_range, parse_range
 
 
 def etag(f: OpenFile) -> str:

@@ -14,10 +14,10 @@ from urllib.parse import unquote
 import pytest
 
 from axon.errors import HTTPError, NotFound
-from axon.files import FileStore
+from axon.storage.local import FileStore
 from axon.limits import Limits
-from axon.sansio.batch import check_count, combine, open_all, plan_batch
-from axon.sansio.segments import FileSlice
+from axon.plan.batch import check_count, combine, open_all, plan_batch
+from axon.http.segments import FileSlice
 
 LIMITS = Limits()
 
@@ -325,7 +325,7 @@ def test_non_utf8_name_is_a_client_error_or_served(tmp_path):
 # -- batch identity: a stable ETag and boundary, and Range to resume a batch ------------------------
 
 from axon.errors import RangeNotSatisfiable  # noqa: E402
-from axon.sansio.batch_identity import batch_identity, derive_key  # noqa: E402
+from axon.http.batch_identity import batch_identity, derive_key  # noqa: E402
 
 KEY = derive_key("test secret", "/unused")
 BATCH = ["a.txt", "b.bin", "sub/c.json", "a.txt"]
@@ -367,7 +367,7 @@ def test_identity_is_stable_and_names_the_bytes(root, store, render, parse_multi
 
 
 def test_a_repeated_batch_reuses_its_framing_byte_for_byte(store, render, monkeypatch):
-    from axon.sansio import batch
+    from axon.plan import batch
 
     cached_headers, cached_body = _whole(store, render)
     _whole(store, render)  # a hit

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from axon.sansio.segments import FileSlice, body_length, coalesce, slice_segments
+from axon.http.segments import FileSlice, body_length, coalesce, slice_segments
 
 SETTINGS = settings(max_examples=150, deadline=None, database=None)
 DATA = bytes(range(256)) * 4  # the file every FileSlice below reads

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from axon.sansio.multipart import ascii_fallback, content_disposition, file_part_headers, frame, new_boundary
-from axon.sansio.segments import FileSlice, body_length
+from axon.http.multipart import ascii_fallback, content_disposition, file_part_headers, frame, new_boundary
+from axon.http.segments import FileSlice, body_length
 
 SETTINGS = settings(max_examples=150, deadline=None, database=None)
 # RFC 2046 bcharsnospace, and RFC 5987 attr-char.

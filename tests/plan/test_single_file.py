@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from axon.errors import HTTPError, NotFound, PreconditionFailed, RangeNotSatisfiable
 from axon.limits import Limits
-from axon.sansio.conditional import http_date
-from axon.sansio.segments import FileSlice
-from axon.sansio.single_file import etag, plan_file
+from axon.http.conditional import http_date
+from axon.http.segments import FileSlice
+from axon.plan.single_file import etag, plan_file
 
 LIMITS = Limits()
 DATA = bytes(range(256)) * 40  # b.bin in the sample root

@@ -1,0 +1,1 @@
+"""Planning: open through storage, hand plain facts to axon.http, return a Response."""
