@@ -4,7 +4,7 @@ Nothing is written before the plan is complete, so any failure (a missing file, 
 the root, too many files or bytes) is one JSON 4xx naming every offending path, never a 200 cut
 short. A path named twice is opened once: slices read by offset, so parts can share a descriptor.
 
-With a ``key``, the batch gets an identity (:mod:`.batch_identity`): a strong ``ETag`` and a
+With a ``key``, the batch gets an identity (:mod:`axon.http.batch_identity`): a strong ``ETag`` and a
 boundary derived from its files, so the same batch of unchanged files is the same bytes, and a
 single ``Range`` (guarded by ``If-Range``) is served as the segment list sliced: a 206 that lets
 a client resume an interrupted batch. Several ranges get the whole batch (200), which RFC 9110
@@ -21,7 +21,7 @@ from ..errors import BadRequest, HTTPError, PayloadTooLarge
 from ..storage.local import FileStore, OpenFile
 from ..limits import Limits
 from ..response import Response
-from ..http.batch_identity import file_signature, identity_of
+from ..http.batch_identity import Signature, identity_of
 from ..http.conditional import if_range_allows
 from ..http.multipart import CACHED_PATH_CHARS, file_part_headers, frame, new_boundary
 from ..http.ranges import content_range, parse_range
@@ -120,9 +120,14 @@ def plan_batch(
         raise
 
 
+def file_signature(f: OpenFile) -> Signature:
+    """An open file's facts, as the identity and the framing of a batch take them."""
+    return (f.path, f.content_type, f.size, f.mtime_ns, f.ctime_ns, f.inode, f.device, f.name)
+
+
 def _layout(key: bytes, boundary: str | None, signatures: tuple) -> tuple[str, str, tuple[bytes, ...]]:
     """A batch's ETag, Content-Type and framing (the bytes before, between and after its files)
-    from its files' signatures (:func:`~.batch_identity.file_signature`). Every
+    from its files' signatures (:func:`file_signature`). Every
     descriptor is left out: the caller puts its own in."""
     identity = identity_of(key, signatures, boundary)
     parts = [(file_part_headers(s[0], s[7], s[1]), FileSlice(-1, 0, s[2])) for s in signatures]
