@@ -18,7 +18,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..errors import BadRequest, HTTPError, PayloadTooLarge
-from ..storage.local import FileStore, OpenFile
+from ..storage import File, Source
 from ..limits import Limits
 from ..response import Response
 from ..http.batch_identity import Signature, identity_of
@@ -38,9 +38,9 @@ def check_count(paths: list[str], limits: Limits) -> None:
         )
 
 
-def open_all(store: FileStore, paths: list[str]) -> dict[str, OpenFile]:
+def open_all(store: Source, paths: list[str]) -> dict[str, File]:
     """Every distinct path opened, or one error that names each path that failed."""
-    opened: dict[str, OpenFile] = {}
+    opened: dict[str, File] = {}
     failures: list[HTTPError] = []
     try:
         for path in paths:
@@ -77,7 +77,7 @@ def combine(failures: list[HTTPError], total: int) -> HTTPError:
 
 
 def plan_batch(
-    store: FileStore,
+    store: Source,
     paths: list[str],
     limits: Limits,
     *,
@@ -120,7 +120,7 @@ def plan_batch(
         raise
 
 
-def file_signature(f: OpenFile) -> Signature:
+def file_signature(f: File) -> Signature:
     """An open file's facts, as the identity and the framing of a batch take them."""
     return (f.path, f.content_type, f.size, f.mtime_ns, f.ctime_ns, f.inode, f.device, f.name)
 
@@ -145,7 +145,7 @@ LAYOUT_CACHE_FILES = 64
 
 def _ranged(
     etag: str, content_type: tuple[str, str], body: list[Segment], headers: dict[str, str], limits: Limits,
-    files: list[OpenFile],
+    files: list[File],
 ) -> Response:
     """200 with the whole batch, or 206 with the one byte range asked for (416 if none fits)."""
     out = [content_type, ("ETag", etag), ("Accept-Ranges", "bytes")]
