@@ -1,4 +1,5 @@
-"""Plan a batch: open and check every file, then frame them all as one ``multipart/mixed`` body.
+"""Plan a batch: open and check every file, then frame them all as one body, in a format
+(:mod:`.formats`; ``multipart/mixed`` unless told otherwise).
 
 Nothing is written before the plan is complete, so any failure (a missing file, a path outside
 the root, too many files or bytes) is one JSON 4xx naming every offending path, never a 200 cut
@@ -21,11 +22,12 @@ from ..errors import BadRequest, HTTPError, PayloadTooLarge
 from ..storage import File, Source
 from ..limits import Limits
 from ..response import Response
-from ..http.batch_identity import Signature, identity_of
+from ..http.batch_identity import Signature
 from ..http.conditional import if_range_allows
-from ..http.multipart import CACHED_PATH_CHARS, file_part_headers, frame, new_boundary
+from ..http.multipart import CACHED_PATH_CHARS
 from ..http.ranges import content_range, parse_range
-from ..http.segments import FileSlice, Segment, body_length, slice_segments
+from ..http.segments import Segment, body_length, slice_segments
+from .formats import Format, Layout, multipart_mixed
 
 
 def check_count(paths: list[str], limits: Limits) -> None:
@@ -84,9 +86,10 @@ def plan_batch(
     boundary: str | None = None,
     key: bytes | None = None,
     headers: dict[str, str] | None = None,
+    fmt: Format = multipart_mixed,
 ) -> Response:
-    """The batch of ``paths``; with ``key``, with its identity and honouring ``headers``'
-    ``Range`` / ``If-Range`` (lower-case names, as :class:`~axon.app.Request` has them)."""
+    """The batch of ``paths`` in the format ``fmt``; with ``key``, with its identity and honouring
+    ``headers``' ``Range`` / ``If-Range`` (lower-case names, as :class:`~axon.app.Request` has them)."""
     check_count(paths, limits)
     opened = open_all(store, paths)
     files = list(opened.values())
@@ -101,18 +104,18 @@ def plan_batch(
                 f"the batch holds {total} bytes; at most {limits.max_batch_bytes} may be sent",
                 code="batch_too_large",
             )
-        if key is None:
-            boundary = boundary or new_boundary()
-            parts = [(file_part_headers(p, f.name, f.content_type), f.segment(0, f.size)) for p, f in zip(paths, chosen)]
-            return Response(200, [("Content-Type", f"multipart/mixed; boundary={boundary}")], frame(boundary, parts), files=files)
         signatures = tuple(map(file_signature, chosen))
-        cacheable = len(chosen) <= LAYOUT_CACHE_FILES and named <= CACHED_PATH_CHARS * 4
-        layout = _cached_layout if cacheable else _layout
-        etag, content_type, heads = layout(key, boundary, signatures)
+        # Without a key there is no identity to name a layout by (the boundary is random).
+        if key is not None and len(chosen) <= LAYOUT_CACHE_FILES and named <= CACHED_PATH_CHARS * 4:
+            etag, content_type, heads = _cached_layout(fmt, key, boundary, signatures)
+        else:
+            etag, content_type, heads = fmt(key, boundary, signatures)
         body: list[Segment] = [heads[0]]
         for f, head in zip(chosen, heads[1:]):
             body.append(f.segment(0, f.size))
             body.append(head)
+        if etag is None:
+            return Response(200, [("Content-Type", content_type)], body, files=files)
         return _ranged(etag, ("Content-Type", content_type), body, headers or {}, limits, files)
     except BaseException:
         for f in files:
@@ -125,20 +128,14 @@ def file_signature(f: File) -> Signature:
     return (f.path, f.content_type, f.size, f.mtime_ns, f.ctime_ns, f.inode, f.device, f.name)
 
 
-def _layout(key: bytes, boundary: str | None, signatures: tuple) -> tuple[str, str, tuple[bytes, ...]]:
-    """A batch's ETag, Content-Type and framing (the bytes before, between and after its files)
-    from its files' signatures (:func:`file_signature`). Every
-    descriptor is left out: the caller puts its own in."""
-    identity = identity_of(key, signatures, boundary)
-    parts = [(file_part_headers(s[0], s[7], s[1]), FileSlice(-1, 0, s[2])) for s in signatures]
-    framed = frame(identity.boundary, parts)
-    return identity.etag, f"multipart/mixed; boundary={identity.boundary}", tuple(framed[0::2])  # type: ignore[arg-type]
+def _layout(fmt: Format, key: bytes, boundary: str | None, signatures: tuple[Signature, ...]) -> Layout:
+    return fmt(key, boundary, signatures)
 
 
 #: The same batch of unchanged files is the same bytes, so a repeated batch (an app's asset
-#: bundle, a benchmark) reuses its framing. A file's change changes its signature and so the
-#: key: nothing stale can be served. Batches of more files, or of long paths, are framed anew
-#: (at most 128 x 8 KiB of paths are kept).
+#: bundle, a benchmark) reuses its layout (ETag, Content-Type, framing), whatever its format. A
+#: file's change changes its signature and so the key: nothing stale can be served. Batches of
+#: more files, or of long paths, are framed anew (at most 128 x 8 KiB of paths are kept).
 _cached_layout = lru_cache(maxsize=128)(_layout)
 LAYOUT_CACHE_FILES = 64
 
