@@ -34,7 +34,7 @@ from .log import logger
 from .records import Records
 from .response import NO_STORE, Response, error_response, json_response, redirect, stream_response, text_response
 from .plan.batch import plan_batch
-from .http.batch_identity import derive_key
+from .storage.batch_key import derive_key
 from .plan.single_file import plan_file
 from .signing import Verifier
 
@@ -131,7 +131,7 @@ class App:
         self.limits = limits
         self.threads = threads
         # ``secret`` (default: $AXON_SECRET; "" for none) turns signed requests on (axon.signing)
-        # and keys batch identities (ETag and boundary, axon.sansio.batch_identity).
+        # and keys batch identities (ETag and boundary, axon.http.batch_identity).
         if secret is None:
             secret = os.environ.get("AXON_SECRET") or None
         self.verifier = Verifier(secret) if secret else None

@@ -1,9 +1,10 @@
 """What a handler returns: a status, headers, and a body of segments (or a generator stream).
 
-A leaf module, below ``sansio`` so that the planners build responses directly; ``app`` re-exports
-it. Runtimes read ``status``, ``headers`` (``Content-Length`` already in them when the length is
-known), then either ``body`` (a list of segments) or ``stream`` (an iterable of bytes, sent
-chunked), and call ``close()`` when done, whatever happened.
+It sits above ``storage`` (it holds the open files to close) and below ``plan`` (the planners
+build responses directly); ``app`` re-exports it. Runtimes read ``status``, ``headers``
+(``Content-Length`` already in them when the length is known), then either ``body`` (a list of
+segments) or ``stream`` (an iterable of bytes, sent chunked), and call ``close()`` when done,
+whatever happened.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from http import HTTPStatus
 from typing import Any, AsyncIterable, Iterable, Union
 
 from .errors import HTTPError
-from .storage.local import OpenFile
+from .storage import File
 from .http.segments import Segment, body_length
 
 Stream = Union[Iterable[bytes], AsyncIterable[bytes]]
@@ -35,7 +36,7 @@ class Response:
         body: list[Segment] | None = None,
         *,
         stream: Stream | None = None,
-        files: list[OpenFile] | tuple[OpenFile, ...] = (),
+        files: list[File] | tuple[File, ...] = (),
     ) -> None:
         self.status = status
         self.headers = list(headers) if headers is not None else []

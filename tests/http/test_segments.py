@@ -1,4 +1,4 @@
-"""Segments: body length, slicing a body by a byte range (pure), and coalescing."""
+"""Segments: body length, and slicing a body by a byte range (pure)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from axon.http.segments import FileSlice, body_length, coalesce, slice_segments
+from axon.http.segments import FileSlice, body_length, slice_segments
 
 SETTINGS = settings(max_examples=150, deadline=None, database=None)
 DATA = bytes(range(256)) * 4  # the file every FileSlice below reads
@@ -60,13 +60,6 @@ def test_slice_example(fd):
     assert slice_segments(segs, 17, 20) == []
 
 
-def test_coalesce_example(fd):
-    s = FileSlice(fd, 0, 5)
-    assert coalesce([b"a", b"b", s, b"", FileSlice(fd, 3, 0), b"c", b"d"]) == [b"ab", s, b"cd"]
-    assert coalesce([b"", b"", b"x"]) == [b"x"]
-    assert coalesce([]) == []
-
-
 @SETTINGS
 @given(data=st.data())
 def test_slice_property(fd, data):
@@ -81,16 +74,3 @@ def test_slice_property(fd, data):
         assert (len(seg) if isinstance(seg, bytes) else seg.count) > 0
         if isinstance(seg, FileSlice):
             assert seg.fd == fd and 0 <= seg.offset and seg.offset + seg.count <= len(DATA)
-
-
-@SETTINGS
-@given(data=st.data())
-def test_coalesce_property(fd, data):
-    segs = data.draw(segment_lists(fd))
-    out = coalesce(segs)
-    assert render(out) == render(segs)
-    assert body_length(out) == body_length(segs)
-    for a, b in zip(out, out[1:]):
-        assert not (isinstance(a, bytes) and isinstance(b, bytes))
-    for seg in out:
-        assert (len(seg) if isinstance(seg, bytes) else seg.count) > 0

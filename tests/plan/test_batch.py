@@ -325,7 +325,7 @@ def test_non_utf8_name_is_a_client_error_or_served(tmp_path):
 # -- batch identity: a stable ETag and boundary, and Range to resume a batch ------------------------
 
 from axon.errors import RangeNotSatisfiable  # noqa: E402
-from axon.http.batch_identity import batch_identity, derive_key  # noqa: E402
+from axon.storage.batch_key import derive_key  # noqa: E402
 
 KEY = derive_key("test secret", "/unused")
 BATCH = ["a.txt", "b.bin", "sub/c.json", "a.txt"]
@@ -380,24 +380,6 @@ def test_no_key_no_identity(store):
     r = plan_batch(store, BATCH, LIMITS, headers={"range": "bytes=0-9"})
     r.close()
     assert r.status == 200 and "ETag" not in dict(r.headers)
-
-
-def test_derive_key():
-    assert derive_key("s", "/x") == derive_key(b"s", "/y")  # a secret alone decides
-    assert derive_key("s", "/x") != derive_key("t", "/x")
-    assert len(derive_key(None, "/")) == 32
-    assert derive_key(None, "/") == derive_key(None, "/") != derive_key(None, "/tmp")
-
-
-def test_batch_identity_given_boundary(store):
-    f = store.open("a.txt")
-    try:
-        ident = batch_identity(KEY, [f], "fixed")
-        assert ident.boundary == "fixed"
-        assert ident.etag != batch_identity(KEY, [f], "other").etag
-        assert batch_identity(KEY, [f]).boundary != "fixed"
-    finally:
-        f.close()
 
 
 @pytest.mark.parametrize("spec", ["0-99", "100-", "-50", "5-5", "0-999999999"])

@@ -2,7 +2,8 @@
 
 ``fetch`` / ``afetch`` send one request and write every part of the multipart answer to
 ``dest/<path>``, each file complete or absent. ``MultipartParser`` is the sans-IO streaming
-parser underneath, usable on its own. Only the standard library is imported here.
+parser underneath (:mod:`axon.http.multipart_parser`), usable on its own. Only the standard
+library is imported here.
 """
 
 from .download import FetchedFile, FetchResult, Progress

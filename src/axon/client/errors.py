@@ -2,8 +2,8 @@
 
 A refusal carries the server's JSON error (``{"error": {status, code, message, paths}}``) so the
 caller can act on ``code`` and ``paths``; a malformed stream keeps the parser's
-:class:`~axon.client.multipart.MultipartError` as ``__cause__``. Errors writing to the local disk
-stay ``OSError``: they are not the server's fault.
+:class:`~axon.http.multipart_parser.MultipartError` as ``__cause__``. Errors writing to the local
+disk stay ``OSError``: they are not the server's fault.
 """
 
 from __future__ import annotations

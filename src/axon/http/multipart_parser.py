@@ -10,6 +10,9 @@ a part without one is scanned for ``CRLF--boundary`` while holding back only the
 could begin a delimiter. Everything the stream promises is checked: each part's length, the
 closing delimiter, and the end of input (``feed(b"")`` or :meth:`~MultipartParser.close`)
 arriving only after it. Any violation raises :class:`MultipartError` naming the part.
+
+The client reads batches with it (``axon.client`` re-exports it). One module of some 500 lines on
+purpose: the parser is one state machine, and its events and errors are its vocabulary.
 """
 
 from __future__ import annotations

@@ -44,13 +44,3 @@ def slice_segments(segments: list[Segment], start: int, stop: int) -> list[Segme
             break
     return out
 
-
-def coalesce(segments: list[Segment]) -> list[Segment]:
-    """Join neighbouring ``bytes`` segments so a runtime makes fewer writes."""
-    out: list[Segment] = []
-    for seg in segments:
-        if isinstance(seg, bytes) and out and isinstance(out[-1], bytes):
-            out[-1] = out[-1] + seg
-        elif not (isinstance(seg, bytes) and not seg) and not (isinstance(seg, FileSlice) and not seg.count):
-            out.append(seg)
-    return out

@@ -1,15 +1,17 @@
-"""Plan a batch: open and check every file, then frame them all as one ``multipart/mixed`` body.
+"""Plan a batch: open and check every file, then frame them all as one body, in a format
+(:mod:`.formats`; ``multipart/mixed`` unless told otherwise).
 
 Nothing is written before the plan is complete, so any failure (a missing file, a path outside
 the root, too many files or bytes) is one JSON 4xx naming every offending path, never a 200 cut
 short. A path named twice is opened once: slices read by offset, so parts can share a descriptor.
 
-With a ``key``, the batch gets an identity (:mod:`.batch_identity`): a strong ``ETag`` and a
-boundary derived from its files, so the same batch of unchanged files is the same bytes. It is
-then a resource like a file: its preconditions (``If-Match``, ``If-None-Match``) are evaluated in
-RFC 9110's order (304, 412), and a single ``Range`` (guarded by ``If-Range``) is served as the
-segment list sliced: a 206 that lets a client resume an interrupted batch. A batch has no
-modification date, so the date conditions are ignored and ``If-Range`` needs its entity tag. Several ranges get the whole batch (200), which RFC 9110
+With a ``key``, the batch gets an identity (:mod:`axon.http.batch_identity`): a strong ``ETag``
+and a boundary derived from its files, so the same batch of unchanged files is the same bytes.
+It is then a resource like a file: its preconditions (``If-Match``, ``If-None-Match``) are
+evaluated in RFC 9110's order (304, 412), and a single ``Range`` (guarded by ``If-Range``) is
+served as the segment list sliced: a 206 that lets a client resume an interrupted batch. A batch
+has no modification date, so the date conditions are ignored and ``If-Range`` needs its entity
+tag. Several ranges get the whole batch (200), which RFC 9110
 allows (a server may ignore ``Range``): a ``multipart/byteranges`` wrapped around a
 ``multipart/mixed`` would be legal but useless to any client we know. Range is honoured on
 ``POST /api/stream-files`` too: that POST is a query with its list in the body, not a change.
@@ -20,14 +22,15 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..errors import BadRequest, HTTPError, PayloadTooLarge, PreconditionFailed
-from ..storage.local import FileStore, OpenFile
+from ..storage import File, Source
 from ..limits import Limits
 from ..response import Response
-from ..http.batch_identity import file_signature, identity_of
+from ..http.batch_identity import Signature
 from ..http.conditional import evaluate, if_range_allows
-from ..http.multipart import CACHED_PATH_CHARS, file_part_headers, frame, new_boundary
+from ..http.multipart import CACHED_PATH_CHARS
 from ..http.ranges import content_range, parse_range
-from ..http.segments import FileSlice, Segment, body_length, slice_segments
+from ..http.segments import Segment, body_length, slice_segments
+from .formats import Format, Layout, multipart_mixed
 
 
 def check_count(paths: list[str], limits: Limits) -> None:
@@ -40,9 +43,9 @@ def check_count(paths: list[str], limits: Limits) -> None:
         )
 
 
-def open_all(store: FileStore, paths: list[str]) -> dict[str, OpenFile]:
+def open_all(store: Source, paths: list[str]) -> dict[str, File]:
     """Every distinct path opened, or one error that names each path that failed."""
-    opened: dict[str, OpenFile] = {}
+    opened: dict[str, File] = {}
     failures: list[HTTPError] = []
     try:
         for path in paths:
@@ -79,7 +82,7 @@ def combine(failures: list[HTTPError], total: int) -> HTTPError:
 
 
 def plan_batch(
-    store: FileStore,
+    store: Source,
     paths: list[str],
     limits: Limits,
     *,
@@ -87,10 +90,11 @@ def plan_batch(
     key: bytes | None = None,
     headers: dict[str, str] | None = None,
     method: str = "GET",
+    fmt: Format = multipart_mixed,
 ) -> Response:
-    """The batch of ``paths``; with ``key``, with its identity and honouring ``headers``'
-    preconditions, ``Range`` and ``If-Range`` (lower-case names, as :class:`~axon.app.Request`
-    has them) for the request ``method``."""
+    """The batch of ``paths`` in the format ``fmt``; with ``key``, with its identity and honouring
+    ``headers``' preconditions, ``Range`` and ``If-Range`` (lower-case names, as
+    :class:`~axon.app.Request` has them) for the request ``method``."""
     check_count(paths, limits)
     opened = open_all(store, paths)
     files = list(opened.values())
@@ -105,58 +109,62 @@ def plan_batch(
                 f"the batch holds {total} bytes; at most {limits.max_batch_bytes} may be sent",
                 code="batch_too_large",
             )
-        if key is None:
-            boundary = boundary or new_boundary()
-            parts = [(file_part_headers(p, f.name, f.content_type), f.segment(0, f.size)) for p, f in zip(paths, chosen)]
-            out = [("Content-Type", f"multipart/mixed; boundary={boundary}"), DISPOSITION]
-            return Response(200, out, frame(boundary, parts), files=files)
         signatures = tuple(map(file_signature, chosen))
-        cacheable = len(chosen) <= LAYOUT_CACHE_FILES and named <= CACHED_PATH_CHARS * 4
-        layout = _cached_layout if cacheable else _layout
-        etag, content_type, heads = layout(key, boundary, signatures)
-        if headers:
-            verdict = evaluate(method, headers, etag, None)
-            if verdict == 304:
-                for f in files:
-                    f.close()
-                return Response(304, [("ETag", etag)])
-            if verdict == 412:
-                raise PreconditionFailed("the batch does not match the request's preconditions")
-        body: list[Segment] = [heads[0]]
-        for f, head in zip(chosen, heads[1:]):
-            body.append(f.segment(0, f.size))
-            body.append(head)
-        return _ranged(etag, ("Content-Type", content_type), body, headers or {}, limits, files)
+        # Without a key there is no identity to name a layout by (the boundary is random).
+        if key is not None and len(chosen) <= LAYOUT_CACHE_FILES and named <= CACHED_PATH_CHARS * 4:
+            etag, content_type, filename, heads = _cached_layout(fmt, key, boundary, signatures)
+        else:
+            etag, content_type, filename, heads = fmt(key, boundary, signatures)
+        # A browser that opens a batch URL saves it under this name, not the URL's last segment.
+        out = [("Content-Type", content_type), ("Content-Disposition", f'attachment; filename="{filename}"')]
+        if etag is None:
+            return Response(200, out, _body(chosen, heads), files=files)
+        verdict = evaluate(method, headers, etag, None) if headers else None
+        if verdict == 304:
+            for f in files:
+                f.close()
+            return Response(304, [("ETag", etag)])
+        if verdict == 412:
+            raise PreconditionFailed("the batch does not match the request's preconditions")
+        return _ranged(etag, out, _body(chosen, heads), headers or {}, limits, files)
     except BaseException:
         for f in files:
             f.close()
         raise
 
 
-def _layout(key: bytes, boundary: str | None, signatures: tuple) -> tuple[str, str, tuple[bytes, ...]]:
-    """A batch's ETag, Content-Type and framing (the bytes before, between and after its files)
-    from its files' signatures (:func:`~.batch_identity.file_signature`). Every
-    descriptor is left out: the caller puts its own in."""
-    identity = identity_of(key, signatures, boundary)
-    parts = [(file_part_headers(s[0], s[7], s[1]), FileSlice(-1, 0, s[2])) for s in signatures]
-    framed = frame(identity.boundary, parts)
-    return identity.etag, f"multipart/mixed; boundary={identity.boundary}", tuple(framed[0::2])  # type: ignore[arg-type]
+def _body(chosen: list[File], heads: tuple[bytes, ...]) -> list[Segment]:
+    """The format's blocks with each file's bytes between them."""
+    body: list[Segment] = [heads[0]]
+    for f, head in zip(chosen, heads[1:]):
+        body.append(f.segment(0, f.size))
+        body.append(head)
+    return body
+
+
+def file_signature(f: File) -> Signature:
+    """An open file's facts, as the identity and the framing of a batch take them."""
+    return (f.path, f.content_type, f.size, f.mtime_ns, f.ctime_ns, f.inode, f.device, f.name)
+
+
+def _layout(fmt: Format, key: bytes, boundary: str | None, signatures: tuple[Signature, ...]) -> Layout:
+    return fmt(key, boundary, signatures)
 
 
 #: The same batch of unchanged files is the same bytes, so a repeated batch (an app's asset
-#: bundle, a benchmark) reuses its framing. A file's change changes its signature and so the
-#: key: nothing stale can be served. Batches of more files, or of long paths, are framed anew
-#: (at most 128 x 8 KiB of paths are kept).
+#: bundle, a benchmark) reuses its layout (ETag, Content-Type, framing), whatever its format. A
+#: file's change changes its signature and so the key: nothing stale can be served. Batches of
+#: more files, or of long paths, are framed anew (at most 128 x 8 KiB of paths are kept).
 _cached_layout = lru_cache(maxsize=128)(_layout)
 LAYOUT_CACHE_FILES = 64
 
 
 def _ranged(
-    etag: str, content_type: tuple[str, str], body: list[Segment], headers: dict[str, str], limits: Limits,
-    files: list[OpenFile],
+    etag: str, out: list[tuple[str, str]], body: list[Segment], headers: dict[str, str], limits: Limits,
+    files: list[File],
 ) -> Response:
     """200 with the whole batch, or 206 with the one byte range asked for (416 if none fits)."""
-    out = [content_type, DISPOSITION, ("ETag", etag), ("Accept-Ranges", "bytes")]
+    out += [("ETag", etag), ("Accept-Ranges", "bytes")]
     range_header = headers.get("range")
     if range_header is not None and _if_range_matches(headers.get("if-range"), etag):
         total = body_length(body)
@@ -170,8 +178,3 @@ def _ranged(
 def _if_range_matches(header: str | None, etag: str) -> bool:
     # A batch has no Last-Modified, so only its entity tag can validate a range.
     return if_range_allows(header, etag, None)
-
-
-#: A browser that opens a batch URL saves it under this name rather than the URL's last segment
-#: (``stream-files``, with no extension); the name the article's own ``curl -o`` uses.
-DISPOSITION = ("Content-Disposition", 'attachment; filename="batch.multipart"')

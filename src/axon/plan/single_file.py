@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from ..errors import PreconditionFailed
-from ..storage.local import FileStore, OpenFile
+from ..storage import File, Source
 from ..limits import Limits
 from ..response import Response
 from ..http.conditional import date_is_strong, evaluate, http_date, if_range_allows
@@ -13,12 +13,12 @@ from ..http.multipart import frame, new_boundary
 from ..http.ranges import content_range, parse_range
 
 
-def etag(f: OpenFile) -> str:
+def etag(f: File) -> str:
     """Strong: a replaced file (new inode) or a changed one (size, mtime) gets a new tag."""
     return f'"{f.inode:x}-{f.mtime_ns:x}-{f.size:x}"'
 
 
-def plan_file(store: FileStore, path: str, method: str, headers: dict[str, str], limits: Limits) -> Response:
+def plan_file(store: Source, path: str, method: str, headers: dict[str, str], limits: Limits) -> Response:
     f = store.open(path)
     try:
         return _plan(f, method, headers, limits)
@@ -27,7 +27,7 @@ def plan_file(store: FileStore, path: str, method: str, headers: dict[str, str],
         raise
 
 
-def _plan(f: OpenFile, method: str, headers: dict[str, str], limits: Limits) -> Response:
+def _plan(f: File, method: str, headers: dict[str, str], limits: Limits) -> Response:
     tag, mtime = etag(f), f.mtime_ns // 1_000_000_000  # whole seconds, floored, no float rounding
     validators = [("ETag", tag), ("Last-Modified", http_date(mtime))]
     verdict = evaluate(method, headers, tag, mtime)

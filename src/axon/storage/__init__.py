@@ -1,1 +1,54 @@
-"""Where served files come from: the local root jail and its open-file cache."""
+"""Where served files come from: one small interface, and the local root jail behind it.
+
+A :class:`Source` answers "open this requested path" with a :class:`File`: the facts the
+planners need (size, times, identity, content type) and the segments the runtimes send, held
+until ``close()``. The planners (:mod:`axon.plan`) know only this interface; nothing above this
+package opens or stats a served file (the runtimes send the segments they are given).
+
+The first implementation is the local root jail, :class:`~axon.storage.local.FileStore`
+(``openat2`` or a portable walk, never outside the root), with its open-file cache
+(:mod:`axon.storage.file_cache`). Another source (an object store) is another module here
+whose ``open`` returns its own kind of :class:`File`.
+
+Both are :class:`typing.Protocol` s: a source satisfies them by shape, and a call through them
+costs what a call on the concrete class costs.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..http.segments import Segment
+
+
+class File(Protocol):
+    """One file opened for one response, as it was when opened. Whoever holds it closes it."""
+
+    path: str  # as requested (decoded once): for headers and error messages
+    name: str  # normalised, relative to the source's root: the part's file name
+    size: int
+    mtime_ns: int
+    ctime_ns: int  # moves on every write: what mtime alone cannot promise
+    # What the file is, beside what it holds: a replaced file is another file. The local store
+    # gives the inode and device; another source fills them from its own notion (an object's
+    # version), since the ETags and batch identities hash them.
+    inode: int
+    device: int
+    content_type: str
+
+    def segment(self, start: int, stop: int) -> Segment:
+        """Bytes ``[start, stop)`` as a body segment the runtimes can send."""
+        ...
+
+    def close(self) -> None:
+        """Give the file back; only the first call does anything."""
+        ...
+
+
+class Source(Protocol):
+    """Where the files of one App come from."""
+
+    def open(self, requested: str) -> File:
+        """``requested`` (decoded once) as an open :class:`File`, or an
+        :class:`~axon.errors.HTTPError` that says why not (400, 403, 404, 503)."""
+        ...

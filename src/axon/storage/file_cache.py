@@ -1,4 +1,4 @@
-"""An open-file cache for :class:`~axon.files.FileStore`: resolve a path once, share its descriptor.
+"""An open-file cache for :class:`~axon.storage.local.FileStore`: resolve a path once, share its descriptor.
 
 A miss costs what an uncached open costs (normalise, ``openat2``, ``fstat``, later ``close``); a
 hit costs one ``fstat`` of the cached descriptor, so the size, times and identity a response

@@ -1,5 +1,7 @@
 """FileStore: the root jail. Turns a requested path into an open, checked, regular file.
 
+It is the local :class:`~axon.storage.Source`, and :class:`OpenFile` its :class:`~axon.storage.File`.
+
 The rules (DESIGN.md, "Rules that keep it safe"):
 
 * a requested path arrives decoded exactly once and is never decoded again here;
@@ -85,7 +87,7 @@ class OpenFile:
     """A checked regular file inside the root, as it was when opened. Whoever holds it closes it.
 
     Its descriptor is its own, or shared with other requests through the store's open-file
-    cache (:mod:`axon.file_cache`); either way ``close()`` is what gives it back. Read it with
+    cache (:mod:`axon.storage.file_cache`); either way ``close()`` is what gives it back. Read it with
     explicit offsets (``pread``, ``sendfile``): a shared descriptor's file position is shared too.
     """
 
@@ -221,14 +223,14 @@ class FileStore:
             os.close(fd)
 
     def enable_cache(self, size: int = 1024, valid: float = 1.0) -> None:
-        """Share open descriptors between requests (:mod:`axon.file_cache` says when a change
+        """Share open descriptors between requests (:mod:`axon.storage.file_cache` says when a change
         on disk is seen). Only for runtimes that read files by offset: Axon's own server."""
         if self._cache is not None:
             self._cache.clear()
         self._cache = FileCache(size, valid) if size > 0 else None
 
     def prune_cache(self) -> None:
-        """Close what the open-file cache holds past its validity (see :mod:`axon.file_cache`)."""
+        """Close what the open-file cache holds past its validity (see :mod:`axon.storage.file_cache`)."""
         if self._cache is not None:
             self._cache.prune()
 

@@ -1,0 +1,79 @@
+"""Batch formats: a format is one function (file facts -> ETag, Content-Type, the blocks around
+the files), and plan_batch frames a batch in whichever it is given."""
+
+from __future__ import annotations
+
+import pytest
+
+from axon.errors import RangeNotSatisfiable
+from axon.http.batch_identity import identity_of
+from axon.limits import Limits
+from axon.plan.batch import plan_batch
+from axon.plan.formats import multipart_mixed
+
+KEY = b"k" * 32
+LIMITS = Limits()
+A = ("a.txt", "text/plain; charset=utf-8", 12, 1, 2, 3, 4, "a.txt")
+B = ("sub/../b.bin", "application/octet-stream", 5, 1, 2, 5, 4, "b.bin")
+
+
+def listing(key, boundary, signatures):
+    """Not a real format: each file after a line naming it, and a last line."""
+    etag = identity_of(key, signatures, boundary).etag if key is not None else None
+    heads = [f"{s[0]} {s[2]}\n".encode() for s in signatures]
+    blocks = (heads[0], *(b"\n" + head for head in heads[1:]), b"\nend\n") if heads else (b"end\n",)
+    return etag, "text/x-listing", "batch.listing", blocks
+
+
+def test_multipart_mixed_is_blocks_around_the_files():
+    etag, content_type, filename, blocks = multipart_mixed(KEY, None, (A, B))
+    assert filename == "batch.multipart"
+    boundary = content_type.removeprefix("multipart/mixed; boundary=")
+    assert (etag, boundary) == identity_of(KEY, (A, B))
+    assert len(blocks) == 3
+    assert blocks[0].startswith(f"--{boundary}\r\n".encode()) and blocks[0].endswith(b"Content-Length: 12\r\n\r\n")
+    assert b"Content-Location: /files/sub/../b.bin\r\n" in blocks[1] and blocks[1].endswith(b"Content-Length: 5\r\n\r\n")
+    assert blocks[2] == f"\r\n--{boundary}--\r\n".encode()
+
+
+def test_multipart_mixed_without_a_key_has_no_etag_and_a_random_boundary():
+    first, second = multipart_mixed(None, None, (A,)), multipart_mixed(None, None, (A,))
+    assert first[0] is None and first[1] != second[1]
+    assert multipart_mixed(None, "given", (A,))[1] == "multipart/mixed; boundary=given"
+
+
+def test_plan_batch_frames_a_batch_in_the_format_it_is_given(root, store, render):
+    response = plan_batch(store, ["a.txt", "sub/c.json"], LIMITS, key=KEY, headers={}, fmt=listing)
+    try:
+        body = render(response.body)
+        assert body == b"a.txt 12\nhello, axon\n\nsub/c.json 9\n" + (root / "sub/c.json").read_bytes() + b"\nend\n"
+        headers = dict(response.headers)
+        assert headers["Content-Type"] == "text/x-listing" and headers["Content-Length"] == str(len(body))
+        assert headers["ETag"].startswith('"') and headers["Accept-Ranges"] == "bytes"
+    finally:
+        response.close()
+    # Range and If-Range work on every format alike: they slice the planned segments.
+    ranged = plan_batch(store, ["a.txt", "sub/c.json"], LIMITS, key=KEY, fmt=listing,
+                        headers={"range": "bytes=9-14", "if-range": headers["ETag"]})
+    try:
+        assert ranged.status == 206 and render(ranged.body) == b"hello,"
+        assert dict(ranged.headers)["Content-Range"] == f"bytes 9-14/{len(body)}"
+    finally:
+        ranged.close()
+    with pytest.raises(RangeNotSatisfiable):
+        plan_batch(store, ["a.txt"], LIMITS, key=KEY, fmt=listing, headers={"range": f"bytes={len(body)}-"})
+
+
+def test_a_format_has_its_own_cached_layouts(store, render):
+    # The layout cache is keyed by the format too: the same files in two formats never mix.
+    def both():
+        out = []
+        for fmt in (listing, multipart_mixed, listing):
+            r = plan_batch(store, ["a.txt"], LIMITS, key=KEY, headers={}, fmt=fmt)
+            out.append((dict(r.headers)["Content-Type"], render(r.body)))
+            r.close()
+        return out
+
+    first = both()
+    assert first == both()
+    assert first[0] == first[2] != first[1]

@@ -1,0 +1,50 @@
+"""The import contract in pyproject.toml ([tool.importlinter]) holds, and breaks when it should.
+
+``lint-imports`` (import-linter) reads the imports of ``src/axon`` statically: the layers
+(nothing imports upward), the pure ``axon.http`` (no IO, no environment), and a core that imports
+only the standard library. The second test plants one forbidden import in a copy of the source
+for each contract, to show that the check can fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "pyproject.toml"
+
+
+def lint(src: Path) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("lint-imports")
+    assert exe is not None, "lint-imports is missing: it comes with the test extra (pip install -e '.[test]')"
+    # The package analysed is the one found first on the path: this checkout's, or the copy's.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([exe, "--config", str(CONFIG), "--no-cache", "--no-logo"], cwd=src, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_contract_holds():
+    done = lint(REPO / "src")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 kept, 0 broken" in done.stdout
+
+
+@pytest.mark.parametrize("module, line, contract", [
+    ("storage/local.py", "from ..plan import batch", "Layers: a module imports only from the layers below it"),
+    ("http/ranges.py", "import os", "axon.http does no IO and reads no environment"),
+    ("plan/batch.py", "import httptools", "The library core imports only the standard library"),
+])
+def test_a_forbidden_import_breaks_it(tmp_path, module, line, contract):
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "src" / "axon", src / "axon", ignore=shutil.ignore_patterns("__pycache__"))
+    planted = src / "axon" / module
+    planted.write_text(planted.read_text() + f"\n{line}  # planted by tests/test_layers.py\n")
+    done = lint(src)
+    assert done.returncode != 0, done.stdout
+    assert f"{contract} BROKEN" in done.stdout
+    assert "2 kept, 1 broken" in done.stdout
