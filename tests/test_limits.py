@@ -13,6 +13,7 @@ import math
 import pytest
 
 from axon.app import App, Request
+from axon.errors import HTTPError
 from axon.limits import DEFAULT_LIMITS, GiB, KiB, MiB, Limits
 
 FIELDS = [f.name for f in dataclasses.fields(Limits)]
@@ -145,3 +146,12 @@ def test_max_body_bytes(root):
     over = App(root, limits=Limits(max_body_bytes=len(body) - 1))
     r = _post(over, "/api/stream-files", body)
     assert (r.status, _error(r)["code"]) == (413, "body_too_large")
+
+
+def test_check_body_is_the_one_decision():
+    """Every runtime and the App refuse an oversized body through this one check."""
+    limits = Limits(max_body_bytes=10)
+    limits.check_body(10)
+    with pytest.raises(HTTPError) as info:
+        limits.check_body(11)
+    assert (info.value.status, info.value.code) == (413, "body_too_large")

@@ -309,8 +309,7 @@ class App:
 
     def _stream_files(self, request: Request) -> Response:
         if request.method == "POST":
-            if len(request.body) > self.limits.max_body_bytes:  # runtimes refuse earlier; be sure
-                raise BadRequest("request body too large", code="body_too_large", status=413)
+            self.limits.check_body(len(request.body))  # runtimes refuse earlier; a Request built by hand may not
             data = request.json()
             paths = data.get("files") if isinstance(data, dict) else None
             if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):

@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable
 
 from .app import BODY_METHODS, App, Request
 from .chunks import FileChanged, iter_chunks
-from .errors import BadRequest, HTTPError, PayloadTooLarge
+from .errors import BadRequest, HTTPError
 from .limits import DEFAULT_LIMITS, Limits
 from .response import Response, error_response
 
@@ -89,13 +89,11 @@ class ASGIApp:
 
 
 async def read_body(receive: Receive, headers: dict[str, str], limits: Limits) -> bytes:
-    limit = limits.max_body_bytes
     declared = headers.get("content-length")
     if declared is not None:
         if not (declared.isascii() and declared.isdigit()):  # "²".isdigit() is True
             raise BadRequest("bad Content-Length", code="bad_request")
-        if int(declared) > limit:
-            raise PayloadTooLarge(f"request body larger than {limit} bytes", code="body_too_large")
+        limits.check_body(int(declared))
     parts: list[bytes] = []
     size = 0
     while True:
@@ -104,8 +102,7 @@ async def read_body(receive: Receive, headers: dict[str, str], limits: Limits) -
             raise ClientGone()
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body larger than {limit} bytes", code="body_too_large")
+        limits.check_body(size)
         parts.append(chunk)
         if not message.get("more_body", False):
             return b"".join(parts)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
+from .errors import PayloadTooLarge
+
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
@@ -47,6 +49,12 @@ class Limits:
             value = getattr(self, field.name)
             if not value > 0:
                 raise ValueError(f"Limits.{field.name} must be positive, not {value!r}")
+
+    def check_body(self, size: int) -> None:
+        """Refuse a request body of ``size`` bytes (declared, or read so far) over the limit:
+        every runtime and the App decide it here, with the same 413."""
+        if size > self.max_body_bytes:
+            raise PayloadTooLarge(f"request body larger than {self.max_body_bytes} bytes", code="body_too_large")
 
     def replace(self, **changes: object) -> "Limits":
         return replace(self, **changes)

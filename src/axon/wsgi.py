@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Iterator
 
 from .app import BODY_METHODS, App, Request
 from .chunks import FileChanged, iter_chunks
-from .errors import BadRequest, HTTPError, PayloadTooLarge, URITooLong
+from .errors import BadRequest, HTTPError, URITooLong
 from .limits import DEFAULT_LIMITS, Limits
 from .response import Response, error_response
 from .http.conditional import http_date
@@ -87,7 +87,6 @@ class WSGIApp:
 
     @staticmethod
     def read_body(environ: dict, limits: Limits) -> bytes:
-        limit = limits.max_body_bytes
         stream = environ["wsgi.input"]
         length = environ.get("CONTENT_LENGTH")
         if length:
@@ -97,14 +96,12 @@ class WSGIApp:
                 raise BadRequest("bad Content-Length", code="bad_request") from None
             if size < 0:  # read(-1) would read everything, whatever the limit
                 raise BadRequest("bad Content-Length", code="bad_request")
-            if size > limit:
-                raise PayloadTooLarge(f"request body larger than {limit} bytes", code="body_too_large")
+            limits.check_body(size)
             return stream.read(size)
         # No length: a chunked body, which gunicorn and uWSGI de-chunk for us; read one past the
         # limit to tell "exactly the limit" from "over it".
-        data = stream.read(limit + 1)
-        if len(data) > limit:
-            raise PayloadTooLarge(f"request body larger than {limit} bytes", code="body_too_large")
+        data = stream.read(limits.max_body_bytes + 1)
+        limits.check_body(len(data))
         return data
 
 
