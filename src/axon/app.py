@@ -26,6 +26,7 @@ from logging import INFO
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qsl
 
+from .config import environment
 from .errors import BadRequest, HTTPError, MethodNotAllowed, NotFound, URITooLong
 from .storage.local import FileStore
 from .limits import DEFAULT_LIMITS, Limits
@@ -126,21 +127,23 @@ class App:
         cache_control: str | None = None,
     ) -> None:
         if store is None:
-            store = FileStore(root if root is not None else os.environ.get("AXON_ROOT", "."), allow_hidden=allow_hidden)
+            store = FileStore(root if root is not None else environment().root, allow_hidden=allow_hidden)
         self.store = store
         self.limits = limits
         self.threads = threads
         # ``secret`` (default: $AXON_SECRET; "" for none) turns signed requests on (axon.signing)
         # and keys batch identities (ETag and boundary, axon.http.batch_identity).
         if secret is None:
-            secret = os.environ.get("AXON_SECRET") or None
+            secret = environment().secret
         self.verifier = Verifier(secret) if secret else None
         # Open even when signing is on: load balancers probe the health; "*" only lists methods.
         self.public_paths = {"/api/health", "*"}
         # ``cache_control`` (default: $AXON_CACHE_CONTROL, else DEFAULT_CACHE_CONTROL; "" for
         # none) is sent with every file and batch response, 304s included (RFC 9110 15.4.5).
         if cache_control is None:
-            cache_control = os.environ.get("AXON_CACHE_CONTROL", DEFAULT_CACHE_CONTROL)
+            cache_control = environment().cache_control
+        if cache_control is None:
+            cache_control = DEFAULT_CACHE_CONTROL
         if any(c in cache_control for c in "\r\n\x00"):
             raise ValueError("cache_control must not contain CR, LF or NUL")
         self.cache_control = cache_control

@@ -56,6 +56,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
 
+from .config import environment
 from .records import Record, Records
 
 if TYPE_CHECKING:  # the app module imports nothing from here; keep it that way at run time too
@@ -332,7 +333,7 @@ def instrument(app: "App", *, path: str = "/metrics", directory: str | os.PathLi
     :class:`Metrics`. ``directory`` (default ``$AXON_METRICS_DIR``) sums a server's workers:
     call this before the server forks them, or in each worker, with the same directory."""
     if directory is None:
-        directory = os.environ.get("AXON_METRICS_DIR") or None
+        directory = environment().metrics_dir
     metrics = Metrics(app.records, path=path, directory=directory, buckets=buckets)
     app.add_route(path, metrics.endpoint, ["GET"], blocking=False)
     # Open even when requests must be signed (AXON_SECRET), as /api/health is: Prometheus does

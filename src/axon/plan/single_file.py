@@ -57,7 +57,7 @@ def _plan(f: File, method: str, headers: dict[str, str], limits: Limits) -> Resp
     return Response(206, out, frame(boundary, parts), files=[f])
 
 
-def _if_range_allows(header: str | None, tag: str, f: OpenFile) -> bool:
+def _if_range_allows(header: str | None, tag: str, f: File) -> bool:
     if header is None:
         return True
     # A change is an mtime or a ctime: content rewritten with its mtime put back moves the ctime.

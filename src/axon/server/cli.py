@@ -18,16 +18,15 @@ import sys
 import tempfile
 from typing import Any
 
-_TRUE = ("1", "true", "yes", "on")
+from ..config import environment, flag, variable
 
 
 def _env(name: str, default: Any = None) -> Any:
-    value = os.environ.get(name)
-    return default if value is None or value == "" else value
+    return variable(name, default)
 
 
 def _env_bool(name: str) -> bool:
-    return str(os.environ.get(name, "")).strip().lower() in _TRUE
+    return flag(name)
 
 
 def cpu_count() -> int:
@@ -152,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         from ..metrics import instrument
 
         # Before the fork: every worker then publishes its counts to the same directory.
-        directory = os.environ.get("AXON_METRICS_DIR") or None
+        directory = environment().metrics_dir
         if directory is None:
             directory = scratch = tempfile.mkdtemp(prefix="axon-metrics-")
         instrument(app, directory=directory)

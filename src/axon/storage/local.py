@@ -31,6 +31,7 @@ import os
 import stat
 import sys
 
+from ..config import environment
 from ..errors import BadRequest, Forbidden, HTTPError, NotFound, ServiceUnavailable
 from .file_cache import CachedDescriptor, FileCache
 from ..http.segments import FileSlice, Segment
@@ -56,8 +57,8 @@ _RESOLVE_NO_SYMLINKS, _RESOLVE_NO_MAGICLINKS, _RESOLVE_BENEATH = 0x04, 0x02, 0x0
 def _openat2():
     """A maker ``resolve -> ((dir_fd, path) -> fd or -errno)`` for Linux's openat2 with those
     resolve flags, or None if unavailable."""
-    if not sys.platform.startswith("linux") or os.environ.get("AXON_NO_OPENAT2"):
-        return None  # AXON_NO_OPENAT2=1 forces the portable walk (the tests run both)
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         syscall = ctypes.CDLL(None, use_errno=True).syscall
     except (OSError, AttributeError):
@@ -193,7 +194,8 @@ def _walk_parts(stack: list[str], path: str) -> bool:
 class FileStore:
     """Opens requested paths under one root directory, and only there."""
 
-    def __init__(self, root: str | os.PathLike[str], *, allow_hidden: bool = False) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, allow_hidden: bool = False, openat2: bool | None = None) -> None:
+        """``openat2=False`` forces the portable walk (default: ``AXON_NO_OPENAT2`` unset)."""
         self.root = os.path.realpath(os.fspath(root))
         if not os.path.isdir(self.root):
             raise ValueError(f"root is not a directory: {self.root}")
@@ -206,7 +208,9 @@ class FileStore:
         resolve = _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS
         if not allow_hidden:  # a link's target may name a dot-file: only the walk sees it
             resolve |= _RESOLVE_NO_SYMLINKS
-        self._openat2 = _OPENAT2(resolve) if _OPENAT2 is not None else None
+        if openat2 is None:
+            openat2 = environment().openat2
+        self._openat2 = _OPENAT2(resolve) if _OPENAT2 is not None and openat2 else None
         probe = self._openat2(self._root_fd, b".") if self._openat2 is not None else -1
         if probe >= 0:
             os.close(probe)

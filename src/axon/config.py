@@ -1,0 +1,61 @@
+"""The environment, read in one place.
+
+Every ``AXON_*`` variable Axon honours is read here and nowhere else: the library's modules take
+parameters, and where a parameter is left out (``App()`` under gunicorn, ``axon.wsgi:application``)
+its default comes from :func:`environment`. ``axon serve``'s flags default to the same variables
+(:func:`variable`), so a flag and its variable always mean the same thing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+def variable(name: str, default: str | None = None, environ: Mapping[str, str] | None = None) -> str | None:
+    """``AXON_...`` as set, or ``default`` when it is unset or empty."""
+    value = (os.environ if environ is None else environ).get(name)
+    return default if value is None or value == "" else value
+
+
+def flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``AXON_...`` is set to a true word (1, true, yes, on)."""
+    return str((os.environ if environ is None else environ).get(name, "")).strip().lower() in _TRUE
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What the environment says, for the library's defaults."""
+
+    #: The directory served (``AXON_ROOT``).
+    root: str = "."
+    #: Signs requests and keys batch identities (``AXON_SECRET``); None for none.
+    secret: str | None = None
+    #: Cache-Control of files and batches (``AXON_CACHE_CONTROL``); None when unset, "" for none.
+    cache_control: str | None = None
+    #: Resolve paths with Linux's openat2 where it works (``AXON_NO_OPENAT2=1`` forces the
+    #: portable walk: the tests run both).
+    openat2: bool = True
+    #: Where ``axon serve``'s workers keep their metrics (``AXON_METRICS_DIR``).
+    metrics_dir: str | None = None
+    #: The native server's event loop: "auto" (uvloop if installed) or "asyncio" (``AXON_LOOP``).
+    loop: str = "auto"
+    #: Send file slices with ``sendfile`` where possible (``AXON_NO_SENDFILE=1`` turns it off).
+    sendfile: bool = True
+
+
+def environment(environ: Mapping[str, str] | None = None) -> Environment:
+    """The environment's settings (``os.environ`` unless given)."""
+    env = os.environ if environ is None else environ
+    return Environment(
+        root=variable("AXON_ROOT", ".", env) or ".",
+        secret=variable("AXON_SECRET", None, env),
+        cache_control=env.get("AXON_CACHE_CONTROL"),
+        openat2=not env.get("AXON_NO_OPENAT2"),
+        metrics_dir=variable("AXON_METRICS_DIR", None, env),
+        loop=(variable("AXON_LOOP", "auto", env) or "auto").lower(),
+        sendfile=not flag("AXON_NO_SENDFILE", env),
+    )

@@ -1,0 +1,41 @@
+"""The environment, read in one place: what each AXON_* variable sets, and its default."""
+
+from __future__ import annotations
+
+from axon.app import App
+from axon.config import Environment, environment, flag, variable
+from axon.storage.local import FileStore
+
+
+def test_defaults_when_nothing_is_set():
+    assert environment({}) == Environment()
+    assert environment({}).cache_control is None  # unset, as opposed to "" (none)
+
+
+def test_every_variable():
+    env = environment({
+        "AXON_ROOT": "/srv", "AXON_SECRET": "s", "AXON_CACHE_CONTROL": "", "AXON_NO_OPENAT2": "1",
+        "AXON_METRICS_DIR": "/run/m", "AXON_LOOP": "AsyncIO", "AXON_NO_SENDFILE": "yes",
+    })
+    assert env == Environment("/srv", "s", "", False, "/run/m", "asyncio", False)
+
+
+def test_empty_is_unset_and_flags_take_true_words():
+    assert variable("AXON_X", "d", {"AXON_X": ""}) == "d"
+    assert [flag("F", {"F": v}) for v in ("1", "TRUE", " yes ", "on", "0", "no", "")] == [True] * 4 + [False] * 3
+
+
+def test_the_app_and_the_store_take_their_defaults_from_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("AXON_ROOT", str(tmp_path))
+    monkeypatch.setenv("AXON_SECRET", "from-env")
+    monkeypatch.setenv("AXON_CACHE_CONTROL", "max-age=5")
+    monkeypatch.setenv("AXON_NO_OPENAT2", "1")
+    app = App()
+    assert app.store.root == str(tmp_path.resolve()) and app.verifier is not None
+    assert app.cache_control == "max-age=5"
+    assert app.store._openat2 is None  # the portable walk
+    # Parameters win over the environment.
+    app = App(tmp_path, secret="", cache_control="no-store")
+    assert app.verifier is None and app.cache_control == "no-store"
+    monkeypatch.delenv("AXON_NO_OPENAT2")
+    assert FileStore(tmp_path, openat2=False)._openat2 is None
