@@ -24,9 +24,9 @@ import time
 from dataclasses import replace
 
 from ..records import drain_all
-from ..app import App
 from .config import ServerConfig
 from .loops import loop_name
+from .served import ServedApp
 from .worker import raise_fd_limit, run_worker
 
 log = logging.getLogger("axon.server")
@@ -52,7 +52,7 @@ def bind(config: ServerConfig) -> socket.socket:
     return sock
 
 
-def serve(app: App, config: ServerConfig) -> int:
+def serve(app: ServedApp, config: ServerConfig) -> int:
     """Run ``axon serve``: bind, then supervise ``config.workers`` workers (0: serve in-process)."""
     sock = bind(config)
     host, port = sock.getsockname()[:2]
@@ -60,7 +60,7 @@ def serve(app: App, config: ServerConfig) -> int:
     mode = "sendfile" if config.use_sendfile else "copying (TLS or AXON_NO_SENDFILE)"
     log.info(
         "axon serve: listening on %s, root %s, %d worker(s), loop %s, %s",
-        shown.url, getattr(getattr(app, "store", None), "root", "?"), max(config.workers, 1), loop_name(), mode,
+        shown.url, app.store.root, max(config.workers, 1), loop_name(), mode,
     )
     if config.workers == 0 or not hasattr(os, "fork"):
         try:
@@ -71,7 +71,7 @@ def serve(app: App, config: ServerConfig) -> int:
 
 
 class Supervisor:
-    def __init__(self, app: App, config: ServerConfig, sock: socket.socket) -> None:
+    def __init__(self, app: ServedApp, config: ServerConfig, sock: socket.socket) -> None:
         self.app = app
         self.config = config
         self.sock = sock
