@@ -586,3 +586,48 @@ def test_query_fast_path_agrees_with_parse_qsl(query):
     except HTTPError:
         got = None
     assert got == expected
+
+
+# -- what a server asks of the App (axon.server.served) -----------------------------------------
+
+
+def test_fixed_answers_only_while_nothing_observes(root):
+    app = App(root)
+    assert app.fixed_answers() == {"/api/health": app.fixed["/api/health"]}
+    observer = type("O", (), {"started": lambda *a: None, "finished": lambda *a: None})()
+    assert App(root, observers=[observer]).fixed_answers() == {}
+    read = App(root)
+    read.records.readers.append(type("R", (), {"read": lambda self, records: None})())
+    assert read.fixed_answers() == {}
+    access = logging.getLogger("axon.access")
+    level = access.level
+    access.setLevel(logging.INFO)  # someone reads the access log
+    try:
+        assert App(root).fixed_answers() == {}
+    finally:
+        access.setLevel(level)
+
+
+def test_fixed_answers_need_no_signature(root):
+    app = App(root, secret="s3cret")
+    app.fixed["/private"] = json_response({"ok": True})
+    assert set(app.fixed_answers()) == {"/api/health"}  # public: probed unsigned
+
+
+def test_close_stops_the_pool_and_a_later_request_starts_another(root):
+    app = App(root)
+
+    @app.route("/where")
+    def where(request):
+        return threading.current_thread().name
+
+    def ask() -> bytes:
+        return b"".join(asyncio.run(app.handle_async(Request("GET", "/where"))).body)
+
+    assert ask().startswith(b"axon-handler")
+    pool = app.executor
+    app.close()
+    assert pool._shutdown
+    assert ask().startswith(b"axon-handler") and app.executor is not pool
+    app.close()
+    app.close()  # twice, and with no pool: nothing to do

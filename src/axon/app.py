@@ -255,6 +255,25 @@ class App:
             self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="axon-handler")
         return self._executor
 
+    def close(self) -> None:
+        """Hand over what the records still hold (the last access-log lines and counts) and
+        stop the thread pool, if one was started (a later request starts a new one): a runtime
+        calls this when it stops serving."""
+        self.records.flush()
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    def fixed_answers(self) -> dict[str, Response]:
+        """The :attr:`fixed` responses a server may send as they are, without calling the App:
+        none while anything observes requests (an observer, a reader of the records, a handler
+        on ``axon.access``: a response sent from bytes is neither counted nor logged), and only
+        those open without a signature. What observes can change while serving: ask again."""
+        if self.records.observed():
+            return {}
+        verifier, public = self.verifier, self.public_paths
+        return {path: r for path, r in self.fixed.items() if verifier is None or path in public}
+
     def _prepare(self, request: Request) -> Route:
         limits = self.limits
         if len(request.query_string) > limits.max_query_bytes:

@@ -21,17 +21,14 @@ from typing import Any, Awaitable, Callable
 
 from .app import BODY_METHODS, App, Request
 from .chunks import FileChanged, iter_chunks
-from .errors import BadRequest, HTTPError
+from .errors import BadRequest, ClientGone, HTTPError
 from .limits import DEFAULT_LIMITS, Limits
 from .response import Response, error_response
+from .streams import aiter_stream
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict]]
 Send = Callable[[dict], Awaitable[None]]
-
-
-class ClientGone(Exception):
-    """The client disconnected; stop producing the body."""
 
 
 class ASGIApp:
@@ -155,17 +152,8 @@ async def _wait_disconnect(receive: Receive) -> None:
 
 
 async def send_stream(response: Response, send: Send, app: App) -> None:
-    stream = response.stream
-    if hasattr(stream, "__aiter__"):
-        async for chunk in stream:  # type: ignore[union-attr]
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    else:
-        # A plain generator may block: step it in the app's thread pool.
-        loop = asyncio.get_running_loop()
-        iterator = iter(stream)  # type: ignore[arg-type]
-        done = object()
-        while (chunk := await loop.run_in_executor(app.executor, next, iterator, done)) is not done:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    async for chunk in aiter_stream(response.stream, app.executor):  # type: ignore[arg-type]
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 

@@ -97,3 +97,8 @@ class HeadersTooLarge(HTTPError):
 
 class ServiceUnavailable(HTTPError):
     status, code = 503, "unavailable"
+
+
+class ClientGone(Exception):
+    """The client disconnected: nothing more can be read from it or written to it, so a runtime
+    stops producing the response (not an HTTP error: no one is left to tell)."""

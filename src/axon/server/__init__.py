@@ -1,9 +1,11 @@
 """Axon's own HTTP/1.1 server: ``axon serve``.
 
-``protocol`` parses (httptools) and answers in order; ``send`` writes responses (``writev`` of
-coalesced parts, ``os.sendfile`` for large slices, bounded copies under TLS); ``worker`` runs one
-event loop (uvloop when installed, see ``loops``); ``supervisor`` pre-forks workers on one
-listening socket and restarts the ones that die; ``cli`` is the command line.
+``protocol`` is one connection: it parses (httptools), keeps the clocks and answers in order;
+``exchange`` is one request on it; ``writer`` writes responses (``writev`` of coalesced parts,
+``os.sendfile`` for large slices, bounded copies under TLS); ``served`` declares what the server
+uses of an App; ``worker`` runs one event loop (uvloop when installed, see ``loops``);
+``supervisor`` pre-forks workers on one listening socket and restarts the ones that die; ``cli``
+is the command line.
 
 Nothing here is imported by the library core, and importing this package imports neither
 httptools nor uvloop: ``axon serve`` needs httptools; uvloop is used when present.

@@ -23,9 +23,9 @@ import sys
 import time
 from dataclasses import replace
 
-from ..app import App
 from .config import ServerConfig
 from .loops import loop_name
+from .served import ServedApp
 from .worker import raise_fd_limit, run_worker
 
 log = logging.getLogger("axon.server")
@@ -51,7 +51,7 @@ def bind(config: ServerConfig) -> socket.socket:
     return sock
 
 
-def serve(app: App, config: ServerConfig) -> int:
+def serve(app: ServedApp, config: ServerConfig) -> int:
     """Run ``axon serve``: bind, then supervise ``config.workers`` workers (0: serve in-process)."""
     sock = bind(config)
     host, port = sock.getsockname()[:2]
@@ -59,7 +59,7 @@ def serve(app: App, config: ServerConfig) -> int:
     mode = "sendfile" if config.use_sendfile else "copying (TLS or AXON_NO_SENDFILE)"
     log.info(
         "axon serve: listening on %s, root %s, %d worker(s), loop %s, %s",
-        shown.url, getattr(getattr(app, "store", None), "root", "?"), max(config.workers, 1), loop_name(), mode,
+        shown.url, app.store.root, max(config.workers, 1), loop_name(), mode,
     )
     if config.workers == 0 or not hasattr(os, "fork"):
         try:
@@ -70,7 +70,7 @@ def serve(app: App, config: ServerConfig) -> int:
 
 
 class Supervisor:
-    def __init__(self, app: App, config: ServerConfig, sock: socket.socket) -> None:
+    def __init__(self, app: ServedApp, config: ServerConfig, sock: socket.socket) -> None:
         self.app = app
         self.config = config
         self.sock = sock
@@ -142,10 +142,9 @@ class Supervisor:
                 log.exception("worker %d failed", os.getpid())
             finally:
                 try:
-                    # os._exit skips atexit: hand over what this worker still holds.
-                    records = getattr(self.app, "records", None)
-                    if records is not None:  # its last access-log lines and counts (0.25 s old at most otherwise)
-                        records.flush()
+                    # os._exit skips atexit: hand over what this worker still holds (its last
+                    # access-log lines and counts, 0.25 s old at most otherwise).
+                    self.app.close()
                     sys.stdout.flush()
                     sys.stderr.flush()
                 finally:

@@ -19,20 +19,20 @@ import threading
 import time
 from typing import Any
 
-from ..app import App, Request
+from ..app import Request
 from ..errors import ServiceUnavailable
-from ..storage.local import FileStore
 from ..response import Response, error_response
 from .config import ServerConfig
 from .loops import new_event_loop
 from .protocol import HTTPProtocol
+from .served import ServedApp
 from .wire import CLOSE, date_line, encode_head
 
 log = logging.getLogger("axon.server")
 
 
 class Worker:
-    def __init__(self, app: App, config: ServerConfig, *, parent_pid: int | None = None) -> None:
+    def __init__(self, app: ServedApp, config: ServerConfig, *, parent_pid: int | None = None) -> None:
         self.app = app
         self.config = config
         self.limits = app.limits
@@ -43,10 +43,9 @@ class Worker:
         self.connections: set[HTTPProtocol] = set()
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.parent_pid = parent_pid
-        self._match = getattr(app, "match", None) if hasattr(app, "handle") else None
+        self._match = app.match
         # This server reads files only by offset, so requests may share descriptors.
-        store = getattr(app, "store", None)
-        self._cached_store = store if config.file_cache and isinstance(store, FileStore) else None
+        self._cached_store = app.store if config.file_cache else None
         if self._cached_store is not None:
             self._cached_store.enable_cache(config.file_cache, config.file_cache_valid)
         self._server: asyncio.AbstractServer | None = None
@@ -57,34 +56,39 @@ class Worker:
         # instead of reading the clock on every request. They err late, never early: a timeout
         # fires between ``timeout`` and ``timeout`` + two ticks after its phase began.
         self.head_deadline = self.idle_deadline = self.write_deadline = float("inf")
-        #: Raw request target -> (path, the App's fixed response, its status line and headers
-        #: encoded, its body): see App.fixed and HTTPProtocol.on_message_complete.
-        self.fixed: dict[bytes, tuple[str, Response, bytes, bytes]] = {}
-        for path, response in getattr(app, "fixed", {}).items():
-            if response.stream is None and all(type(seg) is bytes for seg in response.body):
-                head = encode_head(response.status, response.reason, response.headers, b"")[:-2]  # without the blank line
-                self.fixed[path.encode("utf-8")] = (path, response, head, b"".join(response.body))  # type: ignore[arg-type]
-        self.fixed_ok = self._nothing_observes()
+        #: Raw request target -> (status line and headers encoded, body): the App's fixed answers
+        #: as bytes, which connections send without calling the App (HTTPProtocol.
+        #: on_message_complete). Changed in place by each sweep: every connection holds it.
+        self.fixed: dict[bytes, tuple[bytes, bytes]] = {}
+        self._encoded: dict[str, tuple[Response, bytes, bytes]] = {}
+        self._refresh_fixed()
         full = error_response(ServiceUnavailable("the server is at its connection limit; retry later"))
         self.full_response = encode_head(full.status, full.reason, full.headers, CLOSE) + b"".join(full.body)  # type: ignore[arg-type]
 
-    def _nothing_observes(self) -> bool:
-        """Whether fixed responses may skip the App: no reader of its records (the metrics, the
-        access log), no handler on ``axon.access``. Read at start and by each sweep, so a
-        logger switched on while serving counts within 1 s."""
-        records = getattr(self.app, "records", None)
-        return records is not None and not records.observed()
+    def _refresh_fixed(self) -> None:
+        """Ask the App which fixed answers it allows now; encode each once. At start and by
+        each sweep, so that a logger switched on or a route added while serving counts within
+        a tick."""
+        table: dict[bytes, tuple[bytes, bytes]] = {}
+        for path, response in self.app.fixed_answers().items():
+            encoded = self._encoded.get(path)
+            if encoded is None or encoded[0] is not response:
+                if response.stream is not None or not all(type(seg) is bytes for seg in response.body):
+                    continue
+                head = encode_head(response.status, response.reason, response.headers, b"")[:-2]  # without the blank line
+                encoded = self._encoded[path] = (response, head, b"".join(response.body))  # type: ignore[arg-type]
+            table[path.encode("utf-8")] = encoded[1:]  # type: ignore[assignment]
+        if table != self.fixed:
+            self.fixed.clear()
+            self.fixed.update(table)
 
     def runs_inline(self, request: Request) -> bool:
         """Whether ``app.handle`` may answer ``request`` right here, synchronously: its handler
         is a plain function that never blocks (Axon's own endpoints), or there is none (the
         answer is an error). Async handlers run in a task, as asyncio code expects
         (``asyncio.timeout`` needs ``current_task()``); blocking ones in the App's thread pool."""
-        match = self._match
-        if match is None:
-            return False
         try:
-            route, _ = match(request.method, request.path)
+            route, _ = self._match(request.method, request.path)
         except Exception:  # noqa: BLE001 - an error response, built without awaiting anything
             return True
         return not route.is_async and not route.blocking
@@ -137,9 +141,7 @@ class Worker:
             self._tick_handle.cancel()
         if self._date_handle is not None:
             self._date_handle.cancel()
-        executor = getattr(self.app, "_executor", None)
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+        self.app.close()
         if self._cached_store is not None:
             self._cached_store.enable_cache(0)  # close what no response holds any more
 
@@ -157,7 +159,7 @@ class Worker:
     def _sweep(self) -> None:
         now = self.loop.time()
         self._set_deadlines(now)
-        self.fixed_ok = self._nothing_observes()
+        self._refresh_fixed()
         for conn in list(self.connections):
             deadline = conn.deadline
             if deadline is not None and deadline <= now:
@@ -184,7 +186,7 @@ def raise_fd_limit() -> None:
         pass
 
 
-def run_worker(app: App, config: ServerConfig, sock: socket.socket, *, parent_pid: int | None = None) -> int:
+def run_worker(app: ServedApp, config: ServerConfig, sock: socket.socket, *, parent_pid: int | None = None) -> int:
     """Run one worker in this process (main thread) until SIGTERM or SIGINT."""
     raise_fd_limit()
     loop = new_event_loop()
@@ -217,7 +219,7 @@ class ThreadServer:
             urlopen(f"http://127.0.0.1:{server.port}/api/health")
     """
 
-    def __init__(self, app: App, config: ServerConfig | None = None, sock: socket.socket | None = None) -> None:
+    def __init__(self, app: ServedApp, config: ServerConfig | None = None, sock: socket.socket | None = None) -> None:
         from .supervisor import bind
 
         self.config = config or ServerConfig(port=0)

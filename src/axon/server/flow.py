@@ -1,0 +1,147 @@
+"""Flow control of one connection: :class:`FlowControl`, when to read and when to write.
+
+Reading pauses while an answer is pending (what arrives meanwhile is kept, one read at most) and
+after a refusal. Writing: plain TCP connections run with a write-buffer high-water mark of 0, so
+the transport pauses the protocol whenever *anything* is left unsent and resumes it once the
+kernel took everything; the writer writes a chunk and, if paused, waits here before reading the
+next one. What one slow reader holds in user space is one chunk, however slowly it reads. While
+the writer waits the connection's write clock runs: a client that stops reading is cut.
+
+``sendfile`` writes to the socket behind the transport's back, so when it meets a full socket
+(``EAGAIN``) the loop watches the socket for writability, through a duplicate descriptor of our
+own (transports refuse ``add_writer`` on their own). The same socket object carries ``TCP_CORK``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ClientGone
+
+if TYPE_CHECKING:
+    from .protocol import HTTPProtocol
+
+_TCP_CORK = getattr(socket, "TCP_CORK", 3)
+
+
+class FlowControl:
+    def __init__(self, conn: HTTPProtocol, transport: Any, loop: asyncio.AbstractEventLoop, sock_fd: int) -> None:
+        #: The connection's transport; the connection sets it again if it is replaced.
+        self.transport = transport
+        #: Reading is paused (``transport.pause_reading``).
+        self.read_paused = False
+        #: The transport holds unsent bytes (``pause_writing``): write nothing more until resumed.
+        self.paused = False
+        #: The connection is gone: nothing more can be read or written.
+        self.closed = False
+        self._conn = conn
+        self._loop = loop
+        self._sock_fd = sock_fd
+        self._waiter: asyncio.Future | None = None
+        self._own_sock: socket.socket | None = None  # see own_socket()
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def pause_reading(self) -> None:
+        if not self.read_paused and not self.closed:
+            self.read_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.read_paused:
+            self.read_paused = False
+            self.transport.resume_reading()
+
+    # -- writing, told by the transport (through the connection) --------------------------------
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def connection_lost(self) -> None:
+        self.closed = True
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(ClientGone())
+        own, self._own_sock = self._own_sock, None
+        if own is not None:
+            self._loop.remove_writer(own.fileno())
+            own.close()
+
+    def gone(self) -> bool:
+        """Whether nothing more can be written: the connection is closing or closed."""
+        return self.closed or self.transport.is_closing()
+
+    # -- waiting for the client -----------------------------------------------------------------
+
+    async def drain(self) -> None:
+        """Wait until the transport took everything written so far."""
+        if self.gone():
+            raise ClientGone()
+        waiter = self._waiter = self._loop.create_future()
+        self._conn.stalled()
+        try:
+            await waiter
+        finally:
+            self._conn.unstalled()
+
+    async def writable(self) -> bool:
+        """Wait until the socket takes more (``sendfile`` met a full socket). False if no
+        descriptor is left to watch it with."""
+        if self.gone():
+            raise ClientGone()
+        own = self.own_socket()
+        if own is None:
+            return False
+        fd = own.fileno()
+        waiter = self._waiter = self._loop.create_future()
+        self._loop.add_writer(fd, _wake, waiter)
+        self._conn.stalled()
+        try:
+            await waiter
+        finally:
+            if self._own_sock is not None:
+                self._loop.remove_writer(fd)
+            self._conn.unstalled()
+        return True
+
+    # -- the socket of our own ------------------------------------------------------------------
+
+    def own_socket(self) -> socket.socket | None:
+        """A socket object of our own on a duplicate of the connection's descriptor, made once
+        per connection and closed with it: for ``TCP_CORK`` (the transport's pseudo-socket
+        builds a socket object, and calls ``getsockname``, on every ``setsockopt``) and to watch
+        writability. None if no descriptor is left to duplicate."""
+        if self._own_sock is None and not self.closed:
+            try:
+                self._own_sock = socket.socket(fileno=os.dup(self._sock_fd))
+            except OSError:
+                return None
+        return self._own_sock
+
+    def cork(self, on: bool) -> bool:
+        """Hold (or release) partial segments in the kernel: ``TCP_CORK``, nginx's ``tcp_nopush``.
+        False if it could not be set."""
+        if self.gone():
+            return False
+        own = self.own_socket()
+        if own is None:
+            return False
+        try:
+            own.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 1 if on else 0)
+        except OSError:
+            return False
+        return True
+
+
+def _wake(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

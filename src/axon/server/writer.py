@@ -1,0 +1,355 @@
+"""How bytes leave the socket: :class:`ResponseWriter` writes one connection's responses with as
+few system calls as we can.
+
+The head, the part headers and small file slices are gathered into one buffer list and leave in
+one ``writev`` (uvloop's ``writelines``) per ``write_chunk``: a batch of small files is one
+``pread`` each and a few writes, not three system calls a file. A slice of at least
+``sendfile_min`` leaves through ``os.sendfile`` on the socket itself, zero-copy, once the
+transport's own buffer is empty so that bytes stay in order; around it the socket is corked
+(``TCP_CORK``, nginx's ``tcp_nopush``) so that the head, the part headers and the closing
+boundary ride in full segments with the file's data instead of going out as small packets, each
+of which would wake the client for a few hundred bytes. Under TLS, or with
+``AXON_NO_SENDFILE=1``, every slice is read in ``Limits.chunk_size`` chunks instead.
+
+Flow control (waiting for a client that does not keep up) is :class:`~.flow.FlowControl`'s;
+when ``sendfile`` meets a full socket it waits there until the socket takes more, and should no
+descriptor be left to watch the socket with, one small chunk is handed to the transport instead,
+which queues it and resumes us once it drained.
+
+What goes wrong while writing is decided here too (:meth:`ResponseWriter.respond`). A response
+whose head cannot be encoded is replaced by a 500. A slice shorter than it claimed (the file
+shrank under us) raises ``FileChanged``, and the connection is aborted rather than send a part
+shorter than its ``Content-Length``; so is it when a stream with a declared ``Content-Length``
+delivers more or fewer bytes (h11's rule), or when a file cannot be read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from ..chunks import FileChanged, read_slice
+from ..errors import ClientGone, HTTPError
+from ..response import Response, error_response
+from ..streams import aiter_stream
+from .wire import CHUNKED, CLOSE, CRLF, KEEP_ALIVE, LAST_CHUNK, UnsafeHeader, chunk_head, encode_head
+
+if TYPE_CHECKING:
+    from .exchange import Exchange
+    from .flow import FlowControl
+    from .worker import Worker
+
+#: Bytes read from the file and handed to the transport when ``sendfile`` finds the socket full
+#: and no descriptor is left to watch the socket with.
+NUDGE = 16 * 1024
+#: Below this many bytes a buffer list is joined into one bytes object (cheaper than an iovec).
+JOIN_MAX = 16 * 1024
+#: A body already in memory (small files the open-file cache holds, a handler's bytes) of up to
+#: this size leaves in one ``writev``; the transport keeps references to what the socket did not
+#: take, so a slow reader of one costs little more than the cached bytes it shares.
+MEMORY_BODY_MAX = 256 * 1024
+
+log = logging.getLogger("axon.server")
+
+__all__ = ["BadResponse", "BodyLengthMismatch", "ResponseWriter"]
+
+
+class BadResponse(Exception):
+    """A handler's response cannot be encoded (unsafe or non-latin-1 header); nothing was sent."""
+
+
+class BodyLengthMismatch(Exception):
+    """A stream with a declared ``Content-Length`` delivered more or fewer bytes (h11's rule)."""
+
+
+class ResponseWriter:
+    """Writes the responses of one connection, one at a time, in the order it asks.
+
+    :meth:`respond_now` writes a response that fits one write, synchronously; :meth:`respond`
+    writes any response, waiting whenever the client does not keep up. Both frame the response
+    for its :class:`~.exchange.Exchange` (the ``Connection`` header from its ``keep_alive`` and
+    ``http11``).
+    """
+
+    def __init__(self, transport: Any, flow: FlowControl, worker: Worker, sock_fd: int) -> None:
+        #: Where bytes go; the connection sets it again if it is replaced.
+        self.transport = transport
+        self._flow = flow
+        self._worker = worker
+        self._app = worker.app
+        #: The socket's descriptor for ``sendfile``; -1 copies every slice (TLS, switched off).
+        self._sock_fd = sock_fd
+        self._sendfile_min = worker.config.sendfile_min
+        # Bytes gathered per write: many small parts per writev with sendfile for the large ones;
+        # one Limits.chunk_size at a time where everything is copied (TLS, no sendfile).
+        self._chunk = worker.config.write_chunk if sock_fd >= 0 else worker.limits.chunk_size
+
+    # -- responses ------------------------------------------------------------------------------
+
+    def respond_now(self, response: Response, exchange: Exchange) -> bool:
+        """Write a response that fits one write, and close it: health, errors, JSON, a body
+        already in memory (small files the open-file cache holds; up to ``MEMORY_BODY_MAX``), or
+        up to one chunk with small file slices read here. True once done with it: written, or
+        the connection cut because a file could not be read as planned (``exchange.keep_alive``
+        is then False; nothing was written). False, with nothing written, for anything else (a
+        slice for ``sendfile``, more to read than one chunk) or when the socket is not free:
+        :meth:`respond` then writes it."""
+        try:
+            if response.stream is not None or self._flow.paused:
+                return False
+            body = response.body
+            if body and response.length > self._chunk and (  # type: ignore[operator]
+                response.length > MEMORY_BODY_MAX or any(type(seg) is not bytes for seg in body)  # type: ignore[operator]
+            ):
+                return False  # file slices to read or sendfile, or much to hold: by chunks
+            tail = self._worker.date_line
+            if not exchange.keep_alive:
+                tail += CLOSE
+            elif not exchange.http11:
+                tail += KEEP_ALIVE
+            try:
+                head = encode_head(response.status, response.reason, response.headers, tail)
+            except (UnsafeHeader, UnicodeError, TypeError, ValueError):
+                return False  # respond() says why, and answers 500
+            if not body:
+                self.transport.write(head)
+            elif len(body) == 1 and type(body[0]) is bytes:
+                self.transport.write(head + body[0])  # type: ignore[operator]
+            else:
+                out = [head]
+                for seg in body:
+                    if type(seg) is bytes:
+                        out.append(seg)
+                    elif seg.count >= self._sendfile_min and self._sock_fd >= 0:
+                        return False  # zero-copy pays for itself at this size
+                    else:
+                        out.append(read_slice(*seg))
+                _write(self.transport, out, response.length)  # type: ignore[arg-type]
+        except OSError as exc:  # FileChanged, or reading a file failed (EIO): nothing was sent
+            log.warning("aborting a response: %s", exc)
+            self._cut(response, exchange)
+            return True
+        except Exception:  # a bug of ours, or a body segment of a kind we do not send
+            log.exception("a response could not be sent; aborting the connection")
+            self._cut(response, exchange)
+            return True
+        if response.files:
+            _close_quietly(response)
+        return True
+
+    async def respond(self, response: Response, exchange: Exchange, tried: bool = False) -> bool:
+        """Write ``response``, waiting for the client as needed, and close it; return whether the
+        connection may carry another request. ``tried``: :meth:`respond_now` was tried already.
+        A failure is dealt with here: the client gone ends the connection; a head that cannot be
+        encoded is answered 500; a body that cannot be what it claimed cuts the connection."""
+        if not tried and self.respond_now(response, exchange):
+            return exchange.keep_alive
+        try:
+            await self.write(response, exchange)
+            return exchange.keep_alive
+        except ClientGone:
+            return False
+        except BadResponse as exc:
+            log.error("cannot send the response of a handler: %s", exc)
+            _close_quietly(response)
+            response = error_response(HTTPError("internal server error"))
+            if exchange.head:
+                response.without_body()
+            exchange.keep_alive = False
+            try:
+                await self.write(response, exchange)
+            except ClientGone:
+                pass
+            return False
+        except (FileChanged, BodyLengthMismatch) as exc:
+            log.warning("aborting a response: %s", exc)
+        except OSError as exc:  # reading a file failed midway (EIO, ...)
+            log.warning("aborting a response: %s", exc)
+        except Exception:
+            log.exception("a response failed midway; aborting the connection")
+        finally:
+            _close_quietly(response)
+        self._cut(response, exchange)
+        return False
+
+    def _cut(self, response: Response, exchange: Exchange) -> None:
+        """Abort the connection: what was written cannot be completed as it claimed."""
+        _close_quietly(response)
+        exchange.keep_alive = False
+        self.transport.abort()
+
+    async def write(self, response: Response, exchange: Exchange) -> None:
+        """Write ``response``, waiting for the client as needed. A body that only the end of the
+        connection can delimit sets ``exchange.keep_alive`` to False."""
+        if response.stream is not None:
+            await self._write_stream(response, exchange)
+            return
+        head = self._head(response, exchange)
+        if self._flow.paused:
+            await self._flow.drain()
+        body = response.body
+        if not body:
+            self.transport.write(head)
+        elif len(body) == 1 and type(body[0]) is bytes:
+            self.transport.write(head + body[0])  # type: ignore[operator]
+        else:
+            await self._write_segments(head, body)
+
+    def _head(self, response: Response, exchange: Exchange, extra: bytes = b"") -> bytes:
+        tail = self._worker.date_line + extra
+        if not exchange.keep_alive:
+            tail += CLOSE
+        elif not exchange.http11:
+            tail += KEEP_ALIVE
+        try:
+            return encode_head(response.status, response.reason, response.headers, tail)
+        except (UnsafeHeader, UnicodeError, TypeError, ValueError) as exc:
+            raise BadResponse(str(exc)) from exc
+
+    async def _write_segments(self, head: bytes, body: list) -> None:
+        transport = self.transport
+        flow = self._flow
+        chunk = self._chunk
+        big = self._sendfile_min if self._sock_fd >= 0 else -1
+        pread = os.pread
+        out: list = [head]
+        size = len(head)
+        corked = False
+        try:
+            for seg in body:
+                if type(seg) is bytes:
+                    out.append(seg)
+                    size += len(seg)  # type: ignore[arg-type]
+                else:
+                    fd, offset, count = seg
+                    if 0 <= big <= count:
+                        if not corked:
+                            # Hold partial segments (the head, part headers, the closing boundary)
+                            # until the response is done, so they ride with the file's data
+                            # instead of going out as small packets of their own (tcp_nopush).
+                            corked = flow.cork(True)
+                        if out:
+                            _write(transport, out, size)
+                            out, size = [], 0
+                        await self._sendfile(fd, offset, count)
+                        continue
+                    while count:
+                        take = chunk if count > chunk else count
+                        data = pread(fd, take, offset)
+                        if len(data) != take:  # end of file early: read_slice retries, or raises
+                            data = read_slice(fd, offset, take)
+                        out.append(data)
+                        size += take
+                        offset += take
+                        count -= take
+                        if size >= chunk:
+                            _write(transport, out, size)
+                            out, size = [], 0
+                            if flow.paused:
+                                await flow.drain()
+                    continue
+                if size >= chunk:
+                    _write(transport, out, size)
+                    out, size = [], 0
+                    if flow.paused:
+                        await flow.drain()
+            if out:
+                _write(transport, out, size)
+        finally:
+            if corked:
+                flow.cork(False)
+
+    async def _sendfile(self, fd: int, offset: int, count: int) -> None:
+        transport = self.transport
+        flow = self._flow
+        sendfile = os.sendfile
+        while count:
+            if flow.paused:
+                await flow.drain()
+                continue
+            if transport.get_write_buffer_size():
+                # Not paused yet something queued (cannot happen with a high-water mark of 0);
+                # let the loop flush it rather than send out of order.
+                await asyncio.sleep(0.001)
+                continue
+            # Checked right before the call, with no await between: a closing transport may have
+            # closed its descriptor already, and the number could now belong to another client.
+            if flow.gone():
+                raise ClientGone()
+            try:
+                sent = sendfile(self._sock_fd, fd, offset, count)
+            except BlockingIOError:
+                if not await flow.writable():
+                    # Out of descriptors to watch with: hand the transport one small chunk read
+                    # from the file; it queues it, pauses us, and resumes us once it drained.
+                    take = min(NUDGE, count)
+                    transport.write(read_slice(fd, offset, take))
+                    offset += take
+                    count -= take
+                continue
+            except (BrokenPipeError, ConnectionError) as exc:
+                raise ClientGone() from exc
+            if not sent:
+                raise FileChanged(f"file shrank while streaming (fd {fd}, {count} bytes missing at {offset})")
+            offset += sent
+            count -= sent
+
+    async def _write_stream(self, response: Response, exchange: Exchange) -> None:
+        """A body of unknown length: chunked on HTTP/1.1, delimited by closing the connection on
+        HTTP/1.0. A stream whose handler declared a ``Content-Length`` is sent as is and must
+        deliver exactly that."""
+        declared = None
+        for name, value in response.headers:
+            if name.lower() == "content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    raise BadResponse(f"bad Content-Length {value!r}") from None
+        chunked = declared is None and exchange.http11
+        if declared is None and not exchange.http11:
+            exchange.keep_alive = False
+        head = self._head(response, exchange, CHUNKED if chunked else b"")
+        flow = self._flow
+        if flow.paused:
+            await flow.drain()
+        transport = self.transport
+        transport.write(head)
+        sent = 0
+        async for data in aiter_stream(response.stream, self._app.executor):  # type: ignore[arg-type]
+            if not data:
+                continue
+            if flow.gone():
+                raise ClientGone()
+            if type(data) is not bytes:
+                data = bytes(data)
+            sent += len(data)
+            if declared is not None and sent > declared:
+                raise BodyLengthMismatch(f"stream longer than its Content-Length {declared}")
+            if chunked:
+                transport.writelines((chunk_head(len(data)), data, CRLF))
+            else:
+                transport.write(data)
+            if flow.paused:
+                await flow.drain()
+        if declared is not None and sent != declared:
+            raise BodyLengthMismatch(f"stream sent {sent} bytes of its Content-Length {declared}")
+        if chunked:
+            transport.write(LAST_CHUNK)
+
+
+def _close_quietly(response: Response) -> None:
+    try:
+        response.close()
+    except Exception:
+        log.exception("closing a response failed")
+
+
+def _write(transport: asyncio.Transport, out: list, size: int) -> None:
+    if len(out) == 1:
+        transport.write(out[0])
+    elif size <= JOIN_MAX:
+        transport.write(b"".join(out))
+    else:
+        transport.writelines(out)

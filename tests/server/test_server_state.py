@@ -1,0 +1,64 @@
+"""A connection's states and the clock each runs, driven in-process on a fake transport."""
+
+from __future__ import annotations
+
+from test_server_protocol import gated_app
+
+from axon.server.state import State
+
+
+def clocks(h) -> dict[str, float]:
+    w = h.worker
+    return {"head": w.head_deadline, "idle": w.idle_deadline, "write": w.write_deadline}
+
+
+def clock(h) -> str | None:
+    """Which of the worker's clocks the connection's deadline is (None: no clock runs)."""
+    deadline = h.proto.deadline
+    return None if deadline is None else next(k for k, v in clocks(h).items() if v == deadline)
+
+
+def test_a_request_walks_idle_head_body_answer_idle(harness, root) -> None:
+    app, gate = gated_app(root)
+    h = harness(app)
+    assert (h.proto.state, clock(h)) == (State.IDLE, "head")  # the first request comes as fast as a head
+    h.receive(b"GET /slow HTTP/1.1\r\nContent-")
+    assert (h.proto.state, clock(h)) == (State.HEAD, "head")
+    h.receive(b"Length: 4\r\n\r\nab")
+    assert (h.proto.state, clock(h)) == (State.BODY, "idle")
+    h.receive(b"cd")
+    assert (h.proto.state, clock(h)) == (State.ANSWER, None)  # the handler takes its time
+    gate.set()
+    h.pump()
+    assert (h.proto.state, clock(h)) == (State.IDLE, "idle")
+    assert h.responses()[0].body == b"slow"
+
+
+def test_the_next_request_after_an_answer_from_bytes_runs_the_header_clock(harness) -> None:
+    h = harness()
+    h.receive(b"GET /api/health HTTP/1.1\r\n\r\nGET /files/a.txt HTTP/1.1\r\nHo")
+    assert len(h.responses()) == 1  # health, answered in the parser's callback
+    assert (h.proto.state, clock(h)) == (State.HEAD, "head")
+    h.feed(b"st: t\r\n\r\n")
+    assert [r.status for r in h.responses()] == [200, 200]
+    assert (h.proto.state, clock(h)) == (State.IDLE, "idle")
+
+
+def test_a_client_that_does_not_read_runs_the_write_clock(harness) -> None:
+    h = harness()
+    h.proto.pause_writing()  # the transport holds unsent bytes
+    h.receive(b"GET /files/a.txt HTTP/1.1\r\n\r\n")
+    assert (h.proto.state, clock(h)) == (State.STALLED, "write")
+    assert h.transport.out == b""
+    h.proto.resume_writing()
+    h.pump()
+    assert (h.proto.state, clock(h)) == (State.IDLE, "idle")
+    assert h.responses()[0].status == 200
+
+
+def test_the_last_answer_lingers_then_the_connection_is_closed(harness) -> None:
+    h = harness()
+    h.feed(b"GET /api/health HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert h.proto.state is State.LINGER and h.transport.eof
+    h.proto.connection_lost(None)
+    assert h.proto.state is State.CLOSED and h.proto.deadline is None
