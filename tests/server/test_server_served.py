@@ -99,7 +99,7 @@ def test_fixed_answers_are_asked_again_by_each_sweep(harness, root) -> None:
     app = App(root)
     h = harness(app)
     h.feed(b"GET /api/health HTTP/1.1\r\n\r\n")
-    app.records.readers.append(type("R", (), {"read": lambda self, records: None})())  # now observed
+    app.records.attach(type("R", (), {"read": lambda self, records: None, "flush": lambda self: None})())  # now observed
     app.add_route("/api/health", lambda request: {"status": "mine"}, blocking=False)
     h.worker._sweep()
     h.feed(b"GET /api/health HTTP/1.1\r\n\r\n")
