@@ -40,7 +40,7 @@ from urllib.parse import unquote_to_bytes
 from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser, parse_url
 
 from ..app import Request
-from ..errors import BadRequest, HeadersTooLarge, HTTPError, PayloadTooLarge, URITooLong
+from ..errors import BadRequest, HeadersTooLarge, HTTPError, URITooLong
 from ..response import Response, error_response
 from .eager import resume
 from .exchange import Exchange
@@ -237,6 +237,12 @@ class HTTPProtocol(asyncio.Protocol):
         self._refusal = error
         raise _Refused()
 
+    def _check_body(self, size: int) -> None:
+        try:
+            self.limits.check_body(size)
+        except HTTPError as exc:
+            self._fail(exc)
+
     # The parser calls on_url first for every request (there is no on_message_begin: one
     # callback less per request); on_message_complete hands the exchange on.
 
@@ -288,9 +294,8 @@ class HTTPProtocol(asyncio.Protocol):
                 if encoding.strip().lower() != "chunked":
                     self._fail(NotImplementedEncoding(f"Transfer-Encoding {encoding!r} is not supported; use chunked"))
             length = headers.get("content-length")
-            limit = self.limits.max_body_bytes
-            if length is not None and int(length) > limit:  # llhttp checked it is digits
-                self._fail(PayloadTooLarge(f"request body larger than {limit} bytes", code="body_too_large"))
+            if length is not None:
+                self._check_body(int(length))  # llhttp checked it is digits
             expect = headers.get("expect")
             if expect is not None and expect.strip().lower() == "100-continue" and http11:
                 if self._pipeline:  # answers owed before it: after them (see _advance)
@@ -303,9 +308,7 @@ class HTTPProtocol(asyncio.Protocol):
     def on_body(self, data: bytes) -> None:
         ex: Exchange = self._exchange  # type: ignore[assignment]
         ex.size += len(data)
-        limit = self.limits.max_body_bytes
-        if ex.size > limit:
-            self._fail(PayloadTooLarge(f"request body larger than {limit} bytes", code="body_too_large"))
+        self._check_body(ex.size)
         if ex.body is None:
             ex.body = [data]
         else:
