@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Instructions per request of ``axon serve`` under callgrind: a measure of the hot path's cost
+that repeats on a busy machine, where timings do not.
+
+    scripts/instructions.py                      # the axon on PYTHONPATH, 20,000 requests a kind
+    scripts/instructions.py --src /other/src -n 5000
+
+One worker (``--workers 0``) under ``valgrind --tool=callgrind``; one keep-alive connection, one
+request at a time, so that each read of the server holds exactly one request. After a warm-up
+the counters are zeroed, ``n`` requests of one kind are made, and the counters dumped; the
+user-space instructions of the whole process, divided by ``n``, are printed for each kind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+KINDS = {
+    "health": "/api/health",
+    "file8k": "/files/f8k.bin",
+    "T1": "/api/stream-files?file1=f8k.bin",
+    "B32": "/api/stream-files?" + "&".join(f"file{i}=s{i:02d}.bin" for i in range(1, 33)),
+    "error404": "/api/stream-files?file1=missing.bin",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--src", help="the src directory to measure (default: the axon on PYTHONPATH)")
+    parser.add_argument("-n", type=int, default=20000, help="requests of each kind (B32: a quarter)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "root")
+        os.mkdir(root)
+        with open(os.path.join(root, "f8k.bin"), "wb") as f:
+            f.write(os.urandom(8192))
+        for i in range(1, 33):
+            with open(os.path.join(root, f"s{i:02d}.bin"), "wb") as f:
+                f.write(os.urandom(4096))
+        for name, per_request in measure(root, tmp, args.src, args.n).items():
+            print(f"{name:9s} {per_request:10.0f} instructions a request")
+
+
+def measure(root: str, out: str, src: str | None, n: int) -> dict[str, float]:
+    env = dict(os.environ)
+    if src:
+        env["PYTHONPATH"] = src
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p", sys.executable, "-m", "axon.cli",
+         "serve", root, "--port", str(port), "--workers", "0", "--log-level", "warning", "--no-access-log"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    counts = {name: n // 4 if name == "B32" else n for name in KINDS}
+    try:
+        sock = connect(port)
+        buf = bytearray()
+        requests = {name: f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode() for name, target in KINDS.items()}
+        for request in requests.values():  # warm: caches filled, code specialised
+            for _ in range(300):
+                exchange(sock, request, buf)
+        for name, request in requests.items():
+            control(server.pid, "-z")
+            for _ in range(counts[name]):
+                exchange(sock, request, buf)
+            control(server.pid, "-d", name)
+        sock.close()
+    finally:
+        server.terminate()
+        server.wait()
+    totals = {}
+    for file in os.listdir(out):
+        if re.fullmatch(r"cg\.\d+\.\d+", file):
+            with open(os.path.join(out, file)) as f:
+                text = f.read()
+            name = re.search(r"^desc: Trigger: .*?(\w+)$", text, re.M).group(1)  # type: ignore[union-attr]
+            totals[name] = int(re.search(r"^(?:summary|totals): (\d+)", text, re.M).group(1))  # type: ignore[union-attr]
+    return {name: totals[name] / counts[name] for name in KINDS if name in totals}
+
+
+def connect(port: int) -> socket.socket:
+    for _ in range(600):  # Python starts slowly under valgrind
+        try:
+            return socket.create_connection(("127.0.0.1", port))
+        except OSError:
+            time.sleep(0.5)
+    raise SystemExit("the server did not start")
+
+
+def exchange(sock: socket.socket, request: bytes, buf: bytearray) -> None:
+    """Send ``request`` and read its whole response (by its Content-Length)."""
+    sock.sendall(request)
+    while b"\r\n\r\n" not in buf:
+        buf += receive(sock)
+    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+    while len(rest) < length:
+        rest += receive(sock)
+    buf[:] = rest[length:]
+
+
+def receive(sock: socket.socket) -> bytes:
+    data = sock.recv(65536)
+    if not data:
+        raise SystemExit("the server closed the connection")
+    return data
+
+
+def control(pid: int, *args: str) -> None:
+    subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True)
+
+
+if __name__ == "__main__":
+    main()
