@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from ..config import environment
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,7 @@ class ServerConfig:
     keyfile: str | None = None
     #: Send file slices with ``os.sendfile`` (never under TLS). ``AXON_NO_SENDFILE=1`` turns
     #: it off, as aiohttp's switch does, to exercise the copying fallback in tests.
-    sendfile: bool = True
+    sendfile: bool = field(default_factory=lambda: environment().sendfile)
     #: Slices at least this long go out with ``sendfile``; shorter ones are read into the
     #: write buffer so that a batch of small files costs a few ``writev`` calls.
     sendfile_min: int = 64 * 1024
@@ -57,7 +59,7 @@ class ServerConfig:
 
     @property
     def use_sendfile(self) -> bool:
-        return self.sendfile and not self.tls and hasattr(os, "sendfile") and not _env_flag("AXON_NO_SENDFILE")
+        return self.sendfile and not self.tls and hasattr(os, "sendfile")
 
     def ssl_context(self) -> ssl.SSLContext | None:
         if not self.tls:
@@ -73,6 +75,3 @@ class ServerConfig:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")

@@ -8,12 +8,13 @@ forces the latter (for comparing, or to rule uvloop out when hunting a bug). ``h
 from __future__ import annotations
 
 import asyncio
-import os
+
+from ..config import environment
 
 
 def loop_name() -> str:
     """``"uvloop"`` or ``"asyncio"``: the loop :func:`new_event_loop` builds."""
-    if os.environ.get("AXON_LOOP", "auto").lower() == "asyncio":
+    if environment().loop == "asyncio":
         return "asyncio"
     try:
         import uvloop  # noqa: F401
