@@ -38,6 +38,9 @@ The metrics read the App's records (axon.records): the request path makes one tu
 the access log, and the counting is done a batch at a time, with C loops, because a call per
 response would cost as much as the App's own work (what it costs: deploy/README.md, and
 ``python -m axon.bench.observe_cost``).
+
+Some 450 lines in one module on purpose: the counting, the shared files that sum the workers and
+the exposition are one feature with one switch (``instrument``), read together when it changes.
 """
 
 from __future__ import annotations
