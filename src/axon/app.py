@@ -87,6 +87,11 @@ class Request:
             self._query = list(_parsed_query(raw) if len(raw) <= 2048 else _parse_query(raw))
         return self._query
 
+    @query.setter
+    def query(self, pairs: list[tuple[str, str]]) -> None:
+        """Replace the pairs (the App does, once a signature is checked and its own pairs taken off)."""
+        self._query = list(pairs)
+
     def arg(self, name: str, default: str | None = None) -> str | None:
         for key, value in self.query:
             if key == name:
@@ -282,7 +287,7 @@ class App:
             raise URITooLong(f"URL longer than {limits.max_url_bytes} bytes")
         if self.verifier is not None and request.path not in self.public_paths:
             # Before routing: a refused request opens no file and learns no endpoint.
-            request._query = self.verifier.verify(request, time.time())
+            request.query = self.verifier.verify(request, time.time())
         route, request.params = self.match(request.method, request.path)
         return route
 

@@ -342,9 +342,7 @@ def instrument(app: "App", *, path: str = "/metrics", directory: str | os.PathLi
     # Open even when requests must be signed (AXON_SECRET), as /api/health is: Prometheus does
     # not sign. Keep it from the world by address instead: axon serve on loopback, and the
     # nginx site lets only loopback through to it.
-    public = getattr(app, "public_paths", None)
-    if public is not None:
-        public.add(path)
+    app.public_paths.add(path)
     app.records.attach(metrics)
     return metrics
 
