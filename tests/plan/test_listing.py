@@ -14,6 +14,8 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from axon.errors import HTTPError
 from axon.limits import Limits
@@ -119,9 +121,6 @@ def test_html_hostile_names():
     assert len(page.forms) == 1 and "script" not in page.tags
     shown = {text: href for href, text in page.links}
     for name in HOSTILE:
-        if "\r" in name:  # the HTML parser makes a raw CR a LF, as a browser does (text only)
-            assert any(unquote(h) == "/files/" + name for h in shown.values())
-            continue
         assert unquote(shown[name]) == "/files/" + name
     for href in shown.values():
         assert href.isascii() and not any(c in href for c in " \"'<>&\r\n#?")  # all percent-encoded
@@ -129,6 +128,21 @@ def test_html_hostile_names():
     assert values == [n for n in HOSTILE if "\r" not in n and "\n" not in n]  # in the order given
     # A name with a line break gets a disabled checkbox: a form would send it with CRLF.
     assert [b for b in page.boxes if "disabled" in b and "name" not in b]
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="/\x00"), min_size=1),
+                min_size=1, max_size=5, unique=True))
+def test_html_any_names_come_back_as_they_are(names):
+    """Whatever a name holds, a parser reads back the same name as the link's text, its URL
+    and the checkbox's value (but for names with a line break: a form would send it as CRLF),
+    and no name adds an element to the page."""
+    page = parse(render_html("d/", files(*names), False))
+    assert page.tags.count("a") == len(names) + 1 and page.tags.count("input") == len(names)
+    assert [unquote(href, errors="strict") for href, _ in page.links[1:]] == ["/files/d/" + n for n in names]
+    assert [text for _, text in page.links[1:]] == names
+    boxes = [b["value"] for b in page.boxes if "value" in b]
+    assert boxes == ["d/" + n for n in names if "\r" not in n and "\n" not in n]
 
 
 def test_html_form_targets_the_batch_urls():

@@ -119,6 +119,11 @@ def utc_time(mtime_ns: int) -> str:
     return datetime.fromtimestamp(mtime_ns // 1_000_000_000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _escape(text: str) -> str:
+    """``html.escape``, and a CR as a character reference: a browser reads a raw CR as LF."""
+    return html.escape(text).replace("\r", "&#13;")
+
+
 def render_html(path: str, entries: list[Entry], truncated: bool) -> bytes:
     """The page: a table of the entries inside one GET form (see the module's docstring).
 
@@ -126,7 +131,7 @@ def render_html(path: str, entries: list[Entry], truncated: bool) -> bytes:
     with CR or LF gets no checkbox: a browser sends a form's values with every line break made
     CRLF (the HTML standard's form encoding), so it would ask for another name; its link works.
     """
-    title = html.escape("Index of /" + path)
+    title = _escape("Index of /" + path)
     rows = []
     if path:
         parent = path.rstrip("/").rpartition("/")[0]
@@ -134,7 +139,7 @@ def render_html(path: str, entries: list[Entry], truncated: bool) -> bytes:
         rows.append(f'<tr><td></td><td><a href="{html.escape(href)}">../</a></td><td></td><td></td></tr>')
     for e in entries:
         rel = path + e.name
-        shown = html.escape(e.name)
+        shown = _escape(e.name)
         if e.kind == "dir":
             href = BROWSE + quote(rel + "/")
             rows.append(
@@ -145,7 +150,7 @@ def render_html(path: str, entries: list[Entry], truncated: bool) -> bytes:
         if "\r" in rel or "\n" in rel:
             box = '<input type="checkbox" disabled title="a line break in the name: download it alone">'
         else:
-            box = f'<input type="checkbox" name="f" value="{html.escape(rel)}">'
+            box = f'<input type="checkbox" name="f" value="{_escape(rel)}">'
         href = FILES + quote(rel)
         rows.append(
             f'<tr><td>{box}</td><td><a href="{html.escape(href)}">{shown}</a></td>'
