@@ -457,9 +457,10 @@ class FileStore:
                 current = fd
                 done.append(part)
             # A symlink's target ended on a directory already open ("." or ".."): that is what
-            # the path names (a directory: refused by the caller that wants a file).
-            fd, current = current, -1
-            return fd
+            # the path names (a directory: refused by the caller that wants a file). Opened
+            # anew: ``current`` may be a duplicate of the root's descriptor, whose directory
+            # position its duplicates share.
+            return os.open(".", _DIR_FLAGS, dir_fd=current)
         finally:
             if current >= 0:
                 os.close(current)
