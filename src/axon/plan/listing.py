@@ -31,7 +31,7 @@ from ..storage.local import FileStore, normalize
 #: Where the App serves each thing the page links to.
 BROWSE, FILES, BATCH = "/browse/", "/files/", "/api/stream-files"
 #: The page runs no script and loads nothing: names on it are hostile input, so a policy that
-#: allows neither is a second wall behind the escaping. Its form may post only to this origin.
+#: allows neither is a second wall behind the escaping. Its form may go only to this origin.
 _POLICY = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'"
 _UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 
