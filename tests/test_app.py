@@ -267,6 +267,59 @@ def test_files_endpoint_refusals(app, call, path, status):
     assert _json(r)["error"]["status"] == status
 
 
+# -- the listing: App(browse=True) (axon.plan.listing renders it) ----------------------------------
+
+
+@pytest.mark.parametrize("target", ["/browse/", "/browse", "/browse/sub/", "/browse/sub", "/browse/a.txt"])
+def test_listing_is_off_by_default(root, call, monkeypatch, target):
+    monkeypatch.delenv("AXON_BROWSE", raising=False)
+    for app in (App(root), App(root, browse=False)):
+        r = call(app, "GET", target)
+        assert r.status == 404 and _json(r)["error"]["code"] == "no_route"
+    monkeypatch.setenv("AXON_BROWSE", "1")
+    assert call(App(root, browse=False), "GET", target).status == 404  # the parameter wins
+    assert call(App(root, builtins=False), "GET", target).status == 404
+
+
+def test_listing(root, call, render):
+    app = App(root, browse=True)
+    r = call(app, "GET", "/browse/sub/", {"accept": "application/json"})
+    assert r.status == 200 and dict(r.headers)["Vary"] == "Accept"
+    assert dict(r.headers)["Cache-Control"] == "no-cache"  # as files: may change under the URL
+    data = _json(r)
+    assert data["path"] == "sub/" and data["truncated"] is False
+    assert [(e["name"], e["type"], e.get("size")) for e in data["entries"]] == [("deeper", "dir", None), ("c.json", "file", 9)]
+    r = call(app, "GET", "/browse/")
+    assert r.status == 200 and dict(r.headers)["Content-Type"] == "text/html; charset=utf-8"
+    page = _body(r, render).decode()
+    assert 'value="a.txt"' in page and 'href="/browse/sub/"' in page and ".hidden" not in page
+    head = call(app, "HEAD", "/browse/")
+    assert head.status == 200 and head.body == [] and dict(head.headers)["Content-Length"] == str(len(page.encode()))
+
+
+@pytest.mark.parametrize(
+    "target, status, location",
+    [
+        ("/browse", 308, "/browse/"),
+        ("/browse/sub", 308, "/browse/sub/"),
+        ("/browse/sub/deeper/d.txt", 308, "/files/sub/deeper/d.txt"),
+        ("/browse//sub//", 308, "/browse/sub/"),
+        ("/browse/a.txt/", 404, None),
+        ("/browse/.hidden", 403, None),
+        ("/browse/sub/.secret", 403, None),
+        ("/browse/../", 403, None),
+        ("/browse/nope/", 404, None),
+    ],
+)
+def test_listing_redirects_and_refusals(root, call, target, status, location):
+    r = call(App(root, browse=True), "GET", target)
+    assert r.status == status
+    if location is not None:
+        assert dict(r.headers)["Location"] == location
+    else:
+        assert _json(r)["error"]["status"] == status
+
+
 # -- HEAD -------------------------------------------------------------------------------------
 
 

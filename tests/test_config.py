@@ -15,9 +15,9 @@ def test_defaults_when_nothing_is_set():
 def test_every_variable():
     env = environment({
         "AXON_ROOT": "/srv", "AXON_SECRET": "s", "AXON_CACHE_CONTROL": "", "AXON_NO_OPENAT2": "1",
-        "AXON_METRICS_DIR": "/run/m", "AXON_LOOP": "AsyncIO", "AXON_NO_SENDFILE": "yes",
+        "AXON_METRICS_DIR": "/run/m", "AXON_LOOP": "AsyncIO", "AXON_NO_SENDFILE": "yes", "AXON_BROWSE": "on",
     })
-    assert env == Environment("/srv", "s", "", False, "/run/m", "asyncio", False)
+    assert env == Environment("/srv", "s", "", False, "/run/m", "asyncio", False, True)
 
 
 def test_empty_is_unset_and_flags_take_true_words():
@@ -30,9 +30,11 @@ def test_the_app_and_the_store_take_their_defaults_from_it(tmp_path, monkeypatch
     monkeypatch.setenv("AXON_SECRET", "from-env")
     monkeypatch.setenv("AXON_CACHE_CONTROL", "max-age=5")
     monkeypatch.setenv("AXON_NO_OPENAT2", "1")
+    monkeypatch.setenv("AXON_BROWSE", "1")
     app = App()
     assert app.store.root == str(tmp_path.resolve()) and app.verifier is not None
     assert app.cache_control == "max-age=5"
+    assert app.match("GET", "/browse/")  # the listing is on
     assert app.store._openat2 is None  # the portable walk
     # Parameters win over the environment.
     app = App(tmp_path, secret="", cache_control="no-store")

@@ -35,6 +35,7 @@ from .log import logger
 from .records import Records
 from .response import NO_STORE, Response, error_response, json_response, redirect, stream_response, text_response
 from .plan.batch import plan_batch
+from .plan.listing import plan_listing
 from .storage.batch_key import derive_key
 from .plan.single_file import plan_file
 from .signing import Verifier
@@ -130,6 +131,7 @@ class App:
         threads: int = 32,
         secret: str | bytes | None = None,
         cache_control: str | None = None,
+        browse: bool | None = None,
     ) -> None:
         if store is None:
             store = FileStore(root if root is not None else environment().root, allow_hidden=allow_hidden)
@@ -171,6 +173,12 @@ class App:
             self.fixed["/api/health"] = self._health(Request("GET", "/api/health"))
             self.add_route("/api/stream-files", self._stream_files, ["GET", "POST"], blocking=False)
             self.add_route("/files/<path:path>", self._file, ["GET"], blocking=False)
+        # ``browse`` (default: $AXON_BROWSE) lists directories under /browse/ (axon.plan.listing);
+        # off, as nginx's autoindex is: a listing shows what a URL alone would not.
+        if builtins and (environment().browse if browse is None else browse):
+            self.add_route("/browse", lambda request: redirect("/browse/", 308), ["GET"], blocking=False)
+            self.add_route("/browse/", self._browse, ["GET"])
+            self.add_route("/browse/<path:path>", self._browse, ["GET"])
 
     # -- routing -------------------------------------------------------------------------------
 
@@ -344,6 +352,11 @@ class App:
         else:
             paths = [value for _, value in request.query]
         return self.send_batch(request, paths)
+
+    def _browse(self, request: Request) -> Response:
+        # Blocking (the default for a plain function): reading a directory is unbounded disk work.
+        path = request.params.get("path", "").lstrip("/")
+        return self._cacheable(plan_listing(self.store, path, request.headers, self.limits))
 
     def _file(self, request: Request) -> Response:
         # "/files//a.txt" is "a.txt", as "sub//a.txt" is "sub/a.txt" (and as nginx merges

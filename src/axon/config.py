@@ -45,6 +45,8 @@ class Environment:
     loop: str = "auto"
     #: Send file slices with ``sendfile`` where possible (``AXON_NO_SENDFILE=1`` turns it off).
     sendfile: bool = True
+    #: List directories under ``/browse/`` (``AXON_BROWSE=1``; ``axon serve --browse``).
+    browse: bool = False
 
 
 def environment(environ: Mapping[str, str] | None = None) -> Environment:
@@ -58,4 +60,5 @@ def environment(environ: Mapping[str, str] | None = None) -> Environment:
         metrics_dir=variable("AXON_METRICS_DIR", None, env),
         loop=(variable("AXON_LOOP", "auto", env) or "auto").lower(),
         sendfile=not flag("AXON_NO_SENDFILE", env),
+        browse=flag("AXON_BROWSE", env),
     )

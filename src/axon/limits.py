@@ -41,6 +41,9 @@ class Limits:
     keepalive_timeout: float = 15.0
     #: Seconds a response may stall with the client reading nothing (native server).
     write_timeout: float = 60.0
+    #: Entries one directory listing shows (``--browse``); a directory holding more is listed
+    #: in part, and says so (``"truncated": true``).
+    max_listing: int = 10_000
     #: Bytes read from a file per chunk where a runtime must copy (WSGI, ASGI, TLS).
     chunk_size: int = 64 * KiB
 

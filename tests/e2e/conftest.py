@@ -307,7 +307,8 @@ def _health(port: int) -> bool:
 
 
 def start_server(runtime: Runtime, root: Path, log_dir: Path) -> Server:
-    env = dict(os.environ, AXON_ROOT=str(root), PYTHONUNBUFFERED="1")
+    # AXON_BROWSE: every runtime's built-in app lists directories (test_e2e_browse.py).
+    env = dict(os.environ, AXON_ROOT=str(root), AXON_BROWSE="1", PYTHONUNBUFFERED="1")
     for attempt in range(3):
         port = free_port()
         log_path = log_dir / f"{runtime.name}-{attempt}.log"

@@ -16,11 +16,12 @@ from conftest import Client, get
 
 from axon.app import App
 from axon.cli import build_parser
+from axon.errors import HTTPError
 from axon.server.cli import load_app
 
 ENV = ["AXON_HOST", "AXON_PORT", "AXON_WORKERS", "AXON_ROOT", "AXON_APP", "AXON_ACCESS_LOG", "AXON_LOG_LEVEL",
        "AXON_GRACEFUL_TIMEOUT", "AXON_CERTFILE", "AXON_KEYFILE", "AXON_MAX_CONNECTIONS", "AXON_JSON_LOGS",
-       "AXON_METRICS", "AXON_FILE_CACHE", "AXON_CACHE_CONTROL"]
+       "AXON_METRICS", "AXON_FILE_CACHE", "AXON_CACHE_CONTROL", "AXON_BROWSE"]
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def test_defaults(clean_env) -> None:
     assert (args.host, args.port, args.workers) == ("127.0.0.1", 8000, len(os.sched_getaffinity(0)))
     assert (args.root, args.app, args.access_log, args.log_level) == (None, None, False, "info")
     assert (args.graceful_timeout, args.certfile, args.keyfile) == (30.0, None, None)
-    assert args.file_cache == 1024 and args.cache_control is None
+    assert args.file_cache == 1024 and args.cache_control is None and args.browse is False
 
 
 def test_every_flag_has_an_environment_variable(clean_env) -> None:
@@ -44,7 +45,7 @@ def test_every_flag_has_an_environment_variable(clean_env) -> None:
         "AXON_APP": "site:app", "AXON_ACCESS_LOG": "true", "AXON_LOG_LEVEL": "DEBUG",
         "AXON_GRACEFUL_TIMEOUT": "2.5", "AXON_CERTFILE": "c.pem", "AXON_KEYFILE": "k.pem",
         "AXON_MAX_CONNECTIONS": "77", "AXON_JSON_LOGS": "1", "AXON_METRICS": "yes", "AXON_FILE_CACHE": "0",
-        "AXON_CACHE_CONTROL": "max-age=60",
+        "AXON_CACHE_CONTROL": "max-age=60", "AXON_BROWSE": "1",
     }
     for name, value in values.items():
         clean_env.setenv(name, value)
@@ -53,12 +54,26 @@ def test_every_flag_has_an_environment_variable(clean_env) -> None:
     assert (args.access_log, args.log_level, args.graceful_timeout) == (True, "debug", 2.5)
     assert (args.certfile, args.keyfile, args.max_connections, args.json_logs) == ("c.pem", "k.pem", 77, True)
     assert args.metrics is True and args.file_cache == 0 and args.cache_control == "max-age=60"
+    assert args.browse is True
 
 
 def test_cache_control_reaches_the_built_in_app(clean_env, tmp_path) -> None:
     assert load_app(None, str(tmp_path), "public, max-age=600").cache_control == "public, max-age=600"
     assert load_app(None, str(tmp_path)).cache_control == "no-cache"
     assert load_app(None, str(tmp_path), "").cache_control == ""
+
+
+def test_browse_reaches_the_app(clean_env, tmp_path, root) -> None:
+    """--browse turns the listing on in the built-in app, and (as AXON_BROWSE) in a user's
+    App() that does not say; without it /browse/ is no route at all."""
+    assert load_app(None, str(tmp_path), browse=True).match("GET", "/browse/")
+    with pytest.raises(HTTPError) as caught:
+        load_app(None, str(tmp_path)).match("GET", "/browse/")
+    assert caught.value.status == 404
+    clean_env.setenv("AXON_BROWSE", "")  # so that what load_app exports is undone after the test
+    (tmp_path / "browsing.py").write_text("from axon import App\napp = App()\n")
+    clean_env.syspath_prepend(str(tmp_path))
+    assert load_app("browsing:app", str(root), browse=True).match("GET", "/browse/")
 
 
 def test_a_flag_wins_over_its_variable(clean_env) -> None:

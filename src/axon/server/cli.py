@@ -79,28 +79,33 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="Cache-Control of file and batch responses (AXON_CACHE_CONTROL; default no-cache: "
                         "caches revalidate, a cheap 304; e.g. 'public, max-age=31536000, immutable' for assets "
                         "that never change under one URL; '' for none)")
+    p.add_argument("--browse", action=argparse.BooleanOptionalAction, default=_env_bool("AXON_BROWSE"),
+                   help="list directories under /browse/: an HTML page to pick files and download them, "
+                        "JSON for programs (AXON_BROWSE; default off, as nginx's autoindex)")
     p.add_argument("--certfile", default=_env("AXON_CERTFILE"), help="TLS certificate chain, PEM (AXON_CERTFILE)")
     p.add_argument("--keyfile", default=_env("AXON_KEYFILE"), help="TLS private key, PEM (AXON_KEYFILE)")
     p.set_defaults(func=run)
     return p
 
 
-def load_app(spec: str | None, root: str | None, cache_control: str | None = None) -> Any:
+def load_app(spec: str | None, root: str | None, cache_control: str | None = None, browse: bool = False) -> Any:
     """The built-in App serving ``root``, or the user's App named ``module:attr``.
 
     With ``--app``, ROOT (if given) is exported as ``AXON_ROOT`` before the module is imported, so
-    an ``App()`` built there without a root serves it. ``attr`` may be an App, or a function that
+    an ``App()`` built there without a root serves it (and ``--browse`` as ``AXON_BROWSE``). ``attr`` may be an App, or a function that
     takes no argument and returns one. The current directory is importable, as with uvicorn.
     """
     from ..app import App
 
     if spec is None:
-        return App(root if root is not None else ".", cache_control=cache_control)
+        return App(root if root is not None else ".", cache_control=cache_control, browse=browse)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise SystemExit(f"--app takes MODULE:ATTR, e.g. mysite:app, not {spec!r}")
     if root is not None:
         os.environ["AXON_ROOT"] = root
+    if browse:  # and --browse for an App() built there without saying
+        os.environ["AXON_BROWSE"] = "1"
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -143,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         raise SystemExit(f"axon serve: {exc}") from None
     try:
-        app = load_app(args.app, args.root, args.cache_control)
+        app = load_app(args.app, args.root, args.cache_control, args.browse)
     except ValueError as exc:  # e.g. the root is not a directory
         raise SystemExit(f"axon serve: {exc}") from None
     scratch = None

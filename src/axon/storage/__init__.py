@@ -16,7 +16,7 @@ costs what a call on the concrete class costs.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..http.segments import Segment
 
@@ -52,3 +52,12 @@ class Source(Protocol):
         """``requested`` (decoded once) as an open :class:`File`, or an
         :class:`~axon.errors.HTTPError` that says why not (400, 403, 404, 503)."""
         ...
+
+
+class Entry(NamedTuple):
+    """One entry of a directory listing: plain facts, no descriptor (a symlink's are its target's)."""
+
+    name: str  # the name within its directory, never a path
+    kind: str  # "file" or "dir"
+    size: int  # bytes; 0 for a directory
+    mtime_ns: int

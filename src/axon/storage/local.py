@@ -33,6 +33,7 @@ import sys
 
 from ..config import environment
 from ..errors import BadRequest, Forbidden, HTTPError, NotFound, ServiceUnavailable
+from . import Entry
 from .file_cache import CachedDescriptor, FileCache
 from ..http.segments import FileSlice, Segment
 
@@ -149,12 +150,15 @@ class OpenFile:
         self.fd = -1
 
 
-def normalize(requested: str) -> list[str]:
+def normalize(requested: str, *, root_ok: bool = False) -> list[str]:
     """The components of a requested path, or an HTTPError saying why it is refused.
 
     Pure: touches no file. ``a/./b//c`` becomes ``[a, b, c]``; ``a/../b`` becomes ``[b]``;
-    a ``..`` that would climb above the root is refused.
+    a ``..`` that would climb above the root is refused. A path naming the root itself (``""``,
+    ``sub/..``) is refused unless ``root_ok`` (a directory listing may name it; a file may not).
     """
+    if not requested and root_ok:
+        return []
     if not requested:
         raise BadRequest("empty path", code="bad_path", paths=[requested])
     if "\x00" in requested:
@@ -172,7 +176,7 @@ def normalize(requested: str) -> list[str]:
     parts: list[str] = []
     if _walk_parts(parts, requested):
         raise Forbidden("path leaves the root", code="outside_root", paths=[requested])
-    if not parts:
+    if not parts and not root_ok:
         raise Forbidden("path names the root itself", code="not_a_file", paths=[requested])
     return parts
 
@@ -256,23 +260,7 @@ class FileStore:
 
     def _open(self, requested: str) -> OpenFile:
         parts = normalize(requested)
-        if not self.allow_hidden and any(p.startswith(".") for p in parts):
-            raise Forbidden("hidden files are not served", code="hidden", paths=[requested])
-        fd = -1
-        if self._openat2 is not None:
-            try:
-                fd = self._openat2(self._root_fd, "/".join(parts).encode("utf-8", "surrogateescape"))
-            except ValueError:  # a NUL cannot get here (normalize refused it); be safe anyway
-                fd = -1
-        if fd in (-errno.ENOENT, -errno.ENOTDIR):
-            # Missing, before any symlink or through those the kernel followed: the walk would
-            # only say so again (the error baseline, a missing file, paid for both).
-            raise NotFound("no such file", paths=[requested])
-        if fd < 0:
-            try:
-                fd = self._walk(parts, requested)
-            except OSError as exc:  # os.dup of the root descriptor: out of descriptors (EMFILE)
-                raise _os_error(exc, requested) from None
+        fd = self._resolve(parts, requested)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -290,6 +278,112 @@ class FileStore:
             fd, requested, name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, self.content_type(name),
             st.st_ctime_ns,
         )
+
+    def _resolve(self, parts: list[str], requested: str) -> int:
+        """A descriptor for what ``parts`` name under the root (a file, a directory, anything),
+        opened by the rules above: the hidden rule, then openat2, else the walk."""
+        if not self.allow_hidden and any(p.startswith(".") for p in parts):
+            raise Forbidden("hidden files are not served", code="hidden", paths=[requested])
+        if not parts:  # the root: a descriptor of its own, so that no two readers share a position
+            try:
+                return os.open(".", _DIR_FLAGS, dir_fd=self._root_fd)
+            except OSError as exc:
+                raise _os_error(exc, requested) from None
+        fd = -1
+        if self._openat2 is not None:
+            try:
+                fd = self._openat2(self._root_fd, "/".join(parts).encode("utf-8", "surrogateescape"))
+            except ValueError:  # a NUL cannot get here (normalize refused it); be safe anyway
+                fd = -1
+        if fd in (-errno.ENOENT, -errno.ENOTDIR):
+            # Missing, before any symlink or through those the kernel followed: the walk would
+            # only say so again (the error baseline, a missing file, paid for both).
+            raise NotFound("no such file", paths=[requested])
+        if fd < 0:
+            try:
+                fd = self._walk(parts, requested)
+            except OSError as exc:  # os.dup of the root descriptor: out of descriptors (EMFILE)
+                raise _os_error(exc, requested) from None
+        return fd
+
+    # -- listing directories (the opt-in listing, axon.plan.listing) -------------------------------
+
+    def kind(self, requested: str) -> str:
+        """``"dir"`` or ``"file"``: what ``requested`` names under the root (``""`` is the root),
+        resolved by the rules files are opened by; anything else is refused as serving refuses it."""
+        fd = self._resolve(normalize(requested, root_ok=True), requested)
+        try:
+            mode = os.fstat(fd).st_mode
+        finally:
+            os.close(fd)
+        if stat.S_ISDIR(mode):
+            return "dir"
+        if stat.S_ISREG(mode):
+            return "file"
+        raise Forbidden("not a regular file", code="not_a_file", paths=[requested])
+
+    def list_dir(self, requested: str, limit: int) -> tuple[list[Entry], bool]:
+        """The entries of the directory ``requested`` names (``""``: the root), in the
+        directory's own order, and whether it holds more than ``limit`` (then only the first
+        ``limit`` are read: the work is bounded, whatever the directory holds).
+
+        The directory is opened by the rules files are opened by, and read with ``scandir`` on
+        its descriptor, so nothing outside the root is listed. An entry is listed only if it
+        could be served or listed itself: regular files and directories; a symlink as what its
+        target is, only if the target resolves inside the root by those rules (not hidden, not
+        outside, not dangling); never a dot-name unless hidden files are allowed, nor a name a
+        request could not carry (not UTF-8, or with a backslash). FIFOs, sockets and devices
+        are left out, as serving refuses them.
+        """
+        parts = normalize(requested, root_ok=True)
+        fd = self._resolve(parts, requested)
+        entries: list[Entry] = []
+        truncated = False
+        try:
+            if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                raise NotFound("no such directory", paths=[requested])
+            with os.scandir(fd) as found:  # scandir reads a duplicate of fd, closed with it
+                for item in found:
+                    entry = self._entry(item, parts)
+                    if entry is None:
+                        continue
+                    if len(entries) == limit:
+                        truncated = True
+                        break
+                    entries.append(entry)
+        except OSError as exc:
+            raise _os_error(exc, requested) from None
+        finally:
+            os.close(fd)
+        return entries, truncated
+
+    def _entry(self, item: os.DirEntry[str], parts: list[str]) -> Entry | None:
+        """``item`` as a listed entry, or None if it is not to be shown (see :meth:`list_dir`)."""
+        name = item.name
+        if (name.startswith(".") and not self.allow_hidden) or "\\" in name or not _is_utf8(name):
+            return None
+        try:
+            if item.is_symlink():
+                return self._link_entry(name, parts)
+            st = item.stat(follow_symlinks=False)
+        except OSError:  # gone since the directory was read, or not ours to stat
+            return None
+        return _entry_of(name, st)
+
+    def _link_entry(self, name: str, parts: list[str]) -> Entry | None:
+        """A symlink, listed as its target, if the target resolves by the rules (else None)."""
+        path = [*parts, name]
+        try:
+            fd = self._resolve(path, "/".join(path))
+        except HTTPError as exc:
+            if exc.status >= 500:  # out of descriptors: not a fact about this link
+                raise
+            return None  # outside the root, hidden, dangling, a loop: never shown
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        return _entry_of(name, st)
 
     def content_type(self, name: str) -> str:
         dot = name.rfind(".")
@@ -362,7 +456,11 @@ class FileStore:
                 os.close(current)
                 current = fd
                 done.append(part)
-            raise Forbidden("not a regular file", code="not_a_file", paths=[requested])
+            # A symlink's target ended on a directory already open ("." or ".."): that is what
+            # the path names (a directory: refused by the caller that wants a file). Opened
+            # anew: ``current`` may be a duplicate of the root's descriptor, whose directory
+            # position its duplicates share.
+            return os.open(".", _DIR_FLAGS, dir_fd=current)
         finally:
             if current >= 0:
                 os.close(current)
@@ -379,6 +477,24 @@ class FileStore:
             os.close(fd)
             fd = nxt
         return fd
+
+
+def _entry_of(name: str, st: os.stat_result) -> Entry | None:
+    if stat.S_ISREG(st.st_mode):
+        return Entry(name, "file", st.st_size, st.st_mtime_ns)
+    if stat.S_ISDIR(st.st_mode):
+        return Entry(name, "dir", 0, st.st_mtime_ns)
+    return None
+
+
+def _is_utf8(name: str) -> bool:
+    """Whether a name read from disk is valid UTF-8 (else it holds surrogate escapes, and no
+    request could name it: :func:`normalize` refuses such a path)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _readlink(part: str, dir_fd: int) -> str | None:
