@@ -52,3 +52,9 @@ class Source(Protocol):
         """``requested`` (decoded once) as an open :class:`File`, or an
         :class:`~axon.errors.HTTPError` that says why not (400, 403, 404, 503)."""
         ...
+
+    def crc32(self, file: File) -> int:
+        """The CRC-32 of ``file`` (one this source opened) as it was opened, for a zip entry;
+        :class:`~axon.storage.crc_cache.FileChanged` if it is no longer that version. A source
+        that stores checksums (an object store) answers from them."""
+        ...
