@@ -56,13 +56,3 @@ def test_a_path_named_twice_is_two_entries(store):
     with tarfile.open(fileobj=io.BytesIO(body)) as archive:
         assert archive.getnames() == ["a.txt", "b.bin", "a.txt"]
 
-
-def test_range_over_a_tar_is_a_slice_of_the_whole(store):
-    paths = ["a.txt", "b.bin", "sub/c.json"]
-    whole = plan_batch(store, paths, LIMITS, key=KEY, headers={}, fmt=tar)
-    etag = dict(whole.headers)["ETag"]
-    body = render(whole)
-    for start, stop in [(0, 1), (500, 1500), (1000, len(body) - 1), (len(body) - 700, len(body) - 1)]:
-        part = plan_batch(store, paths, LIMITS, key=KEY, fmt=tar, headers={"range": f"bytes={start}-{stop}", "if-range": etag})
-        assert part.status == 206
-        assert render(part) == body[start : stop + 1]

@@ -90,16 +90,6 @@ def test_a_path_named_twice_is_two_entries(root, store, tmp_path):
     assert "No errors detected" in tool("unzip", "-t", str(tmp_path / "twice.zip"))
 
 
-def test_range_over_a_zip_is_a_slice_of_the_whole(store):
-    paths = ["a.txt", "b.bin", "sub/c.json"]
-    whole = plan_batch(store, paths, LIMITS, key=KEY, headers={}, fmt=zip_stored)
-    etag = dict(whole.headers)["ETag"]
-    body = render(whole)
-    for start, stop in [(0, 0), (25, 4000), (5000, len(body) - 1), (len(body) - 30, len(body) - 1)]:
-        part = plan_batch(store, paths, LIMITS, key=KEY, fmt=zip_stored, headers={"range": f"bytes={start}-{stop}", "if-range": etag})
-        assert part.status == 206
-        assert render(part) == body[start : stop + 1]
-
 
 def test_formats_have_their_own_etags(store):
     from axon.plan.formats import multipart_mixed, tar
