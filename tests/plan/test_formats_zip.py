@@ -165,3 +165,14 @@ def test_a_file_that_keeps_changing_is_a_503(root, store, open_fds):
     assert caught.value.code == "file_changing" and caught.value.paths == ["b.bin"]
     assert ("Retry-After", "1") in caught.value.headers
     assert open_fds() <= before
+
+
+def test_head_reads_no_file_for_its_crc(root):
+    store = FileStore(root)
+    head = plan_batch(store, ["a.txt", "b.bin"], LIMITS, key=KEY, headers={}, method="HEAD", fmt=zip_stored)
+    head.close()
+    assert store.crcs.computed == 0
+    get = plan_batch(store, ["a.txt", "b.bin"], LIMITS, key=KEY, headers={}, fmt=zip_stored)
+    get.close()
+    assert store.crcs.computed == 2
+    assert dict(head.headers) == dict(get.headers)
