@@ -342,13 +342,9 @@ class App:
     def _stream_files(self, request: Request) -> Response:
         # One URL, three representations: every answer (errors and 304 too) says it varies.
         try:
-            chosen = negotiate(request.headers.get("accept"), _BATCH_TYPES)
-            if chosen is None:
-                raise NotAcceptable(
-                    "a batch is served as " + ", ".join(_BATCH_TYPES)
-                    + "; or ask /api/stream-files.zip or /api/stream-files.tar"
-                )
-            response = self.send_batch(request, self._batch_paths(request), MEDIA_TYPES[chosen])
+            accept = request.headers.get("accept")
+            fmt = "multipart" if accept is None else _negotiated_format(accept)
+            response = self.send_batch(request, self._batch_paths(request), fmt)
         except HTTPError as exc:
             exc.headers.append(_VARY)
             raise
@@ -378,6 +374,15 @@ class App:
         # "/files//a.txt" is "a.txt", as "sub//a.txt" is "sub/a.txt" (and as nginx merges
         # slashes): the path is always taken below the root.
         return self.send_file(request, request.params["path"].lstrip("/"))
+
+
+def _negotiated_format(accept: str) -> str:
+    chosen = negotiate(accept, _BATCH_TYPES)
+    if chosen is None:
+        raise NotAcceptable(
+            "a batch is served as " + ", ".join(_BATCH_TYPES) + "; or ask /api/stream-files.zip or /api/stream-files.tar"
+        )
+    return MEDIA_TYPES[chosen]
 
 
 def _parse_query(raw: str) -> tuple[tuple[str, str], ...]:

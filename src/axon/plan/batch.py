@@ -100,27 +100,12 @@ def plan_batch(
     headers: dict[str, str] | None = None,
     method: str = "GET",
     fmt: Format = multipart_mixed,
+    _retries: int = CHANGE_RETRIES,
 ) -> Response:
     """The batch of ``paths`` in the format ``fmt``; with ``key``, with its identity and honouring
     ``headers``' preconditions, ``Range`` and ``If-Range`` (lower-case names, as
     :class:`~axon.app.Request` has them) for the request ``method``."""
     check_count(paths, limits)
-    changed: list[str] = []
-    for _ in range(CHANGE_RETRIES):
-        try:
-            return _plan(store, paths, limits, boundary, key, headers, method, fmt)
-        except FileChanged as exc:
-            changed = [str(exc)]
-    raise ServiceUnavailable(
-        "a file changed each time its CRC-32 was read; try again once it is written",
-        code="file_changing", paths=changed, headers=[("Retry-After", "1")],
-    )
-
-
-def _plan(
-    store: Source, paths: list[str], limits: Limits, boundary: str | None, key: bytes | None,
-    headers: dict[str, str] | None, method: str, fmt: Format,
-) -> Response:
     opened = open_all(store, paths)
     files = list(opened.values())
     try:
@@ -138,7 +123,19 @@ def _plan(
         crcs: tuple[int, ...] = ()
         if fmt in NEEDS_CRC:
             # The CRCs change a zip's bytes, never its length or ETag: HEAD reads no file.
-            crcs = (0,) * len(chosen) if method == "HEAD" else checksums(store, chosen)
+            try:
+                crcs = (0,) * len(chosen) if method == "HEAD" else checksums(store, chosen)
+            except FileChanged as exc:
+                for f in files:
+                    f.close()
+                if _retries <= 1:
+                    raise ServiceUnavailable(
+                        "a file changed each time its CRC-32 was read; try again once it is written",
+                        code="file_changing", paths=[str(exc)], headers=[("Retry-After", "1")],
+                    ) from None
+                # Opened again, the batch is planned from the file as it is now.
+                return plan_batch(store, paths, limits, boundary=boundary, key=key, headers=headers,
+                                  method=method, fmt=fmt, _retries=_retries - 1)
         # Without a key there is no identity to name a layout by (the boundary is random).
         if key is not None and len(chosen) <= LAYOUT_CACHE_FILES and named <= CACHED_PATH_CHARS * 4:
             etag, content_type, filename, heads = _cached_layout(fmt, key, boundary, signatures, crcs)
