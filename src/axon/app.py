@@ -376,6 +376,7 @@ class App:
         return self.send_file(request, request.params["path"].lstrip("/"))
 
 
+@lru_cache(maxsize=256)  # a client sends the same Accept on every request: negotiate it once
 def _negotiated_format(accept: str) -> str:
     chosen = negotiate(accept, _BATCH_TYPES)
     if chosen is None:
