@@ -682,3 +682,71 @@ def test_close_stops_the_pool_and_a_later_request_starts_another(root):
     assert ask().startswith(b"axon-handler") and app.executor is not pool
     app.close()
     app.close()  # twice, and with no pool: nothing to do
+
+
+# -- the batch as zip or tar -------------------------------------------------------------------
+
+
+def test_stream_files_as_zip_and_tar_at_their_urls(root, app, call, render):
+    import io
+    import tarfile
+    import zipfile
+
+    for url, method, body in [
+        ("/api/stream-files.zip?x=a.txt&y=sub/c.json", "GET", b""),
+        ("/api/stream-files.zip", "POST", b'{"files": ["a.txt", "sub/c.json"]}'),
+        ("/api/stream-files.tar?f=a.txt&f=sub/c.json", "GET", b""),
+        ("/api/stream-files.tar", "POST", b'{"files": ["a.txt", "sub/c.json"]}'),
+    ]:
+        # The URL decides: Accept is not consulted (a form's submit sends a browser's Accept).
+        r = call(app, method, url, {"accept": "text/html"}, body)
+        assert r.status == 200, url
+        headers = dict(r.headers)
+        assert "Vary" not in headers
+        data = _body(r, render)
+        if url.startswith("/api/stream-files.zip"):
+            assert headers["Content-Type"] == "application/zip"
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                assert archive.testzip() is None and archive.read("sub/c.json") == (root / "sub/c.json").read_bytes()
+        else:
+            assert headers["Content-Type"] == "application/x-tar"
+            with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+                assert archive.getnames() == ["a.txt", "sub/c.json"]
+
+
+@pytest.mark.parametrize(
+    "accept, content_type",
+    [
+        (None, "multipart/mixed"),
+        ("*/*", "multipart/mixed"),
+        ("multipart/mixed", "multipart/mixed"),
+        ("application/zip", "application/zip"),
+        ("application/x-tar, application/zip;q=0.5", "application/x-tar"),
+    ],
+)
+def test_stream_files_by_accept(app, call, accept, content_type):
+    r = call(app, "GET", "/api/stream-files?f=a.txt", {"accept": accept} if accept else {})
+    r.close()
+    headers = dict(r.headers)
+    assert r.status == 200 and headers["Content-Type"].split(";")[0] == content_type
+    assert headers["Vary"] == "Accept"
+
+
+def test_stream_files_not_acceptable_is_406_json(app, call):
+    r = call(app, "GET", "/api/stream-files?f=a.txt", {"accept": "text/html"})
+    assert r.status == 406 and dict(r.headers)["Vary"] == "Accept"
+    assert _json(r)["error"]["code"] == "not_acceptable"
+    r = call(app, "GET", "/api/stream-files?f=missing.txt", {"accept": "application/zip"})
+    assert r.status == 404 and dict(r.headers)["Vary"] == "Accept"
+
+
+def test_stream_files_304_varies_too(app, call):
+    first = call(app, "GET", "/api/stream-files?f=a.txt", {"accept": "application/zip"})
+    first.close()
+    again = call(app, "GET", "/api/stream-files?f=a.txt",
+                 {"accept": "application/zip", "if-none-match": dict(first.headers)["ETag"]})
+    assert again.status == 304 and dict(again.headers)["Vary"] == "Accept"
+    # The same files as multipart are another representation: another tag.
+    other = call(app, "GET", "/api/stream-files?f=a.txt", {"if-none-match": dict(first.headers)["ETag"]})
+    other.close()
+    assert other.status == 200

@@ -27,7 +27,8 @@ from typing import Any, Callable, Iterable
 from urllib.parse import parse_qsl
 
 from .config import environment
-from .errors import BadRequest, HTTPError, MethodNotAllowed, NotFound, URITooLong
+from .errors import BadRequest, HTTPError, MethodNotAllowed, NotAcceptable, NotFound, URITooLong
+from .http.accept import negotiate
 from .storage.local import FileStore
 from .limits import DEFAULT_LIMITS, Limits
 from . import log
@@ -35,6 +36,7 @@ from .log import logger
 from .records import Records
 from .response import NO_STORE, Response, error_response, json_response, redirect, stream_response, text_response
 from .plan.batch import plan_batch
+from .plan.formats import FORMATS, MEDIA_TYPES
 from .plan.listing import plan_listing
 from .storage.batch_key import derive_key
 from .plan.single_file import plan_file
@@ -49,6 +51,9 @@ Handler = Callable[["Request"], Any]
 
 _PARAM = re.compile(r"<(?:(path):)?([A-Za-z_][A-Za-z0-9_]*)>")
 _HEALTH = b'{"status":"available"}'
+#: What ``/api/stream-files`` offers by ``Accept``, the default (no Accept, ``*/*``) first.
+_BATCH_TYPES = ("multipart/mixed", "application/zip", "application/x-tar")
+_VARY = ("Vary", "Accept")
 #: Files and batches may change under the same URL: caches keep them but ask again each time,
 #: which a strong ETag makes a cheap 304. Assets that never change under a URL can say
 #: "public, max-age=31536000, immutable" instead (``App(cache_control=...)``).
@@ -172,6 +177,9 @@ class App:
             self.add_route("/api/health", self._health, ["GET"], blocking=False)
             self.fixed["/api/health"] = self._health(Request("GET", "/api/health"))
             self.add_route("/api/stream-files", self._stream_files, ["GET", "POST"], blocking=False)
+            # The same batch as an archive, at a URL a link or an HTML form can name.
+            self.add_route("/api/stream-files.zip", self._stream_zip, ["GET", "POST"], blocking=False)
+            self.add_route("/api/stream-files.tar", self._stream_tar, ["GET", "POST"], blocking=False)
             self.add_route("/files/<path:path>", self._file, ["GET"], blocking=False)
         # ``browse`` (default: $AXON_BROWSE) lists directories under /browse/ (axon.plan.listing);
         # off, as nginx's autoindex is: a listing shows what a URL alone would not.
@@ -317,11 +325,13 @@ class App:
         """One file under the root, with ETag, Last-Modified, Range (206/416) and 304/412."""
         return self._cacheable(plan_file(self.store, path, request.method, request.headers, self.limits))
 
-    def send_batch(self, request: Request, paths: list[str]) -> Response:
-        """Files under the root as one ``multipart/mixed`` body, a resource with its own ETag,
-        preconditions (304/412) and Range; any bad path is one JSON 4xx."""
+    def send_batch(self, request: Request, paths: list[str], fmt: str = "multipart") -> Response:
+        """Files under the root as one body, a resource with its own ETag, preconditions
+        (304/412) and Range; any bad path is one JSON 4xx. ``fmt`` is ``"multipart"``
+        (``multipart/mixed``), ``"zip"`` or ``"tar"``."""
         response = plan_batch(
-            self.store, paths, self.limits, key=self.batch_key, headers=request.headers, method=request.method
+            self.store, paths, self.limits, key=self.batch_key, headers=request.headers, method=request.method,
+            fmt=FORMATS[fmt],
         )
         return self._cacheable(response)
 
@@ -343,6 +353,26 @@ class App:
         return Response(200, [("Allow", ", ".join(sorted(methods)))], [])
 
     def _stream_files(self, request: Request) -> Response:
+        # One URL, three representations: every answer (errors and 304 too) says it varies.
+        try:
+            accept = request.headers.get("accept")
+            fmt = "multipart" if accept is None else _negotiated_format(accept)
+            response = self.send_batch(request, self._batch_paths(request), fmt)
+        except HTTPError as exc:
+            exc.headers.append(_VARY)
+            raise
+        response.headers.append(_VARY)
+        return response
+
+    def _stream_zip(self, request: Request) -> Response:
+        return self.send_batch(request, self._batch_paths(request), "zip")
+
+    def _stream_tar(self, request: Request) -> Response:
+        return self.send_batch(request, self._batch_paths(request), "tar")
+
+    def _batch_paths(self, request: Request) -> list[str]:
+        """The paths a batch request names: every query value (names are free), or the JSON
+        list of a POST."""
         if request.method == "POST":
             self.limits.check_body(len(request.body))  # runtimes refuse earlier; a Request built by hand may not
             data = request.json()
@@ -351,7 +381,7 @@ class App:
                 raise BadRequest('POST a JSON object {"files": ["path", ...]}', code="bad_json")
         else:
             paths = [value for _, value in request.query]
-        return self.send_batch(request, paths)
+        return paths
 
     def _browse(self, request: Request) -> Response:
         # Blocking (the default for a plain function): reading a directory is unbounded disk work.
@@ -362,6 +392,16 @@ class App:
         # "/files//a.txt" is "a.txt", as "sub//a.txt" is "sub/a.txt" (and as nginx merges
         # slashes): the path is always taken below the root.
         return self.send_file(request, request.params["path"].lstrip("/"))
+
+
+@lru_cache(maxsize=256)  # a client sends the same Accept on every request: negotiate it once
+def _negotiated_format(accept: str) -> str:
+    chosen = negotiate(accept, _BATCH_TYPES)
+    if chosen is None:
+        raise NotAcceptable(
+            "a batch is served as " + ", ".join(_BATCH_TYPES) + "; or ask /api/stream-files.zip or /api/stream-files.tar"
+        )
+    return MEDIA_TYPES[chosen]
 
 
 def _parse_query(raw: str) -> tuple[tuple[str, str], ...]:

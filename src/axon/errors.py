@@ -72,6 +72,10 @@ class MethodNotAllowed(HTTPError):
         super().__init__(f"method not allowed; use one of: {allow}", headers=[("Allow", allow)])
 
 
+class NotAcceptable(HTTPError):
+    status, code = 406, "not_acceptable"
+
+
 class PreconditionFailed(HTTPError):
     status, code = 412, "precondition_failed"
 

@@ -202,10 +202,10 @@ def test_an_unsatisfiable_range_is_416_and_closes_every_file(root, open_fds):
     before = open_fds()
     status, got, body = batch(app, range=f"bytes={len(full)}-")
     assert status == 416 and got["Content-Range"] == f"bytes */{len(full)}"
-    assert open_fds() == before
+    assert open_fds() <= before  # <=: the GC may close an old store's root meanwhile
     with pytest.raises(RangeNotSatisfiable):
         plan_batch(app.store, PATHS, LIMITS, key=app.batch_key, headers={"range": "bytes=9-1"})
-    assert open_fds() == before
+    assert open_fds() <= before  # <=: the GC may close an old store's root meanwhile
 
 
 # -- preconditions: a batch is a resource (RFC 9110 13.2.1)
@@ -219,7 +219,7 @@ def test_if_none_match_its_etag_is_304_and_closes_every_file(root, open_fds):
         status, got, body = batch(app, method=method, if_none_match=headers["ETag"])
         assert (status, body) == (304, b"") and got["ETag"] == headers["ETag"], method
         assert "Content-Length" not in got
-    assert open_fds() == before
+    assert open_fds() <= before  # <=: the GC may close an old store's root meanwhile
     assert batch(app, if_none_match='"other"')[0] == 200
 
 

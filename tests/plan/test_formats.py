@@ -9,7 +9,7 @@ from axon.errors import RangeNotSatisfiable
 from axon.http.batch_identity import identity_of
 from axon.limits import Limits
 from axon.plan.batch import plan_batch
-from axon.plan.formats import multipart_mixed
+from axon.plan.formats import multipart_mixed, tar, zip_stored
 
 KEY = b"k" * 32
 LIMITS = Limits()
@@ -17,7 +17,7 @@ A = ("a.txt", "text/plain; charset=utf-8", 12, 1, 2, 3, 4, "a.txt")
 B = ("sub/../b.bin", "application/octet-stream", 5, 1, 2, 5, 4, "b.bin")
 
 
-def listing(key, boundary, signatures):
+def listing(key, boundary, signatures, crcs=()):
     """Not a real format: each file after a line naming it, and a last line."""
     etag = identity_of(key, signatures, boundary).etag if key is not None else None
     heads = [f"{s[0]} {s[2]}\n".encode() for s in signatures]
@@ -77,3 +77,17 @@ def test_a_format_has_its_own_cached_layouts(store, render):
     first = both()
     assert first == both()
     assert first[0] == first[2] != first[1]
+
+
+@pytest.mark.parametrize("fmt", [tar, zip_stored, multipart_mixed])
+def test_range_over_any_format_is_a_slice_of_the_whole(store, render, fmt):
+    paths = ["a.txt", "b.bin", "sub/c.json"]
+    whole = plan_batch(store, paths, LIMITS, key=KEY, headers={}, fmt=fmt)
+    etag, body = dict(whole.headers)["ETag"], render(whole.body)
+    whole.close()
+    for start, stop in [(0, 0), (25, 4000), (1000, len(body) - 1), (len(body) - 700, len(body) - 1)]:
+        part = plan_batch(store, paths, LIMITS, key=KEY, fmt=fmt, headers={"range": f"bytes={start}-{stop}", "if-range": etag})
+        try:
+            assert part.status == 206 and render(part.body) == body[start : stop + 1]
+        finally:
+            part.close()

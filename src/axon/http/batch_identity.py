@@ -38,11 +38,13 @@ class BatchIdentity(NamedTuple):
 Signature = tuple[str, str, int, int, int, int, int, str]
 
 
-def identity_of(key: bytes, signatures: Iterable[Signature], boundary: str | None = None) -> BatchIdentity:
+def identity_of(
+    key: bytes, signatures: Iterable[Signature], boundary: str | None = None, fmt: str = "multipart"
+) -> BatchIdentity:
     """The ETag and boundary of the batch whose files (one per requested path, in order) have
-    these signatures. A caller-chosen ``boundary`` is part of the bytes, so it is hashed in and
-    returned as is."""
-    h = _keyed(key).copy()
+    these signatures, framed in the format named ``fmt``. A caller-chosen ``boundary`` is part of
+    the bytes, so it is hashed in and returned as is."""
+    h = _keyed(key, fmt).copy()
     h.update(_field((boundary or "").encode("ascii")))
     h.update(b"".join([
         (_cached_record if len(signature[0]) <= CACHED_PATH_CHARS else _record)(*signature) for signature in signatures
@@ -52,10 +54,16 @@ def identity_of(key: bytes, signatures: Iterable[Signature], boundary: str | Non
     return BatchIdentity(f'"{digest[:32]}"', boundary or digest[32:])
 
 
+#: Each format hashes under its own personalisation, so that the same files as multipart, zip
+#: and tar have three ETags (a Range validated by one must not slice another), while
+#: multipart's tags stay what they were.
+_PERSON = {"multipart": b"axon-batch-id", "zip": b"axon-batch-zip", "tar": b"axon-batch-tar"}
+
+
 @lru_cache(maxsize=8)
-def _keyed(key: bytes) -> "hashlib._Hash":
+def _keyed(key: bytes, fmt: str = "multipart") -> "hashlib._Hash":
     """The digest state after the key and the version: copied per batch (keying costs more)."""
-    h = hashlib.blake2b(digest_size=32, key=key, person=b"axon-batch-id")
+    h = hashlib.blake2b(digest_size=32, key=key, person=_PERSON[fmt])
     h.update(_VERSION)
     return h
 

@@ -15,14 +15,20 @@ tag. Several ranges get the whole batch (200), which RFC 9110
 allows (a server may ignore ``Range``): a ``multipart/byteranges`` wrapped around a
 ``multipart/mixed`` would be legal but useless to any client we know. Range is honoured on
 ``POST /api/stream-files`` too: that POST is a query with its list in the body, not a change.
+
+A zip needs each file's CRC-32 before its bytes: the storage layer gives it, known or read now
+(before any byte is sent, so errors and the length stay exact). A file that changes while it is
+read is opened again with the whole batch, up to ``CHANGE_RETRIES`` times; a file that keeps
+changing is a 503 (``file_changing``, ``Retry-After: 1``): the batch cannot name a version of it.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from ..errors import BadRequest, HTTPError, PayloadTooLarge, PreconditionFailed
+from ..errors import BadRequest, HTTPError, PayloadTooLarge, PreconditionFailed, ServiceUnavailable
 from ..storage import File, Source
+from ..storage.crc_cache import FileChanged
 from ..limits import Limits
 from ..response import Response
 from ..http.batch_identity import Signature
@@ -30,7 +36,10 @@ from ..http.conditional import evaluate, if_range_allows
 from ..http.multipart import CACHED_PATH_CHARS
 from ..http.ranges import content_range, parse_range
 from ..http.segments import Segment, body_length, slice_segments
-from .formats import Format, Layout, multipart_mixed
+from .formats import NEEDS_CRC, Format, Layout, multipart_mixed
+
+#: How many times a batch is opened again when a file changes while its CRC-32 is read.
+CHANGE_RETRIES = 3
 
 
 def check_count(paths: list[str], limits: Limits) -> None:
@@ -91,6 +100,7 @@ def plan_batch(
     headers: dict[str, str] | None = None,
     method: str = "GET",
     fmt: Format = multipart_mixed,
+    _retries: int = CHANGE_RETRIES,
 ) -> Response:
     """The batch of ``paths`` in the format ``fmt``; with ``key``, with its identity and honouring
     ``headers``' preconditions, ``Range`` and ``If-Range`` (lower-case names, as
@@ -110,11 +120,27 @@ def plan_batch(
                 code="batch_too_large",
             )
         signatures = tuple(map(file_signature, chosen))
+        crcs: tuple[int, ...] = ()
+        if fmt in NEEDS_CRC:
+            # The CRCs change a zip's bytes, never its length or ETag: HEAD reads no file.
+            try:
+                crcs = (0,) * len(chosen) if method == "HEAD" else checksums(store, chosen)
+            except FileChanged as exc:
+                for f in files:
+                    f.close()
+                if _retries <= 1:
+                    raise ServiceUnavailable(
+                        "a file changed each time its CRC-32 was read; try again once it is written",
+                        code="file_changing", paths=[str(exc)], headers=[("Retry-After", "1")],
+                    ) from None
+                # Opened again, the batch is planned from the file as it is now.
+                return plan_batch(store, paths, limits, boundary=boundary, key=key, headers=headers,
+                                  method=method, fmt=fmt, _retries=_retries - 1)
         # Without a key there is no identity to name a layout by (the boundary is random).
         if key is not None and len(chosen) <= LAYOUT_CACHE_FILES and named <= CACHED_PATH_CHARS * 4:
-            etag, content_type, filename, heads = _cached_layout(fmt, key, boundary, signatures)
+            etag, content_type, filename, heads = _cached_layout(fmt, key, boundary, signatures, crcs)
         else:
-            etag, content_type, filename, heads = fmt(key, boundary, signatures)
+            etag, content_type, filename, heads = fmt(key, boundary, signatures, crcs)
         # A browser that opens a batch URL saves it under this name, not the URL's last segment.
         out = [("Content-Type", content_type), ("Content-Disposition", f'attachment; filename="{filename}"')]
         if etag is None:
@@ -142,13 +168,28 @@ def _body(chosen: list[File], heads: tuple[bytes, ...]) -> list[Segment]:
     return body
 
 
+def checksums(store: Source, chosen: list[File]) -> tuple[int, ...]:
+    """Each file's CRC-32 (a path named twice is one file, asked once); FileChanged names the
+    path of a file that is no longer the version opened."""
+    known: dict[int, int] = {}
+    for f in chosen:
+        if id(f) not in known:
+            try:
+                known[id(f)] = store.crc32(f)
+            except FileChanged:
+                raise FileChanged(f.path) from None
+    return tuple([known[id(f)] for f in chosen])
+
+
 def file_signature(f: File) -> Signature:
     """An open file's facts, as the identity and the framing of a batch take them."""
     return (f.path, f.content_type, f.size, f.mtime_ns, f.ctime_ns, f.inode, f.device, f.name)
 
 
-def _layout(fmt: Format, key: bytes, boundary: str | None, signatures: tuple[Signature, ...]) -> Layout:
-    return fmt(key, boundary, signatures)
+def _layout(
+    fmt: Format, key: bytes, boundary: str | None, signatures: tuple[Signature, ...], crcs: tuple[int, ...]
+) -> Layout:
+    return fmt(key, boundary, signatures, crcs)
 
 
 #: The same batch of unchanged files is the same bytes, so a repeated batch (an app's asset

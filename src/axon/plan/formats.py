@@ -8,26 +8,38 @@ go before, between and after its N files. The planner (:func:`axon.plan.batch.pl
 each file's segment between the blocks, so the exact length is known before a byte is sent,
 ``Range`` and ``If-Range`` work on every format alike, and a repeated batch reuses its layout.
 
-``multipart/mixed`` is the first. An archive is one more function of this shape: a tar header
-before each file and its padding after, or a zip's local headers and its central directory at
-the end, are such blocks.
+``multipart/mixed`` is the first; tar and zip (:mod:`axon.http.archive` frames them) are the
+same shape: a tar header before each file and its padding after, a zip's local headers and its
+central directory at the end. A zip entry declares its CRC-32 before its bytes, so the formats
+in :data:`NEEDS_CRC` are also given each file's CRC-32 (the planner asks the storage layer,
+which keeps them per file version); the others get ``()``.
+
+Each file is one entry named by its path as requested, normalized (no leading ``/``, no ``.``
+or ``..``): a batch naming one path twice has two parts, two tar entries of the same name (an
+extractor keeps the last), and two zip entries of the same name (``zipfile`` lists both, ``unzip``
+asks before overwriting), so the layout of a batch is always one entry per requested path.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Optional
 
+from ..http.archive import (
+    TAR_END, tar_header, tar_padding, zip_central_record, zip_end, zip_entry, zip_local_header,
+)
 from ..http.batch_identity import Signature, identity_of
 from ..http.multipart import file_part_headers, frame, new_boundary
 from ..http.segments import FileSlice
 
 #: (ETag or None without a key, Content-Type, file name, the N + 1 blocks around the N files)
 Layout = tuple[Optional[str], str, str, tuple[bytes, ...]]
-#: (key or None, boundary or None, signatures) -> Layout
-Format = Callable[[Optional[bytes], Optional[str], tuple[Signature, ...]], Layout]
+#: (key or None, boundary or None, signatures, CRC-32s or ()) -> Layout
+Format = Callable[[Optional[bytes], Optional[str], tuple[Signature, ...], tuple[int, ...]], Layout]
 
 
-def multipart_mixed(key: bytes | None, boundary: str | None, signatures: tuple[Signature, ...]) -> Layout:
+def multipart_mixed(
+    key: bytes | None, boundary: str | None, signatures: tuple[Signature, ...], crcs: tuple[int, ...] = ()
+) -> Layout:
     """RFC 2046 ``multipart/mixed``, one part per file (:mod:`axon.http.multipart` frames it).
     With a key, its identity names the ETag and the boundary; without one, the batch has no
     ETag and a random boundary (or the one given)."""
@@ -41,3 +53,38 @@ def multipart_mixed(key: bytes | None, boundary: str | None, signatures: tuple[S
     framed = frame(boundary, parts)
     # The name the article's own ``curl -o`` gives a batch.
     return etag, f"multipart/mixed; boundary={boundary}", "batch.multipart", tuple(framed[0::2])  # type: ignore[arg-type]
+
+
+def tar(key: bytes | None, boundary: str | None, signatures: tuple[Signature, ...], crcs: tuple[int, ...] = ()) -> Layout:
+    """POSIX ustar (pax headers where a name or size needs them), one entry per file."""
+    blocks, padding = [], b""
+    for s in signatures:
+        blocks.append(padding + tar_header(s[7], s[2], s[3]))
+        padding = tar_padding(s[2])
+    blocks.append(padding + TAR_END)
+    return _etag(key, signatures, "tar"), "application/x-tar", "batch.tar", tuple(blocks)
+
+
+def zip_stored(key: bytes | None, boundary: str | None, signatures: tuple[Signature, ...], crcs: tuple[int, ...] = ()) -> Layout:
+    """A zip of stored entries (the file's bytes are the entry's), then its central directory."""
+    blocks, directory, offset = [], [], 0
+    for s, crc in zip(signatures, crcs, strict=True):
+        info = zip_entry(s[7], s[2], s[3], crc)
+        local = zip_local_header(info)
+        directory.append(zip_central_record(info, offset))
+        blocks.append(local)
+        offset += len(local) + s[2]
+    central = b"".join(directory)
+    blocks.append(central + zip_end(len(directory), offset, len(central)))
+    return _etag(key, signatures, "zip"), "application/zip", "batch.zip", tuple(blocks)
+
+
+def _etag(key: bytes | None, signatures: tuple[Signature, ...], name: str) -> str | None:
+    return identity_of(key, signatures, None, name).etag if key is not None else None
+
+
+#: The formats by the name a request gives (a URL's suffix), and by media type (``Accept``).
+FORMATS: dict[str, Format] = {"multipart": multipart_mixed, "zip": zip_stored, "tar": tar}
+MEDIA_TYPES = {"multipart/mixed": "multipart", "application/zip": "zip", "application/x-tar": "tar"}
+#: The formats that must be given each file's CRC-32.
+NEEDS_CRC = frozenset({zip_stored})

@@ -53,6 +53,12 @@ class Source(Protocol):
         :class:`~axon.errors.HTTPError` that says why not (400, 403, 404, 503)."""
         ...
 
+    def crc32(self, file: File) -> int:
+        """The CRC-32 of ``file`` (one this source opened) as it was opened, for a zip entry;
+        :class:`~axon.storage.crc_cache.FileChanged` if it is no longer that version. A source
+        that stores checksums (an object store) answers from them."""
+        ...
+
 
 class Entry(NamedTuple):
     """One entry of a directory listing: plain facts, no descriptor (a symlink's are its target's)."""

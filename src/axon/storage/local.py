@@ -34,6 +34,7 @@ import sys
 from ..config import environment
 from ..errors import BadRequest, Forbidden, HTTPError, NotFound, ServiceUnavailable
 from . import Entry
+from .crc_cache import CrcCache
 from .file_cache import CachedDescriptor, FileCache
 from ..http.segments import FileSlice, Segment
 
@@ -221,6 +222,7 @@ class FileStore:
         else:
             self._openat2 = None  # ENOSYS (old kernel) or EPERM (a seccomp filter): walk instead
         self._cache: FileCache | None = None
+        self.crcs = CrcCache()
 
     def __del__(self) -> None:
         cache = getattr(self, "_cache", None)
@@ -257,6 +259,11 @@ class FileStore:
         f = self._open(requested)
         f._shared = cache.add(requested, f.fd, (f.device, f.inode), f.name, f.content_type)
         return f
+
+    def crc32(self, f: OpenFile) -> int:
+        """The CRC-32 of ``f`` as opened: kept per file version (:mod:`axon.storage.crc_cache`),
+        read by offset when not known; :class:`~axon.storage.crc_cache.FileChanged` if it changed."""
+        return self.crcs.crc32(f.fd, (f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns), f.data)
 
     def _open(self, requested: str) -> OpenFile:
         parts = normalize(requested)

@@ -1,0 +1,132 @@
+"""Archive framing: the bytes a tar or a zip puts around each file, built from plain facts.
+
+Pure, as :mod:`.multipart` is: no file is opened here; the planner puts each file's bytes
+between the blocks these functions return, so a file's body still leaves by ``sendfile``.
+
+* tar: POSIX ustar headers written by :mod:`tarfile` itself (``TarInfo.tobuf`` in pax format,
+  which adds a pax extended header only when a field does not fit ustar: a name longer than
+  ustar's fields or not ASCII, a size of 8 GiB or more). Each file is padded to 512 bytes; the
+  archive ends with two zero blocks.
+* zip: stored entries (method 0: the bytes on disk are the entry), local headers written by
+  :meth:`zipfile.ZipInfo.FileHeader`, and the central directory and end records packed with
+  :mod:`zipfile`'s own structure formats, as ``ZipFile`` writes them. Names are UTF-8 (flag bit
+  11 set when a name is not ASCII, as ``zipfile`` does). Zip64 fields appear only where a value
+  does not fit 32 bits (an entry or offset of 0xFFFFFFFF bytes or more), and the Zip64 end
+  records only then or past 65,535 entries. ``zipfile`` itself switches to Zip64 from 2 GiB,
+  for readers that took the fields as signed; every reader we test (``zipfile``, Info-ZIP
+  ``unzip``, libarchive) reads unsigned, which is what the format says.
+"""
+
+from __future__ import annotations
+
+import struct
+import tarfile
+import zipfile
+from datetime import datetime, timezone
+
+#: A 32-bit field holding this (or needing more) says "see the Zip64 extra field".
+ZIP64_FROM = 0xFFFFFFFF
+#: More entries than this need the Zip64 end records (the classic count is 16 bits).
+ZIP_MAX_ENTRIES = 0xFFFF
+_REGULAR_0644 = (0o100644 << 16)  # a zip's external attributes: Unix mode in the high half
+_UNIX = 3  # "version made by" host system, as ZipFile writes on POSIX
+
+
+def tar_header(name: str, size: int, mtime_ns: int) -> bytes:
+    """The header block(s) of one regular file, mode 0644, owned by nobody in particular."""
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = mtime_ns // 1_000_000_000
+    info.mode = 0o644
+    return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+
+
+def tar_padding(size: int) -> bytes:
+    """What follows a file's bytes up to the next 512-byte block."""
+    return bytes(-size % tarfile.BLOCKSIZE)
+
+
+#: After the last file: two zero blocks (tarfile and GNU tar add zeros up to a 10 KiB record
+#: when writing to a tape; readers need only these).
+TAR_END = bytes(2 * tarfile.BLOCKSIZE)
+
+
+def zip_entry(name: str, size: int, mtime_ns: int, crc: int) -> zipfile.ZipInfo:
+    """The facts of one stored entry, as ``zipfile`` describes them."""
+    info = zipfile.ZipInfo(name, _dos_date_time(mtime_ns))
+    info.compress_type = zipfile.ZIP_STORED
+    info.file_size = info.compress_size = size
+    info.CRC = crc
+    info.external_attr = _REGULAR_0644
+    info.create_system = _UNIX
+    return info
+
+
+def zip_local_header(info: zipfile.ZipInfo) -> bytes:
+    """The local file header (with its Zip64 extra field when the size needs one)."""
+    return info.FileHeader(zip64=info.file_size >= ZIP64_FROM)
+
+
+def zip_central_record(info: zipfile.ZipInfo, offset: int) -> bytes:
+    """The central directory record of an entry whose local header starts at ``offset``.
+    Laid out as ``ZipFile._write_end_record`` writes it (the Zip64 extra field lists the sizes,
+    then the offset, each only if its 32-bit field overflows)."""
+    size, wide = info.file_size, []
+    if size >= ZIP64_FROM:
+        wide += [size, size]  # uncompressed, then compressed: stored, they are equal
+        size = ZIP64_FROM
+    if offset >= ZIP64_FROM:
+        wide.append(offset)
+        offset = ZIP64_FROM
+    extra = struct.pack("<HH" + "Q" * len(wide), 1, 8 * len(wide), *wide) if wide else b""
+    least = zipfile.ZIP64_VERSION if wide else 0
+    name, flags = _encoded_name(info)
+    head = struct.pack(
+        zipfile.structCentralDir, zipfile.stringCentralDir, max(least, info.create_version), info.create_system,
+        max(least, info.extract_version), info.reserved, flags, info.compress_type, *_dos_fields(info.date_time),
+        info.CRC, size, size, len(name), len(extra), 0, 0, info.internal_attr, info.external_attr, offset,
+    )
+    return head + name + extra
+
+
+def zip_end(count: int, directory_offset: int, directory_size: int) -> bytes:
+    """The end records after a central directory of ``count`` entries: the Zip64 end record and
+    its locator only when a count, size or offset does not fit the classic record."""
+    out = b""
+    if count > ZIP_MAX_ENTRIES or directory_offset >= ZIP64_FROM or directory_size >= ZIP64_FROM:
+        out = struct.pack(
+            zipfile.structEndArchive64, zipfile.stringEndArchive64, 44, zipfile.ZIP64_VERSION,
+            zipfile.ZIP64_VERSION, 0, 0, count, count, directory_size, directory_offset,
+        ) + struct.pack(
+            zipfile.structEndArchive64Locator, zipfile.stringEndArchive64Locator, 0,
+            directory_offset + directory_size, 1,
+        )
+        count = min(count, ZIP_MAX_ENTRIES)
+        directory_size = min(directory_size, ZIP64_FROM)
+        directory_offset = min(directory_offset, ZIP64_FROM)
+    return out + struct.pack(
+        zipfile.structEndArchive, zipfile.stringEndArchive, 0, 0, count, count, directory_size, directory_offset, 0
+    )
+
+
+def _encoded_name(info: zipfile.ZipInfo) -> tuple[bytes, int]:
+    # As ZipInfo encodes it for the local header: ASCII as is, anything else UTF-8 with bit 11.
+    try:
+        return info.filename.encode("ascii"), info.flag_bits
+    except UnicodeEncodeError:
+        return info.filename.encode("utf-8"), info.flag_bits | 0x800
+
+
+_DOS_FIRST, _DOS_LAST = 315532800, 4354819198  # 1980-01-01 00:00:00 and 2107-12-31 23:59:58 UTC
+
+
+def _dos_date_time(mtime_ns: int) -> tuple[int, int, int, int, int, int]:
+    """The mtime in UTC (a zip's date has no zone; UTC makes the bytes the same on every
+    server), clamped to what a DOS date can hold (1980 to 2107)."""
+    seconds = min(max(mtime_ns // 1_000_000_000, _DOS_FIRST), _DOS_LAST)
+    t = datetime.fromtimestamp(seconds, timezone.utc)
+    return t.year, t.month, t.day, t.hour, t.minute, t.second
+
+
+def _dos_fields(dt: tuple[int, ...]) -> tuple[int, int]:
+    return dt[3] << 11 | dt[4] << 5 | (dt[5] // 2), (dt[0] - 1980) << 9 | dt[1] << 5 | dt[2]

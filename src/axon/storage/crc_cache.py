@@ -1,0 +1,98 @@
+"""CRC-32 of file versions, computed once and kept in memory: what a zip entry must declare.
+
+A zip's local header carries its entry's CRC-32 before the entry's bytes, so a zip framed up
+front (exact ``Content-Length``, ``Range``, bodies sent by ``sendfile``) needs every CRC before
+the first byte. Reading a file for it costs what sending it costs; this cache makes that a
+once-per-version cost.
+
+A version is named by ``(device, inode, size, mtime_ns, ctime_ns)``: a file replaced is another
+inode, a file written in place moves its ctime (even when its size stays and its mtime is put
+back with ``utime``), so a changed file is a new key and never finds an old CRC. As with the
+open-file cache (:data:`~axon.storage.file_cache.SETTLED_NS`), a CRC is kept only once the file's
+last change is ``settled_ns`` old: two writes within one tick of the filesystem's clock can leave
+the key as it was, and a CRC read between them must not outlive this one response.
+
+After reading, the descriptor is ``fstat`` ed again: if the file changed while it was read (or
+since it was opened, which is what the response's length was planned from), the CRC describes no
+version the response could send, and :class:`FileChanged` is raised for the planner to open the
+batch again. Kept in memory only, per process (a worker computes its own): a CRC persisted
+beside the file, or in extended attributes, would have to be trusted across restarts and
+writers this process never saw.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import zlib
+from collections import OrderedDict
+
+from .file_cache import SETTLED_NS
+
+#: The facts that name one version of a file.
+Version = tuple[int, int, int, int, int]  # device, inode, size, mtime_ns, ctime_ns
+#: Bytes read per pread: large enough that the loop costs nothing beside the checksum.
+CHUNK = 1 << 20
+
+
+class FileChanged(Exception):
+    """The file is no longer the version a response was planned from."""
+
+
+class CrcCache:
+    """A bounded LRU of CRC-32 by file version. Thread-safe: blocking handlers run in a pool;
+    two threads missing the same version both read it (no lock is held while reading)."""
+
+    def __init__(self, size: int = 65536, settled_ns: int = SETTLED_NS, clock=time.time_ns) -> None:
+        self.size = size
+        self.settled_ns = settled_ns
+        self._clock = clock
+        self._entries: OrderedDict[Version, int] = OrderedDict()
+        self._lock = threading.Lock()
+        #: How many CRCs were read rather than found (for tests and the benchmark's cold runs).
+        self.computed = 0
+
+    def known(self, version: Version) -> int | None:
+        with self._lock:
+            crc = self._entries.get(version)
+            if crc is not None:
+                self._entries.move_to_end(version)
+            return crc
+
+    def crc32(self, fd: int, version: Version, data: bytes | None = None) -> int:
+        """The CRC-32 of the open file ``fd`` as ``version`` (from the ``fstat`` it was opened
+        under); ``data``, when given, is its whole content already in memory."""
+        crc = self.known(version)
+        if crc is not None:
+            return crc
+        size = version[2]
+        crc = zlib.crc32(data) if data is not None else read_crc32(fd, size)
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != version:
+            raise FileChanged(fd)
+        self.computed += 1
+        if self._clock() - version[4] >= self.settled_ns:
+            with self._lock:
+                self._entries[version] = crc
+                self._entries.move_to_end(version)
+                while len(self._entries) > self.size:
+                    self._entries.popitem(last=False)
+        return crc
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+def read_crc32(fd: int, size: int) -> int:
+    """The CRC-32 of the first ``size`` bytes of ``fd``, read by offset (the descriptor may be
+    shared: its position is never used). A file shorter than ``size`` has changed."""
+    crc, offset = 0, 0
+    while offset < size:
+        chunk = os.pread(fd, min(CHUNK, size - offset), offset)
+        if not chunk:
+            raise FileChanged(fd)
+        crc = zlib.crc32(chunk, crc)
+        offset += len(chunk)
+    return crc

@@ -1,0 +1,62 @@
+"""Archive framing from plain facts: Zip64 exactly where a value does not fit 32 bits (or the
+count 16), and the same layouts zipfile reads."""
+
+from __future__ import annotations
+
+import struct
+import zipfile
+
+from axon.http.archive import (
+    ZIP64_FROM, tar_header, tar_padding, zip_central_record, zip_end, zip_entry, zip_local_header,
+)
+
+
+def zip64_field(record: bytes, fixed: int, name_len_at: int) -> bytes:
+    """The Zip64 extra field (header id 1) of a local (30 bytes fixed) or central (46) record."""
+    name_len, extra_len = struct.unpack_from("<HH", record, name_len_at)
+    extra = record[fixed + name_len : fixed + name_len + extra_len]
+    assert extra[:2] in (b"", b"\x01\x00")
+    return extra
+
+
+def test_zip64_only_from_0xffffffff():
+    below = zip_entry("a", ZIP64_FROM - 1, 0, 0)
+    assert zip64_field(zip_local_header(below), 30, 26) == b""
+    assert zip64_field(zip_central_record(below, ZIP64_FROM - 1), 46, 28) == b""
+    at = zip_entry("a", ZIP64_FROM, 0, 0)
+    local = zip_local_header(at)
+    assert zip64_field(local, 30, 26) == struct.pack("<HHQQ", 1, 16, ZIP64_FROM, ZIP64_FROM)
+    assert struct.unpack_from("<LL", local, 18) == (0xFFFFFFFF, 0xFFFFFFFF)
+    assert struct.unpack_from("<H", local, 4) == (45,)  # version needed: Zip64
+    central = zip_central_record(at, 1 << 33)
+    assert zip64_field(central, 46, 28) == struct.pack("<HHQQQ", 1, 24, ZIP64_FROM, ZIP64_FROM, 1 << 33)
+    # The offset alone: only it in the field.
+    small_far = zip_entry("b", 10, 0, 0)
+    zip_local_header(small_far)
+    assert zip64_field(zip_central_record(small_far, 1 << 33), 46, 28) == struct.pack("<HHQ", 1, 8, 1 << 33)
+
+
+def test_end_records():
+    classic = zip_end(3, 100, 200)
+    assert classic[:4] == zipfile.stringEndArchive and len(classic) == 22
+    for count, offset, size in [(0xFFFF + 1, 100, 200), (3, ZIP64_FROM, 200), (3, 100, ZIP64_FROM)]:
+        wide = zip_end(count, offset, size)
+        assert wide[:4] == zipfile.stringEndArchive64 and len(wide) == 56 + 20 + 22
+        assert struct.unpack_from("<QQQQ", wide, 24) == (count, count, size, offset)
+        assert struct.unpack_from("<4sLQL", wide, 56) == (zipfile.stringEndArchive64Locator, 0, offset + size, 1)
+        assert struct.unpack_from("<HHLL", wide, 76 + 8) == (min(count, 0xFFFF), min(count, 0xFFFF),
+                                                             min(size, ZIP64_FROM), min(offset, ZIP64_FROM))
+    assert zip_end(0xFFFF, 100, 200)[:4] == zipfile.stringEndArchive  # as zipfile: 65,535 fits
+
+
+def test_dates_clamped_to_what_dos_holds():
+    assert zip_entry("a", 0, 0, 0).date_time == (1980, 1, 1, 0, 0, 0)
+    assert zip_entry("a", 0, 10**19, 0).date_time == (2107, 12, 31, 23, 59, 58)
+    assert zip_entry("a", 0, 1_700_000_000_123_456_789, 0).date_time == (2023, 11, 14, 22, 13, 20)
+
+
+def test_tar_header_is_ustar_unless_a_name_needs_pax():
+    plain = tar_header("a/b.txt", 5, 1_700_000_000 * 10**9)
+    assert len(plain) == 512 and plain[257:265] == b"ustar\x0000"
+    assert len(tar_header("ü.txt", 5, 0)) == 3 * 512  # a pax header block, its records, the header
+    assert tar_padding(0) == b"" and tar_padding(1) == bytes(511) and tar_padding(512) == b""

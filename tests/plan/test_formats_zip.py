@@ -1,0 +1,178 @@
+"""The zip format: stored entries whose CRC-32 the storage layer knows, read back by zipfile,
+Info-ZIP unzip and bsdtar, hostile names included; a file edited in place never keeps an old CRC."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+import zipfile
+import zlib
+
+import pytest
+
+from axon.errors import ServiceUnavailable
+from axon.limits import Limits
+from axon.plan.batch import plan_batch
+from axon.plan.formats import zip_stored
+from axon.storage.local import FileStore
+
+from archive_support import HOSTILE, extracted, make_hostile, render, tool
+
+KEY = b"k" * 32
+LIMITS = Limits()
+
+
+def test_zip_round_trip_in_zipfile(root, store):
+    paths = ["a.txt", "sub/../b.bin", "empty.txt", "sub/deeper/d.txt"]
+    response = plan_batch(store, paths, LIMITS, key=KEY, headers={}, fmt=zip_stored)
+    headers = dict(response.headers)
+    assert headers["Content-Type"] == "application/zip"
+    assert headers["Content-Disposition"] == 'attachment; filename="batch.zip"'
+    body = render(response)
+    assert int(headers["Content-Length"]) == len(body)
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        assert archive.testzip() is None
+        infos = archive.infolist()
+        assert [i.filename for i in infos] == ["a.txt", "b.bin", "empty.txt", "sub/deeper/d.txt"]
+        for info, path in zip(infos, ["a.txt", "b.bin", "empty.txt", "sub/deeper/d.txt"]):
+            data = (root / path).read_bytes()
+            assert info.compress_type == zipfile.ZIP_STORED and info.CRC == zlib.crc32(data)
+            assert info.external_attr >> 16 == 0o100644
+            assert archive.read(info) == data
+            assert b"\x01\x00" not in info.extra[:2]  # no Zip64 field for small entries
+
+
+def test_hostile_names_come_out_the_same_in_every_tool(root, tmp_path):
+    made = make_hostile(root)
+    body = render(plan_batch(FileStore(root), HOSTILE, LIMITS, key=KEY, headers={}, fmt=zip_stored))
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        assert archive.testzip() is None
+        assert archive.namelist() == HOSTILE
+        assert {n: archive.read(n) for n in HOSTILE} == made
+        # UTF-8 names say so (bit 11); ASCII ones need not.
+        assert [bool(i.flag_bits & 0x800) for i in archive.infolist()] == [not n.isascii() for n in HOSTILE]
+    path = tmp_path / "batch.zip"
+    path.write_bytes(body)
+    assert "No errors detected" in tool("unzip", "-t", str(path))
+    assert tool("bsdtar", "-tvf", str(path)).count("\n") == len(HOSTILE)
+    out = tmp_path / "bsdtar"
+    out.mkdir()
+    tool("bsdtar", "-xf", str(path), "-C", str(out))
+    assert extracted(out) == made
+    # Info-ZIP unzip rewrites control characters in names it extracts (CR, LF): every other
+    # name comes out as it went in.
+    out = tmp_path / "unzip"
+    tool("unzip", "-q", str(path), "-d", str(out))
+    got = extracted(out)
+    assert {n: d for n, d in made.items() if n.isprintable()} == {n: d for n, d in got.items() if n in made}
+    assert len(got) == len(made)
+
+
+def test_same_bytes_as_zipfile_writes(root, store):
+    # zipfile is the reference: the same stored entries with the same facts are the same bytes.
+    paths = ["a.txt", "b.bin", "sub/c.json"]
+    ours = render(plan_batch(store, paths, LIMITS, key=KEY, headers={}, fmt=zip_stored))
+    reference = io.BytesIO()
+    with zipfile.ZipFile(reference, "w", zipfile.ZIP_STORED) as archive:
+        for info in zipfile.ZipFile(io.BytesIO(ours)).infolist():
+            fresh = zipfile.ZipInfo(info.filename, info.date_time)
+            fresh.external_attr, fresh.create_system = info.external_attr, info.create_system
+            archive.writestr(fresh, (root / info.filename).read_bytes())
+    assert ours == reference.getvalue()
+
+
+def test_a_path_named_twice_is_two_entries(root, store, tmp_path):
+    body = render(plan_batch(store, ["a.txt", "b.bin", "./a.txt"], LIMITS, key=KEY, headers={}, fmt=zip_stored))
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        assert archive.namelist() == ["a.txt", "b.bin", "a.txt"] and archive.testzip() is None
+    (tmp_path / "twice.zip").write_bytes(body)
+    assert "No errors detected" in tool("unzip", "-t", str(tmp_path / "twice.zip"))
+
+
+
+def test_formats_have_their_own_etags(store):
+    from axon.plan.formats import multipart_mixed, tar
+
+    def etag(fmt):
+        response = plan_batch(store, ["a.txt"], LIMITS, key=KEY, headers={}, fmt=fmt)
+        response.close()
+        return dict(response.headers)["ETag"]
+
+    assert len({etag(multipart_mixed), etag(tar), etag(zip_stored)}) == 3
+
+
+def test_a_file_edited_in_place_gets_a_new_crc(root, tmp_path):
+    # Keep the size and put the mtime back: only the ctime says the file changed.
+    store = FileStore(root)
+    store.crcs.settled_ns = 0  # keep every CRC, even of a file written a moment ago
+    path = root / "b.bin"
+    before = os.stat(path)
+
+    def crc_served():
+        body = render(plan_batch(store, ["b.bin"], LIMITS, key=KEY, headers={}, fmt=zip_stored))
+        with zipfile.ZipFile(io.BytesIO(body)) as archive:
+            assert archive.testzip() is None
+            return archive.infolist()[0].CRC, archive.read("b.bin")
+
+    first, data = crc_served()
+    assert first == zlib.crc32(path.read_bytes()) and store.crcs.computed == 1
+    assert crc_served()[0] == first and store.crcs.computed == 1  # known: not read again
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        time.sleep(0.02)  # past one tick of the filesystem clock, so the ctime moves
+        os.pwrite(fd, b"EDITED", 100)
+    finally:
+        os.close(fd)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert after.st_ctime_ns != before.st_ctime_ns
+    second, data = crc_served()
+    assert second != first and data == path.read_bytes() and second == zlib.crc32(data)
+    assert store.crcs.computed == 2
+
+
+class GrowingStore:
+    """A real store whose files are appended to each time their CRC is asked: they change
+    between being opened and being read, as a file being written does."""
+
+    def __init__(self, store: FileStore, root, times: int) -> None:
+        self.store, self.root, self.times = store, root, times
+
+    def open(self, requested):
+        return self.store.open(requested)
+
+    def crc32(self, f):
+        if self.times > 0:
+            self.times -= 1
+            with open(self.root / f.name, "ab") as out:
+                out.write(b"+")
+        return self.store.crc32(f)
+
+
+def test_a_file_that_changes_while_read_is_opened_again(root, store):
+    growing = GrowingStore(store, root, times=2)
+    body = render(plan_batch(growing, ["a.txt"], LIMITS, key=KEY, headers={}, fmt=zip_stored))
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        assert archive.read("a.txt") == b"hello, axon\n++" and archive.testzip() is None
+
+
+def test_a_file_that_keeps_changing_is_a_503(root, store, open_fds):
+    before = open_fds()
+    with pytest.raises(ServiceUnavailable) as caught:
+        plan_batch(GrowingStore(store, root, times=10), ["b.bin", "a.txt"], LIMITS, key=KEY, headers={}, fmt=zip_stored)
+    assert caught.value.code == "file_changing" and caught.value.paths == ["b.bin"]
+    assert ("Retry-After", "1") in caught.value.headers
+    assert open_fds() <= before
+
+
+def test_head_reads_no_file_for_its_crc(root):
+    store = FileStore(root)
+    head = plan_batch(store, ["a.txt", "b.bin"], LIMITS, key=KEY, headers={}, method="HEAD", fmt=zip_stored)
+    head.close()
+    assert store.crcs.computed == 0
+    get = plan_batch(store, ["a.txt", "b.bin"], LIMITS, key=KEY, headers={}, fmt=zip_stored)
+    get.close()
+    assert store.crcs.computed == 2
+    assert dict(head.headers) == dict(get.headers)

@@ -1,0 +1,87 @@
+"""The CRC-32 cache: one read per file version, bounded, never an old CRC for a new version."""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import pytest
+
+from axon.storage.crc_cache import CrcCache, FileChanged, read_crc32
+
+
+def version(fd):
+    st = os.fstat(fd)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@pytest.fixture
+def opened(tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(os.urandom(3 * 1024 * 1024 + 17))  # more than one CHUNK
+    fd = os.open(path, os.O_RDONLY)
+    yield path, fd
+    os.close(fd)
+
+
+def test_computed_once_per_version(opened):
+    path, fd = opened
+    cache = CrcCache(settled_ns=0)
+    v = version(fd)
+    assert cache.crc32(fd, v) == zlib.crc32(path.read_bytes()) and cache.computed == 1
+    assert cache.crc32(fd, v) == zlib.crc32(path.read_bytes()) and cache.computed == 1
+    assert cache.known(v) is not None
+
+
+def test_data_in_memory_is_not_read_again(opened):
+    path, fd = opened
+    cache = CrcCache(settled_ns=0)
+    assert cache.crc32(fd, version(fd), data=path.read_bytes()) == zlib.crc32(path.read_bytes())
+
+
+def test_a_file_changed_since_opened_is_refused(opened):
+    path, fd = opened
+    cache = CrcCache(settled_ns=0)
+    planned = version(fd)
+    with open(path, "ab") as out:
+        out.write(b"more")
+    with pytest.raises(FileChanged):
+        cache.crc32(fd, planned)
+    assert cache.known(planned) is None
+
+
+def test_a_file_shorter_than_planned_has_changed(opened):
+    path, fd = opened
+    with pytest.raises(FileChanged):
+        read_crc32(fd, os.fstat(fd).st_size + 1)
+
+
+def test_a_file_not_settled_is_not_kept(opened):
+    # Changed a moment ago: a second write within the same clock tick could leave its stat as
+    # is, so its CRC serves this response only.
+    path, fd = opened
+    cache = CrcCache()
+    v = version(fd)
+    cache.crc32(fd, v)
+    assert cache.known(v) is None
+    later = CrcCache(clock=lambda: v[4] + cache.settled_ns)
+    later.crc32(fd, v)
+    assert later.known(v) is not None
+
+
+def test_bounded_least_recently_used(tmp_path):
+    cache = CrcCache(size=2, settled_ns=0)
+    fds = []
+    for i in range(3):
+        (tmp_path / f"{i}").write_bytes(b"%d" % i)
+        fds.append(os.open(tmp_path / f"{i}", os.O_RDONLY))
+    try:
+        v = [version(fd) for fd in fds]
+        cache.crc32(fds[0], v[0])
+        cache.crc32(fds[1], v[1])
+        cache.known(v[0])  # used: the oldest is now 1
+        cache.crc32(fds[2], v[2])
+        assert cache.known(v[1]) is None and cache.known(v[0]) is not None and cache.known(v[2]) is not None
+    finally:
+        for fd in fds:
+            os.close(fd)
