@@ -23,6 +23,7 @@ import json
 from datetime import datetime, timezone
 from urllib.parse import quote
 
+from ..http.accept import negotiate
 from ..limits import Limits
 from ..response import Response, redirect
 from ..storage import Entry
@@ -66,27 +67,12 @@ def sort_entries(entries: list[Entry]) -> list[Entry]:
 
 
 def wants_json(accept: str) -> bool:
-    """Whether ``Accept`` prefers ``application/json`` to ``text/html`` (by q, the more specific
-    range deciding, RFC 9110 12.5.1). ``*/*``, no header and any tie answer HTML."""
-    json_q = html_q = 0.0
-    json_rank = html_rank = -1  # how specific the range that set each q was
-    for item in accept.split(","):
-        media, *params = (p.strip() for p in item.split(";"))
-        media = media.lower()
-        q = 1.0
-        for param in params:
-            key, _, value = param.partition("=")
-            if key.strip().lower() == "q":
-                try:
-                    q = float(value)
-                except ValueError:
-                    q = 0.0
-        rank = {"*/*": 0, "application/*": 1, "text/*": 1}.get(media, 2)
-        if media in ("application/json", "application/*", "*/*") and rank > json_rank:
-            json_q, json_rank = q, rank
-        if media in ("text/html", "text/*", "*/*") and rank > html_rank:
-            html_q, html_rank = q, rank
-    return json_q > html_q
+    """Whether ``Accept`` prefers ``application/json`` to ``text/html`` (RFC 9110 12.5.1, by
+    :func:`axon.http.accept.negotiate`): ``*/*``, no header and any tie answer HTML."""
+    return negotiate(accept, _PAGE_TYPES) == "application/json"
+
+
+_PAGE_TYPES = ("text/html", "application/json")  # HTML first: it wins ties
 
 
 def render_json(path: str, entries: list[Entry], truncated: bool) -> bytes:
