@@ -143,10 +143,6 @@ def test_browser_downloads_a_multipart_batch(spawn, browser, tmp_path):
 
 def test_browser_downloads_a_zip(spawn, browser, tmp_path):
     server = spawn("--workers", "1", "--browse")
-    probe = get(server.port, "/api/stream-files.zip?f=a.txt")
-    if probe.status == 404 and probe.json()["error"]["code"] == "no_route":
-        # Next step, once the zip format is on this branch: this test then runs as it is.
-        pytest.skip("GET /api/stream-files.zip is not served yet (issue 14, deliverable 1)")
     _tick_and_press(browser, server.port, "/api/stream-files.zip", tmp_path / "listing-zip.png")
     saved = _saved(browser.downloads)
     assert saved.suffix == ".zip", saved.name
