@@ -97,3 +97,17 @@ def test_kill_9_of_the_benchmark_still_stops_what_it_started(tmp_path):
     os.kill(bench.pid, signal.SIGKILL)
     bench.wait(10)
     assert _wait_gone(started) == []
+
+
+
+@pytest.mark.skipif(not Path(nginx.binary()).exists(), reason="nginx is installed by scripts/setup.sh --all")
+def test_nginx_is_measured_at_its_best(tmp_path):
+    """The yardstick caches open files as axon serve does (issue 17), and nginx accepts it."""
+    prefix = tmp_path / "prefix"
+    nginx.static_command(prefix, 18999, tmp_path)
+    conf = prefix / "nginx.conf"
+    text = conf.read_text()
+    assert "open_file_cache max=1024 inactive=60s;" in text and "open_file_cache_valid 60s;" in text
+    checked = subprocess.run([nginx.binary(), "-t", "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")],
+                             capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
