@@ -7,8 +7,9 @@ line table (as uvicorn's), and ``Date`` + ``Server`` as one line rebuilt once pe
 from __future__ import annotations
 
 import time
-from email.utils import formatdate
 from http import HTTPStatus
+
+from ..http.conditional import http_date
 
 SERVER = b"axon"
 CRLF = b"\r\n"
@@ -33,7 +34,7 @@ def status_line(status: int, reason: str) -> bytes:
 def date_line(now: float | None = None) -> bytes:
     """``Date: ...`` and ``Server: axon`` as one bytes line (a worker rebuilds it each second)."""
     when = time.time() if now is None else now
-    return b"Date: " + formatdate(int(when), usegmt=True).encode("ascii") + b"\r\nServer: " + SERVER + CRLF
+    return b"Date: " + http_date(when).encode("ascii") + b"\r\nServer: " + SERVER + CRLF
 
 
 class UnsafeHeader(ValueError):
