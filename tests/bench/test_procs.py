@@ -59,6 +59,15 @@ needs_tools = pytest.mark.skipif(shutil.which("wrk") is None or not Path(nginx.b
                                  reason="wrk and nginx are installed by scripts/setup.sh --all")
 
 
+def _cmdline(process: psutil.Process) -> str:
+    """A child's command line, or "" for one that ended (or is a zombie) while we looked: the
+    short-lived execs (setpriv, taskset) the benchmark starts do."""
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return ""
+
+
 def _bench_with_nginx(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
     """``axon bench --compare`` against nginx, running a long burst; returns it and, once wrk runs,
     every process it started."""
@@ -69,7 +78,7 @@ def _bench_with_nginx(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         family = psutil.Process(bench.pid).children(recursive=True)
-        names = " ".join(" ".join(p.cmdline()) for p in family if p.is_running())
+        names = " ".join(map(_cmdline, family))
         if "wrk" in names and "nginx" in names:
             time.sleep(0.3)  # let nginx's worker appear too
             return bench, [p.pid for p in psutil.Process(bench.pid).children(recursive=True)]
