@@ -26,6 +26,7 @@ from logging import INFO
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qsl
 
+from . import __version__
 from .config import environment
 from .errors import BadRequest, HTTPError, MethodNotAllowed, NotAcceptable, NotFound, URITooLong
 from .http.accept import negotiate
@@ -148,8 +149,9 @@ class App:
         if secret is None:
             secret = environment().secret
         self.verifier = Verifier(secret) if secret else None
-        # Open even when signing is on: load balancers probe the health; "*" only lists methods.
-        self.public_paths = {"/api/health", "*"}
+        # Open even when signing is on: load balancers probe the health; a client sizes its
+        # batches by the limits before it sends one; "*" only lists methods.
+        self.public_paths = {"/api/health", "/api/limits", "*"}
         # ``cache_control`` (default: $AXON_CACHE_CONTROL, else DEFAULT_CACHE_CONTROL; "" for
         # none) is sent with every file and batch response, 304s included (RFC 9110 15.4.5).
         if cache_control is None:
@@ -176,6 +178,7 @@ class App:
         if builtins:
             self.add_route("/api/health", self._health, ["GET"], blocking=False)
             self.fixed["/api/health"] = self._health(Request("GET", "/api/health"))
+            self.add_route("/api/limits", self._limits, ["GET"], blocking=False)
             self.add_route("/api/stream-files", self._stream_files, ["GET", "POST"], blocking=False)
             # The same batch as an archive, at a URL a link or an HTML form can name.
             self.add_route("/api/stream-files.zip", self._stream_zip, ["GET", "POST"], blocking=False)
@@ -183,7 +186,8 @@ class App:
             self.add_route("/files/<path:path>", self._file, ["GET"], blocking=False)
         # ``browse`` (default: $AXON_BROWSE) lists directories under /browse/ (axon.plan.listing);
         # off, as nginx's autoindex is: a listing shows what a URL alone would not.
-        if builtins and (environment().browse if browse is None else browse):
+        self.browse = builtins and bool(environment().browse if browse is None else browse)
+        if self.browse:
             self.add_route("/browse", lambda request: redirect("/browse/", 308), ["GET"], blocking=False)
             self.add_route("/browse/", self._browse, ["GET"])
             self.add_route("/browse/<path:path>", self._browse, ["GET"])
@@ -344,6 +348,18 @@ class App:
 
     def _health(self, request: Request) -> Response:
         return Response(200, [("Content-Type", "application/json"), NO_STORE], [_HEALTH])
+
+    def _limits(self, request: Request) -> Response:
+        """What a client needs to size its batches: it sends at most ``max_files`` items in a JSON
+        body of at most ``max_body_bytes``, and so needs no 413 to learn them."""
+        limits = self.limits
+        body = {
+            "max_files": limits.max_files, "max_batch_bytes": limits.max_batch_bytes,
+            "max_body_bytes": limits.max_body_bytes, "max_url_bytes": limits.max_url_bytes,
+            "max_ranges": limits.max_ranges, "formats": list(_BATCH_TYPES),
+            "browse": "/browse/" if self.browse else None, "version": __version__,
+        }
+        return json_response(body, headers=[("Cache-Control", "no-cache")])
 
     def _server_options(self, request: Request) -> Response:
         methods = {m for table in self._exact.values() for m in table}
