@@ -3,7 +3,6 @@ the slice of the local file, with its Content-Range; refusals are JSON before th
 
 from __future__ import annotations
 
-
 import pytest
 
 from e2e_wire import (
