@@ -232,6 +232,8 @@ def test_normalize_accepts(requested, parts):
         ("C:", 400, "bad_path"),
         ("C:/Windows/win.ini", 400, "bad_path"),
         ("c:x", 400, "bad_path"),
+        ("./a:", 400, "bad_path"),  # a drive after a "./" is still a drive (hypothesis found it)
+        ("x/../c:/y", 400, "bad_path"),
         ("..", 403, "outside_root"),
         ("../x", 403, "outside_root"),
         ("a/../../x", 403, "outside_root"),

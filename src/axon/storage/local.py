@@ -172,11 +172,14 @@ def normalize(requested: str, *, root_ok: bool = False) -> list[str]:
         requested.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: from JSON's \ud800, or a non-UTF-8 name
         raise BadRequest("path is not valid UTF-8", code="bad_path", paths=[requested]) from None
-    if len(requested) >= 2 and requested[1] == ":" and requested[0].isascii() and requested[0].isalpha():
-        raise BadRequest("path must not name a drive", code="bad_path", paths=[requested])
     parts: list[str] = []
     if _walk_parts(parts, requested):
         raise Forbidden("path leaves the root", code="outside_root", paths=[requested])
+    # Judged on the normalised first component, so that "./c:x" is refused as "c:x" is (and
+    # normalising stays idempotent).
+    first = parts[0] if parts else ""
+    if len(first) >= 2 and first[1] == ":" and first[0].isascii() and first[0].isalpha():
+        raise BadRequest("path must not name a drive", code="bad_path", paths=[requested])
     if not parts and not root_ok:
         raise Forbidden("path names the root itself", code="not_a_file", paths=[requested])
     return parts
