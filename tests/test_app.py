@@ -750,3 +750,60 @@ def test_stream_files_304_varies_too(app, call):
     other = call(app, "GET", "/api/stream-files?f=a.txt", {"if-none-match": dict(first.headers)["ETag"]})
     other.close()
     assert other.status == 200
+
+
+class ThreadNotingStore:
+    """The App's real store, noting the thread of every CRC-32 read from disk."""
+
+    def __init__(self, store) -> None:
+        self.store, self.read_in = store, []
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def crc32(self, f, read=True):
+        if read and self.store.crcs.known((f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns)) is None:
+            self.read_in.append(threading.current_thread().name)
+        return self.store.crc32(f, read)
+
+
+@pytest.mark.parametrize("runtime", ["asgi", "native"])
+def test_a_cold_zip_called_on_the_loop_reads_its_crcs_in_the_pool(root, render, runtime):
+    import io
+    import os
+    import zipfile
+
+    from axon.plan.batch import INLINE_READ_BYTES
+
+    data = os.urandom(INLINE_READ_BYTES * 2)
+    (root / "big.bin").write_bytes(data)
+    app = App(root)
+    app.store = noting = ThreadNotingStore(app.store)
+    target = "/api/stream-files.zip"
+
+    async def serve(query: str) -> Response:
+        request = Request("GET", target, query)
+        if runtime == "asgi":  # as axon.asgi calls it
+            return await app.handle_async(request)
+        request.on_loop = True  # as axon serve calls a handler that never blocks
+        answer = app.handle(request)
+        return await answer if asyncio.iscoroutine(answer) else answer
+
+    loop_thread = threading.current_thread().name
+    try:
+        response = asyncio.run(serve("f=big.bin&g=a.txt"))
+        assert response.status == 200
+        assert noting.read_in and all(name.startswith("axon-handler") for name in noting.read_in)
+        with zipfile.ZipFile(io.BytesIO(render(response.body))) as archive:
+            assert archive.read("big.bin") == data and archive.testzip() is None
+        # A small cold file is read right there, on the loop's thread: cheaper than the pool.
+        noting.read_in.clear()
+        assert asyncio.run(serve("f=sub/c.json")).status == 200
+        assert noting.read_in == [loop_thread]
+        # Where blocking is fine (WSGI), it is read in the caller's thread, whatever its size.
+        noting.read_in.clear()
+        (root / "big2.bin").write_bytes(data)
+        assert app.handle(Request("GET", target, "f=big2.bin")).status == 200
+        assert noting.read_in == [loop_thread]
+    finally:
+        app.close()

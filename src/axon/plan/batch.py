@@ -20,13 +20,17 @@ A zip needs each file's CRC-32 before its bytes: the storage layer gives it, kno
 (before any byte is sent, so errors and the length stay exact). A file that changes while it is
 read is opened again with the whole batch, up to ``CHANGE_RETRIES`` times; a file that keeps
 changing is a 503 (``file_changing``, ``Retry-After: 1``): the batch cannot name a version of it.
+Planned ``on_loop`` (an event loop's thread, where other connections wait meanwhile), a batch
+whose unknown CRCs would mean reading more than ``INLINE_READ_BYTES`` raises
+:class:`~axon.errors.WouldBlock` before reading any, and the App plans it again in its thread
+pool; a small read stays inline, as the native server reads small slices inline to send them.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from ..errors import BadRequest, HTTPError, PayloadTooLarge, PreconditionFailed, ServiceUnavailable
+from ..errors import BadRequest, HTTPError, PayloadTooLarge, PreconditionFailed, ServiceUnavailable, WouldBlock
 from ..storage import File, Source
 from ..storage.crc_cache import FileChanged
 from ..limits import Limits
@@ -40,6 +44,9 @@ from .formats import NEEDS_CRC, Format, Layout, multipart_mixed
 
 #: How many times a batch is opened again when a file changes while its CRC-32 is read.
 CHANGE_RETRIES = 3
+#: The most bytes read for CRC-32s on an event loop's thread; more goes to the thread pool. The
+#: native server's one-write path reads as much inline (``server/writer.py``).
+INLINE_READ_BYTES = 64 * 1024
 
 
 def check_count(paths: list[str], limits: Limits) -> None:
@@ -100,11 +107,13 @@ def plan_batch(
     headers: dict[str, str] | None = None,
     method: str = "GET",
     fmt: Format = multipart_mixed,
+    on_loop: bool = False,
     _retries: int = CHANGE_RETRIES,
 ) -> Response:
     """The batch of ``paths`` in the format ``fmt``; with ``key``, with its identity and honouring
     ``headers``' preconditions, ``Range`` and ``If-Range`` (lower-case names, as
-    :class:`~axon.app.Request` has them) for the request ``method``."""
+    :class:`~axon.app.Request` has them) for the request ``method``. ``on_loop``: called where
+    nothing may block; :class:`~axon.errors.WouldBlock` rather than a long read."""
     check_count(paths, limits)
     opened = open_all(store, paths)
     files = list(opened.values())
@@ -124,7 +133,10 @@ def plan_batch(
         if fmt in NEEDS_CRC:
             # The CRCs change a zip's bytes, never its length or ETag: HEAD reads no file.
             try:
-                crcs = (0,) * len(chosen) if method == "HEAD" else checksums(store, chosen)
+                if method == "HEAD":
+                    crcs = (0,) * len(chosen)
+                else:
+                    crcs = checksums(store, chosen, INLINE_READ_BYTES if on_loop else None)
             except FileChanged as exc:
                 for f in files:
                     f.close()
@@ -135,7 +147,7 @@ def plan_batch(
                     ) from None
                 # Opened again, the batch is planned from the file as it is now.
                 return plan_batch(store, paths, limits, boundary=boundary, key=key, headers=headers,
-                                  method=method, fmt=fmt, _retries=_retries - 1)
+                                  method=method, fmt=fmt, on_loop=on_loop, _retries=_retries - 1)
         # Without a key there is no identity to name a layout by (the boundary is random).
         if key is not None and len(chosen) <= LAYOUT_CACHE_FILES and named <= CACHED_PATH_CHARS * 4:
             etag, content_type, filename, heads = _cached_layout(fmt, key, boundary, signatures, crcs)
@@ -168,17 +180,30 @@ def _body(chosen: list[File], heads: tuple[bytes, ...]) -> list[Segment]:
     return body
 
 
-def checksums(store: Source, chosen: list[File]) -> tuple[int, ...]:
+def checksums(store: Source, chosen: list[File], read_limit: int | None = None) -> tuple[int, ...]:
     """Each file's CRC-32 (a path named twice is one file, asked once); FileChanged names the
-    path of a file that is no longer the version opened."""
-    known: dict[int, int] = {}
-    for f in chosen:
-        if id(f) not in known:
-            try:
-                known[id(f)] = store.crc32(f)
-            except FileChanged:
-                raise FileChanged(f.path) from None
-    return tuple([known[id(f)] for f in chosen])
+    path of a file that is no longer the version opened. With ``read_limit``, WouldBlock before
+    reading when the CRCs not yet known need more bytes read than that."""
+    known: dict[int, int | None] = {}
+    read = read_limit is None
+    missing = cold = 0  # CRCs not known, and the bytes to read for them
+    f = chosen[0]
+    try:
+        for f in chosen:
+            if id(f) not in known:
+                crc = known[id(f)] = store.crc32(f, read)
+                if crc is None:
+                    missing += 1
+                    cold += f.size
+        if missing:
+            if cold > read_limit:  # type: ignore[operator]  # (cold only when a limit was given)
+                raise WouldBlock(f"{cold} bytes to read for CRC-32s")
+            for f in chosen:
+                if known[id(f)] is None:
+                    known[id(f)] = store.crc32(f)
+    except FileChanged:
+        raise FileChanged(f.path) from None
+    return tuple([known[id(f)] for f in chosen])  # type: ignore[misc]
 
 
 def file_signature(f: File) -> Signature:

@@ -53,10 +53,11 @@ class Source(Protocol):
         :class:`~axon.errors.HTTPError` that says why not (400, 403, 404, 503)."""
         ...
 
-    def crc32(self, file: File) -> int:
+    def crc32(self, file: File, read: bool = True) -> int | None:
         """The CRC-32 of ``file`` (one this source opened) as it was opened, for a zip entry;
         :class:`~axon.storage.crc_cache.FileChanged` if it is no longer that version. A source
-        that stores checksums (an object store) answers from them."""
+        that stores checksums (an object store) answers from them. With ``read`` false, None
+        where answering would mean reading the file (the caller must not block)."""
         ...
 
 

@@ -60,12 +60,15 @@ class CrcCache:
                 self._entries.move_to_end(version)
             return crc
 
-    def crc32(self, fd: int, version: Version, data: bytes | None = None) -> int:
+    def crc32(self, fd: int, version: Version, data: bytes | None = None, read: bool = True) -> int | None:
         """The CRC-32 of the open file ``fd`` as ``version`` (from the ``fstat`` it was opened
-        under); ``data``, when given, is its whole content already in memory."""
+        under); ``data``, when given, is its whole content already in memory. With ``read``
+        false, None where the answer would mean reading the file (neither known nor in memory)."""
         crc = self.known(version)
         if crc is not None:
             return crc
+        if data is None and not read:
+            return None
         size = version[2]
         crc = zlib.crc32(data) if data is not None else read_crc32(fd, size)
         st = os.fstat(fd)

@@ -260,10 +260,11 @@ class FileStore:
         f._shared = cache.add(requested, f.fd, (f.device, f.inode), f.name, f.content_type)
         return f
 
-    def crc32(self, f: OpenFile) -> int:
+    def crc32(self, f: OpenFile, read: bool = True) -> int | None:
         """The CRC-32 of ``f`` as opened: kept per file version (:mod:`axon.storage.crc_cache`),
-        read by offset when not known; :class:`~axon.storage.crc_cache.FileChanged` if it changed."""
-        return self.crcs.crc32(f.fd, (f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns), f.data)
+        read by offset when not known (with ``read`` false, None instead of reading);
+        :class:`~axon.storage.crc_cache.FileChanged` if it changed."""
+        return self.crcs.crc32(f.fd, (f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns), f.data, read)
 
     def _open(self, requested: str) -> OpenFile:
         parts = normalize(requested)
