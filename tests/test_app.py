@@ -761,10 +761,11 @@ class ThreadNotingStore:
     def __getattr__(self, name):
         return getattr(self.store, name)
 
-    def crc32(self, f, read=True):
-        if read and self.store.crcs.known((f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns)) is None:
-            self.read_in.append(threading.current_thread().name)
-        return self.store.crc32(f, read)
+    def crc32s(self, files, read=True):
+        for f in files:
+            if read and self.store.crcs.known((f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns)) is None:
+                self.read_in.append(threading.current_thread().name)
+        return self.store.crc32s(files, read)
 
 
 @pytest.mark.parametrize("runtime", ["asgi", "native"])

@@ -181,29 +181,19 @@ def _body(chosen: list[File], heads: tuple[bytes, ...]) -> list[Segment]:
 
 
 def checksums(store: Source, chosen: list[File], read_limit: int | None = None) -> tuple[int, ...]:
-    """Each file's CRC-32 (a path named twice is one file, asked once); FileChanged names the
+    """Each file's CRC-32 (a path named twice is one file, read once); FileChanged names the
     path of a file that is no longer the version opened. With ``read_limit``, WouldBlock before
     reading when the CRCs not yet known need more bytes read than that."""
-    known: dict[int, int | None] = {}
-    read = read_limit is None
-    missing = cold = 0  # CRCs not known, and the bytes to read for them
-    f = chosen[0]
-    try:
-        for f in chosen:
-            if id(f) not in known:
-                crc = known[id(f)] = store.crc32(f, read)
-                if crc is None:
-                    missing += 1
-                    cold += f.size
-        if missing:
-            if cold > read_limit:  # type: ignore[operator]  # (cold only when a limit was given)
-                raise WouldBlock(f"{cold} bytes to read for CRC-32s")
-            for f in chosen:
-                if known[id(f)] is None:
-                    known[id(f)] = store.crc32(f)
-    except FileChanged:
-        raise FileChanged(f.path) from None
-    return tuple([known[id(f)] for f in chosen])  # type: ignore[misc]
+    crcs = store.crc32s(chosen, False)  # known, or computed from bytes in memory: nothing read
+    if None not in crcs:
+        return tuple(crcs)  # type: ignore[arg-type]
+    missing = {id(f): f for f, crc in zip(chosen, crcs) if crc is None}
+    if read_limit is not None:
+        cold = sum(f.size for f in missing.values())
+        if cold > read_limit:
+            raise WouldBlock(f"{cold} bytes to read for CRC-32s")
+    read = dict(zip(missing, store.crc32s(list(missing.values()))))
+    return tuple([read[id(f)] if crc is None else crc for f, crc in zip(chosen, crcs)])  # type: ignore[misc]
 
 
 def file_signature(f: File) -> Signature:
