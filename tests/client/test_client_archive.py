@@ -12,22 +12,11 @@ from pathlib import Path
 
 import pytest
 from cut_proxy import CutProxy
-from live_server import LiveAxon
+from live_server import LiveAxon, make_files
 
 from axon.client import FetchError, UnsafePathError
 from axon.client import cli as fetch_cli
 from axon.client.archive import PARTIAL, fetch_archive, unpack
-
-
-def make_files(live: LiveAxon, folder: str) -> dict[str, bytes]:
-    files = {
-        f"{folder}/one.bin": os.urandom(300_000),
-        f"{folder}/sub/two.bin": os.urandom(200_001),
-        f"{folder}/three é.txt": b"three\r\n",
-    }
-    for path, data in files.items():
-        live.put(path, data)
-    return files
 
 
 def members(path: Path, fmt: str) -> dict[str, bytes]:
