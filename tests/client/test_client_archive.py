@@ -110,6 +110,13 @@ def test_the_cli_saves_and_unpacks(live_axon: LiveAxon, tmp_path: Path, capsys) 
     assert "saved 3 files" in capsys.readouterr().out
     assert members(archive, "tar") == files
     assert {n: (out / n).read_bytes() for n in files} == files
+    # A list from a file is POSTed: the same archive, saved as zip this time.
+    listing = tmp_path / "paths.txt"
+    listing.write_text("".join(f"{n}\n" for n in files), encoding="utf-8")
+    zipped = tmp_path / "batch.zip"
+    assert run_cli(live_axon.url, "--from-list", str(listing), "--zip", str(zipped), "--no-progress",
+                   "--secret", live_axon.secret) == 0
+    assert members(zipped, "zip") == files
     assert run_cli(live_axon.url, "a", "--unpack", "-o", str(out)) == 2  # --unpack needs an archive
 
 
