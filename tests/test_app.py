@@ -808,3 +808,40 @@ def test_a_cold_zip_called_on_the_loop_reads_its_crcs_in_the_pool(root, render, 
         assert noting.read_in == [loop_thread]
     finally:
         app.close()
+
+
+def test_a_handler_that_would_block_on_the_loop_runs_again_in_the_pool(root, caplog):
+    from axon.errors import WouldBlock
+
+    app = App(root)
+    calls = []
+
+    @app.route("/work", blocking=False)
+    def work(request):
+        calls.append((request.on_loop, threading.current_thread().name))
+        if request.on_loop:
+            raise WouldBlock("a long read")
+        return "done"
+
+    @app.route("/stubborn", blocking=False)
+    def stubborn(request):
+        raise WouldBlock("always")  # a handler's bug: it would block even where it may
+
+    async def on_loop(path: str) -> Response:
+        request = Request("GET", path)
+        request.on_loop = True  # as axon serve calls it
+        answer = app.handle(request)
+        return await answer if asyncio.iscoroutine(answer) else answer
+
+    try:
+        for answer in (asyncio.run(app.handle_async(Request("GET", "/work"))), asyncio.run(on_loop("/work"))):
+            assert answer.status == 200 and b"".join(answer.body) == b"done"
+        assert [on for on, _ in calls] == [True, False, True, False]
+        assert all(name.startswith("axon-handler") for on, name in calls if not on)
+        assert app.records.begun_count() == 2  # each request counted once, retried or not
+        with caplog.at_level(logging.ERROR, logger="axon"):
+            assert asyncio.run(app.handle_async(Request("GET", "/stubborn"))).status == 500
+            assert asyncio.run(on_loop("/stubborn")).status == 500
+            assert app.handle(Request("GET", "/stubborn")).status == 500  # WSGI: no loop to leave
+    finally:
+        app.close()
