@@ -794,3 +794,98 @@ def test_post_items_may_be_slices(root, call, render):
         assert (r.status, _json(r)["error"]["code"]) == (400, "slices_need_multipart")
     many = json.dumps({"files": [{"path": "b.bin", "offset": 0}] * 1001}).encode()
     assert _json(call(app, "POST", "/api/stream-files", {}, many))["error"]["code"] == "too_many_files"
+
+
+class ThreadNotingStore:
+    """The App's real store, noting the thread of every CRC-32 read from disk."""
+
+    def __init__(self, store) -> None:
+        self.store, self.read_in = store, []
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def crc32s(self, files, read=True):
+        for f in files:
+            if read and self.store.crcs.known((f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns)) is None:
+                self.read_in.append(threading.current_thread().name)
+        return self.store.crc32s(files, read)
+
+
+@pytest.mark.parametrize("runtime", ["asgi", "native"])
+def test_a_cold_zip_called_on_the_loop_reads_its_crcs_in_the_pool(root, render, runtime):
+    import io
+    import os
+    import zipfile
+
+    from axon.plan.batch import INLINE_READ_BYTES
+
+    data = os.urandom(INLINE_READ_BYTES * 2)
+    (root / "big.bin").write_bytes(data)
+    app = App(root)
+    app.store = noting = ThreadNotingStore(app.store)
+    target = "/api/stream-files.zip"
+
+    async def serve(query: str) -> Response:
+        request = Request("GET", target, query)
+        if runtime == "asgi":  # as axon.asgi calls it
+            return await app.handle_async(request)
+        request.on_loop = True  # as axon serve calls a handler that never blocks
+        answer = app.handle(request)
+        return await answer if asyncio.iscoroutine(answer) else answer
+
+    loop_thread = threading.current_thread().name
+    try:
+        response = asyncio.run(serve("f=big.bin&g=a.txt"))
+        assert response.status == 200
+        assert noting.read_in and all(name.startswith("axon-handler") for name in noting.read_in)
+        with zipfile.ZipFile(io.BytesIO(render(response.body))) as archive:
+            assert archive.read("big.bin") == data and archive.testzip() is None
+        # A small cold file is read right there, on the loop's thread: cheaper than the pool.
+        noting.read_in.clear()
+        assert asyncio.run(serve("f=sub/c.json")).status == 200
+        assert noting.read_in == [loop_thread]
+        # Where blocking is fine (WSGI), it is read in the caller's thread, whatever its size.
+        noting.read_in.clear()
+        (root / "big2.bin").write_bytes(data)
+        assert app.handle(Request("GET", target, "f=big2.bin")).status == 200
+        assert noting.read_in == [loop_thread]
+    finally:
+        app.close()
+
+
+def test_a_handler_that_would_block_on_the_loop_runs_again_in_the_pool(root, caplog):
+    from axon.errors import WouldBlock
+
+    app = App(root)
+    calls = []
+
+    @app.route("/work", blocking=False)
+    def work(request):
+        calls.append((request.on_loop, threading.current_thread().name))
+        if request.on_loop:
+            raise WouldBlock("a long read")
+        return "done"
+
+    @app.route("/stubborn", blocking=False)
+    def stubborn(request):
+        raise WouldBlock("always")  # a handler's bug: it would block even where it may
+
+    async def on_loop(path: str) -> Response:
+        request = Request("GET", path)
+        request.on_loop = True  # as axon serve calls it
+        answer = app.handle(request)
+        return await answer if asyncio.iscoroutine(answer) else answer
+
+    try:
+        for answer in (asyncio.run(app.handle_async(Request("GET", "/work"))), asyncio.run(on_loop("/work"))):
+            assert answer.status == 200 and b"".join(answer.body) == b"done"
+        assert [on for on, _ in calls] == [True, False, True, False]
+        assert all(name.startswith("axon-handler") for on, name in calls if not on)
+        assert app.records.begun_count() == 2  # each request counted once, retried or not
+        with caplog.at_level(logging.ERROR, logger="axon"):
+            assert asyncio.run(app.handle_async(Request("GET", "/stubborn"))).status == 500
+            assert asyncio.run(on_loop("/stubborn")).status == 500
+            assert app.handle(Request("GET", "/stubborn")).status == 500  # WSGI: no loop to leave
+    finally:
+        app.close()

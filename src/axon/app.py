@@ -28,7 +28,7 @@ from urllib.parse import parse_qsl
 
 from . import __version__
 from .config import environment
-from .errors import BadRequest, HTTPError, MethodNotAllowed, NotAcceptable, NotFound, URITooLong
+from .errors import BadRequest, HTTPError, MethodNotAllowed, NotAcceptable, NotFound, URITooLong, WouldBlock
 from .http.accept import negotiate
 from .storage.local import FileStore
 from .limits import DEFAULT_LIMITS, Limits
@@ -66,9 +66,12 @@ BODY_METHODS = ("POST", "PUT", "PATCH")
 
 class Request:
     """One HTTP request as the runtime received it. ``path`` is percent-decoded exactly once;
-    ``query_string`` is raw (decoded once by :attr:`query`); header names are lower case."""
+    ``query_string`` is raw (decoded once by :attr:`query`); header names are lower case.
+    ``on_loop`` is true while its handler runs on an event loop's thread, where a long read would
+    hold every other connection: work that would block raises :class:`~axon.errors.WouldBlock`
+    there, and the App runs the handler again in its thread pool (``on_loop`` false)."""
 
-    __slots__ = ("method", "path", "query_string", "headers", "body", "params", "_query")
+    __slots__ = ("method", "path", "query_string", "headers", "body", "params", "on_loop", "_query")
 
     def __init__(
         self,
@@ -84,6 +87,7 @@ class Request:
         self.headers = headers if headers is not None else {}
         self.body = body
         self.params: dict[str, str] = {}
+        self.on_loop = False
         self._query: list[tuple[str, str]] | None = None
 
     @property
@@ -244,7 +248,11 @@ class App:
     # -- handling ------------------------------------------------------------------------------
 
     def handle(self, request: Request) -> Response:
-        """For synchronous runtimes (WSGI): run the handler here, in the caller's thread."""
+        """For synchronous runtimes (WSGI): run the handler here, in the caller's thread.
+
+        A server on an event loop may call it there for a handler that never blocks, with
+        ``request.on_loop`` set: if the handler finds its work would block after all (a cold
+        zip), the answer is instead a coroutine that finishes it in the thread pool."""
         started = time.perf_counter()
         next(self.records.begun)
         try:
@@ -253,6 +261,10 @@ class App:
             if route.is_async:
                 result = asyncio.run(result)
             response = _to_response(result)
+        except WouldBlock as exc:
+            if request.on_loop:
+                return self._in_pool(request, route, started)  # type: ignore[return-value]
+            response = _failure(exc, request)  # raised where it may block: a handler's bug
         except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON response
             response = _failure(exc, request)
         return self._finish(request, response, started)
@@ -269,8 +281,25 @@ class App:
                 loop = asyncio.get_running_loop()
                 result = await loop.run_in_executor(self.executor, route.handler, request)
             else:
+                request.on_loop = True
                 result = route.handler(request)
             response = _to_response(result)
+        except WouldBlock as exc:
+            if not request.on_loop:
+                response = _failure(exc, request)  # raised where it may block: a handler's bug
+            else:
+                return await self._in_pool(request, route, started)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON response
+            response = _failure(exc, request)
+        return self._finish(request, response, started)
+
+    async def _in_pool(self, request: Request, route: Route, started: float) -> Response:
+        """The rest of a request whose handler, called on the loop, would have blocked: the
+        handler again, in the thread pool, where it may."""
+        request.on_loop = False
+        try:
+            loop = asyncio.get_running_loop()
+            response = _to_response(await loop.run_in_executor(self.executor, route.handler, request))
         except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON response
             response = _failure(exc, request)
         return self._finish(request, response, started)
@@ -340,7 +369,7 @@ class App:
         ``Content-Range``."""
         response = plan_batch(
             self.store, paths, self.limits, key=self.batch_key, headers=request.headers, method=request.method,
-            fmt=FORMATS[fmt], slices=slices,
+            fmt=FORMATS[fmt], slices=slices, on_loop=request.on_loop,
         )
         return self._cacheable(response)
 

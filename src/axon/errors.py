@@ -10,6 +10,12 @@ import json
 from typing import Iterable, Sequence
 
 
+class WouldBlock(Exception):
+    """Raised by work that was asked not to block (``Request.on_loop``: its handler runs on an
+    event loop's thread) and would: a zip whose CRC-32s must first be read from disk. Not an
+    HTTP answer: the App catches it and runs the handler again in its thread pool."""
+
+
 class HTTPError(Exception):
     """A failure that becomes an HTTP response: ``{"error": {status, code, message, paths}}``."""
 

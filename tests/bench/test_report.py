@@ -111,3 +111,18 @@ def test_chart(results, tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     svg = chart.draw(results, tmp_path / "chart.svg")
     assert b"<svg" in svg.read_bytes()[:500]
+
+
+def test_formats_table_gives_files_per_second_beside_multipart():
+    rs = ResultSet()
+    t1 = "wrk_nginx_T1_burst.txt"
+    for name, requests in [("B32", 1000), ("B32.zip", 950), ("B32.zip.cold", 500), ("B32.tar", 900), ("T8", 400)]:
+        rs.add(Result("axon", name, "sustained", wrk=measured(t1, requests=requests, duration=1.0)))
+    table = report.formats_table(rs, "axon", "sustained")
+    rows = table.splitlines()
+    assert rows[0] == "| Files/s | multipart | zip, CRCs known | zip, CRCs cold | tar |"
+    # 32 files per batch; each archive's ratio to the multipart batch. T8 has no archive: no row.
+    assert rows[2] == "| B32 (32x4KB) | 32000 | 30400 (0.95x) | 16000 (0.50x) | 28800 (0.90x) |"
+    assert len(rows) == 3
+    assert "one batch in three formats" in report.render(rs)
+    assert report.formats_table(ResultSet(), "axon", "sustained") == ""

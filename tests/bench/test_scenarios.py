@@ -72,3 +72,42 @@ def test_ensure_files_makes_every_file_a_scenario_names(tmp_path):
         for name in scenario.files:
             assert (root / name).stat().st_size == scenario.file_size
     assert not (root / scenarios.MISSING_FILE).exists()
+
+
+def test_archive_scenarios_are_the_same_batches_at_the_archive_urls():
+    names = [s.name for s in select("archive")]
+    assert names == ["T8", "T8.zip", "T8.zip.cold", "T8.tar", "B32", "B32.zip", "B32.zip.cold", "B32.tar"]
+    for base in ("T8", "B32"):
+        plain = request_for(select(base)[0], AXON)
+        for fmt in ("zip", "tar"):
+            scenario = select(f"{base}.{fmt}")[0]
+            assert (scenario.format, scenario.cold) == (fmt, False)
+            assert scenario.files == select(base)[0].files and scenario.expect_status == 200
+            request = request_for(scenario, AXON)
+            # The same query, at the URL a browser's link names: no Accept header needed.
+            assert request.target == plain.target.replace("/api/stream-files?", f"/api/stream-files.{fmt}?")
+            assert request.headers == () and request.per_batch == 1
+        cold = select(f"{base}.zip.cold")[0]
+        assert cold.cold and cold.format == "zip"
+        assert request_for(cold, AXON).target == request_for(select(f"{base}.zip")[0], AXON).target
+    assert select("b32.ZIP")[0].name == "B32.zip"  # names are case-blind, as the others
+    assert select("B32.zip")[0].label == "32x4KB zip" and select("T8.zip.cold")[0].label == "2x256KB zip, CRCs cold"
+
+
+def test_archives_stay_out_of_all_and_off_a_static_server():
+    assert not any(s.format != "multipart" for s in select("all"))  # "all" is the article's run, as before
+    assert request_for(select("B32.tar")[0], STATIC) is None  # nginx has no archive of many files
+    assert request_for(select("T8.zip.cold")[0], STATIC) is None
+
+
+def test_cold_scenarios_get_a_server_serving_the_app_that_keeps_no_crc(tmp_path):
+    from axon.bench import targets
+    from axon.bench.echo_app import cold_app, app
+
+    warm = targets.Context(tmp_path, tmp_path, 8000, tmp_path)
+    cold = targets.Context(tmp_path, tmp_path, 8000, tmp_path, cold_crc=True)
+    for name in ("axon", "uvicorn", "gunicorn", "granian", "uwsgi"):
+        argv = " ".join(targets.TARGETS[name].commands(warm)[0].argv)
+        cold_argv = " ".join(targets.TARGETS[name].commands(cold)[0].argv)
+        assert "echo_app:cold_" not in argv and "echo_app:cold_" in cold_argv, name
+    assert cold_app.store.crcs.size == 0 and app.store.crcs.size > 0

@@ -50,6 +50,19 @@ class LiveAxon:
         return target
 
 
+def make_files(live: LiveAxon, folder: str) -> dict[str, bytes]:
+    """Three files under ``folder`` of the served root (a subdirectory, a non-ASCII name, sizes
+    that are no multiple of anything): path -> bytes."""
+    files = {
+        f"{folder}/one.bin": os.urandom(300_000),
+        f"{folder}/sub/two.bin": os.urandom(200_001),
+        f"{folder}/three é.txt": b"three\r\n",
+    }
+    for path, data in files.items():
+        live.put(path, data)
+    return files
+
+
 def runtime_available(runtime: str) -> str | None:
     """None if ``runtime`` can run Axon here, else why not."""
     server, module = _NEEDS[runtime]

@@ -19,7 +19,7 @@ from urllib.parse import quote
 import pytest
 from multipart_support import CONTENT_TYPE, axon_body
 from cut_proxy import CutProxy
-from live_server import LiveAxon
+from live_server import LiveAxon, make_files
 from scripted_server import Reply, ScriptedServer
 
 from axon.client import FetchedFile, FetchError, UnsafePathError, afetch, fetch
@@ -27,17 +27,6 @@ from axon.client import cli as fetch_cli
 from axon.client.journal import JOURNAL_DIR
 from axon.http.multipart_parser import boundary_from_content_type
 from axon.client.protocol import build_request
-
-
-def make_files(live: LiveAxon, folder: str) -> dict[str, bytes]:
-    files = {
-        f"{folder}/one.bin": os.urandom(300_000),
-        f"{folder}/sub/two.bin": os.urandom(200_001),
-        f"{folder}/three é.txt": b"three\r\n",
-    }
-    for path, data in files.items():
-        live.put(path, data)
-    return files
 
 
 def raw(live: LiveAxon, files: list[str], headers: dict[str, str] | None = None, method: str = "GET"):

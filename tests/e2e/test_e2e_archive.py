@@ -129,3 +129,60 @@ def test_missing_file_is_404_before_the_first_byte(server, suffix):
     resp = server.get(target(suffix, ["examples/a.bin", "examples/nope.bin"]), headers)
     err = resp.error(404)
     assert err["paths"] == ["examples/nope.bin"]
+
+
+def test_a_cold_zip_does_not_hold_other_connections(server, served_root):
+    """A zip of a file whose CRC-32 is not known reads the whole file before its first byte;
+    on an event loop that read goes to a thread, so a health check on another connection is
+    answered while the zip is still being planned (before its status line arrives)."""
+    import os
+    import socket
+    import time
+    import uuid
+
+    if server.runtime.interface == "wsgi":
+        pytest.skip("WSGI handlers run in the server's threads: nothing waits on one loop")
+    size = 2**30
+    name = f"cold-{uuid.uuid4().hex}.bin"  # a new file: a CRC no worker can know yet
+    path = served_root / name
+    with open(path, "wb") as f:  # sparse but not all zeros: a second or two to read
+        f.truncate(size)
+        for offset in range(0, size, 32 * 2**20):
+            f.seek(offset)
+            f.write(os.urandom(4096))
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=60) as zip_conn:
+            before = read_chars(server.pid)
+            zip_conn.sendall(f"GET {target('.zip', [name])} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            deadline = time.monotonic() + 30
+            while read_chars(server.pid) - before < size // 16:  # the CRC's read is under way
+                assert time.monotonic() < deadline, "the server never read the file"
+                time.sleep(0.005)
+            health = server.get("/api/health", timeout=30)
+            assert health.status == 200, health.describe()
+            zip_conn.setblocking(False)
+            try:
+                early = zip_conn.recv(1, socket.MSG_PEEK)
+            except BlockingIOError:
+                early = b""
+            assert early == b"", "the zip's answer came before the health check's: the loop was held"
+            zip_conn.setblocking(True)
+            head = zip_conn.recv(200)
+            assert head.startswith(b"HTTP/1.1 200"), head
+    finally:
+        path.unlink()
+
+
+def read_chars(pid: int) -> int:
+    """Bytes the server's processes have read so far (``rchar``: files and sockets alike)."""
+    import psutil
+
+    from e2e_wire import tree
+
+    total = 0
+    for proc in tree(pid):
+        try:
+            total += proc.io_counters().read_chars
+        except psutil.NoSuchProcess:
+            pass
+    return total

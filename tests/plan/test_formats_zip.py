@@ -143,12 +143,13 @@ class GrowingStore:
     def open(self, requested):
         return self.store.open(requested)
 
-    def crc32(self, f):
-        if self.times > 0:
+    def crc32s(self, files, read=True):
+        if read and self.times > 0:
             self.times -= 1
-            with open(self.root / f.name, "ab") as out:
-                out.write(b"+")
-        return self.store.crc32(f)
+            for f in files:
+                with open(self.root / f.name, "ab") as out:
+                    out.write(b"+")
+        return self.store.crc32s(files, read)
 
 
 def test_a_file_that_changes_while_read_is_opened_again(root, store):
@@ -176,3 +177,35 @@ def test_head_reads_no_file_for_its_crc(root):
     get.close()
     assert store.crcs.computed == 2
     assert dict(head.headers) == dict(get.headers)
+
+
+def test_on_the_loop_a_long_crc_read_is_refused_before_reading(root, store):
+    from axon.errors import WouldBlock
+    from axon.plan.batch import INLINE_READ_BYTES
+    from axon.storage.crc_cache import CrcCache
+
+    store.crcs = CrcCache(settled_ns=0)  # kept at once: no clock tick to wait for
+    (root / "big.bin").write_bytes(os.urandom(INLINE_READ_BYTES + 1))
+    before = set(os.listdir("/proc/self/fd"))
+    with pytest.raises(WouldBlock):
+        plan_batch(store, ["a.txt", "big.bin"], LIMITS, key=KEY, headers={}, fmt=zip_stored, on_loop=True)
+    assert store.crcs.computed == 0  # nothing was read, not even the small file
+    assert set(os.listdir("/proc/self/fd")) <= before  # and every file it opened is closed
+    # Where it may block, the same batch is read and framed; after that, it is planned on the
+    # loop too: its CRCs are known.
+    first = render(plan_batch(store, ["a.txt", "big.bin"], LIMITS, key=KEY, headers={}, fmt=zip_stored))
+    assert store.crcs.computed == 2
+    again = render(plan_batch(store, ["a.txt", "big.bin"], LIMITS, key=KEY, headers={}, fmt=zip_stored, on_loop=True))
+    assert again == first and store.crcs.computed == 2
+
+
+def test_on_the_loop_a_short_crc_read_stays_inline(root, store):
+    from axon.plan.batch import INLINE_READ_BYTES
+
+    (root / "edge.bin").write_bytes(os.urandom(INLINE_READ_BYTES - 12))
+    # Two cold files, INLINE_READ_BYTES in all, an empty one and a repeat: read here.
+    paths = ["a.txt", "edge.bin", "empty.txt", "a.txt"]
+    body = render(plan_batch(store, paths, LIMITS, key=KEY, headers={}, fmt=zip_stored, on_loop=True))
+    assert (root / "a.txt").stat().st_size == 12 and store.crcs.computed == 3
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        assert archive.testzip() is None and archive.namelist() == paths

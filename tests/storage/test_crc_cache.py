@@ -85,3 +85,26 @@ def test_bounded_least_recently_used(tmp_path):
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def test_lookup_answers_many_versions_at_once_and_keeps_them_recent(tmp_path):
+    cache = CrcCache(size=2, settled_ns=0)
+    fds, v = [], []
+    for i in range(3):
+        path = tmp_path / f"f{i}"
+        path.write_bytes(bytes([i]) * 10)
+        fd = os.open(path, os.O_RDONLY)
+        fds.append(fd)
+        st = os.fstat(fd)
+        v.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    try:
+        first = cache.crc32(fds[0], v[0])
+        second = cache.crc32(fds[1], v[1])
+        assert cache.lookup([v[1], v[2], v[0]]) == [second, None, first]  # v[0] used last
+        cache.crc32(fds[2], v[2])  # evicts the least recently used: v[1]
+        assert cache.lookup([v[0], v[1], v[2]]) == [first, None, zlib.crc32(bytes([2]) * 10)]
+        assert cache.crc32(fds[1], v[1], read=False) is None  # not known: None rather than a read
+        assert cache.computed == 3
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -13,7 +13,7 @@ def _members(protocol: type) -> set[str]:
 
 
 def test_the_local_store_is_a_source_and_its_files_are_files(store):
-    assert _members(Source) == {"open", "crc32"}
+    assert _members(Source) == {"open", "crc32s"}
     assert {"path", "size", "mtime_ns", "segment", "close"} <= _members(File)
     assert all(hasattr(store, name) for name in _members(Source))
     f = store.open("a.txt")

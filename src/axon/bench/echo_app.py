@@ -9,22 +9,37 @@ field by field, as seed 004's endpoint does, rather than returning the parsed bo
 work is the same as there. It is declared ``blocking=False`` because it never blocks, which is
 what its author would write: async runtimes then call it inline instead of in a thread pool.
 The extra route is one more exact-path entry, so it costs the file endpoints nothing.
+
+``cold_app`` (``cold_wsgi``, ``cold_asgi``) is the same app with a CRC-32 cache that keeps
+nothing: every zip batch reads its files for their CRCs, as the first one after a change does.
+The zip scenarios' cold case serves it.
 """
 
 from __future__ import annotations
 
 from ..app import App, Request
 from ..asgi import create_app
+from ..storage.crc_cache import CrcCache
 from ..wsgi import WSGIApp
 
-app = App()  # root: $AXON_ROOT
 
-
-@app.route("/api/echo", methods=["POST"], blocking=False)
 def echo(request: Request) -> dict:
     user = request.json()
     return {"id": user["id"], "name": user["name"], "email": user["email"]}
 
 
+def build(cold_crc: bool = False) -> App:
+    """Axon's endpoints over ``$AXON_ROOT`` and the echo; ``cold_crc``: no CRC-32 is kept."""
+    served = App()
+    served.add_route("/api/echo", echo, ["POST"], blocking=False)
+    if cold_crc:
+        served.store.crcs = CrcCache(size=0)
+    return served
+
+
+app = build()
 wsgi = WSGIApp(app)
 asgi = create_app(app=app)
+cold_app = build(cold_crc=True)
+cold_wsgi = WSGIApp(cold_app)
+cold_asgi = create_app(app=cold_app)

@@ -123,6 +123,35 @@ def summary_table(rs: ResultSet, phase: str, key: str, references: tuple[str, ..
     return "\n".join(lines)
 
 
+def formats_table(rs: ResultSet, target: str, phase: str) -> str:
+    """Files/s of each batch as multipart, zip (CRCs known, then cold) and tar, with each
+    archive's ratio to the multipart batch; "" when the run has no archive scenario."""
+    scenarios = rs.scenarios(target)
+    bases = [s for s in scenarios if s.kind == "batch" and s.format == "multipart"
+             and any(a.name.split(".")[0] == s.name and a.format != "multipart" for a in scenarios)]
+    if not bases:
+        return ""
+    columns = [("", "multipart"), (".zip", "zip, CRCs known"), (".zip.cold", "zip, CRCs cold"), (".tar", "tar")]
+    lines = _header("Files/s", [title for _, title in columns])
+    for base in bases:
+        plain = _files_per_second(rs, target, base, base.name, phase)
+        cells = []
+        for suffix, _ in columns:
+            got = _files_per_second(rs, target, base, base.name + suffix, phase)
+            text = fmt("count", got)
+            if suffix and got is not None and plain:
+                text += f" ({got / plain:.2f}x)"
+            cells.append(text)
+        lines.append(_row([f"{base.name} ({base.label})", *cells]))
+    return "\n".join(lines)
+
+
+def _files_per_second(rs: ResultSet, target: str, base: Scenario, name: str, phase: str) -> float | None:
+    found = rs.find(target, name, phase)
+    rps = None if found is None else value(found, "rps", per_batch=True)
+    return None if rps is None else rps * base.file_count
+
+
 def legend(rs: ResultSet, references: tuple[str, ...]) -> str:
     present = [ref for ref in references if ref in rs.targets]
     if not present:
@@ -152,6 +181,12 @@ def render(rs: ResultSet, references: tuple[str, ...] = (), descriptions: dict[s
     if descriptions:
         out += ["Targets:", ""] + [f"- `{name}`: {text}" for name, text in descriptions.items()] + [""]
     note = legend(rs, references)
+    for target in rs.targets:
+        for phase in rs.phases:
+            table = formats_table(rs, target, phase)
+            if table:
+                out += [f"## {target}: one batch in three formats, {PHASE_TITLES[phase]}", "",
+                        "In parentheses: files/s divided by the same batch's as multipart.", "", table, ""]
     if len(rs.targets) > 1:
         for phase in rs.phases:
             out += [f"## Summary: {PHASE_TITLES[phase]}", ""]

@@ -155,10 +155,13 @@ def run_target(target: Target, scenarios: list[Scenario], settings: Settings, ro
         return [Result(target.name, s.name, p, "skipped", note) for s in scenarios for p, _ in settings.phases()]
     raw_dir = out_dir / "raw"
     results: list[Result] = []
-    batches = [[s] for s in scenarios] if settings.restart else [scenarios]
+    if settings.restart:
+        batches = [[s] for s in scenarios]
+    else:  # the cold CRC scenarios need a server of their own (its app keeps no CRC)
+        batches = [b for b in ([s for s in scenarios if not s.cold], [s for s in scenarios if s.cold]) if b]
     with tempfile.TemporaryDirectory(prefix=f"axon-bench-{target.name}-") as tmp:
         for i, batch in enumerate(batches):
-            ctx = Context(root, Path(tmp) / f"run{i}", procs.free_port(), cache_dir)
+            ctx = Context(root, Path(tmp) / f"run{i}", procs.free_port(), cache_dir, cold_crc=batch[0].cold)
             try:
                 with started(target, ctx, settings, out_dir / "logs" / target.name) as (base, pids):
                     for scenario in batch:

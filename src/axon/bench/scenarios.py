@@ -5,12 +5,21 @@ to separate the cost per file from the cost per byte. B32 (32 x 4 KB) stresses t
 alone. The health and error baselines measure the request layer with no file I/O, and the JSON
 echo of seed 004 measures what a user's own endpoint costs on top of the request layer.
 
+The archive scenarios ask for B32 and T8 as zip and as tar (``B32.zip``, ``T8.tar``, ...) beside
+the same batch as multipart, at the archive URLs a browser uses. A zip entry needs each file's
+CRC-32, which the server keeps per file version once read: the plain zip scenarios measure it
+warm (the probe before the measured phases has served the batch once). ``B32.zip.cold`` and
+``T8.zip.cold`` measure it cold on every request: the target serves an app whose CRC cache
+keeps nothing (:data:`axon.bench.echo_app.cold_app`), so each request reads its files (from
+the page cache) for their CRCs, as the first request after a file changed does. A tar needs no
+checksum of the contents, so it has no cold case.
+
 Pure data and string building: nothing here opens a socket.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -24,10 +33,13 @@ MISSING_FILE = "examples/missing.bin"
 
 @dataclass(frozen=True)
 class Scenario:
-    name: str  # "T1", "B32", "health", ...
+    name: str  # "T1", "B32", "B32.zip", "health", ...
     kind: str  # "batch" | "health" | "error" | "echo"
     file_count: int = 0
     file_size: int = 0  # bytes, each file
+    format: str = "multipart"  # a batch's format: "multipart", "zip" or "tar"
+    #: Served by an app that keeps no CRC-32, so every zip reads its files first.
+    cold: bool = False
 
     @property
     def payload(self) -> int:
@@ -46,7 +58,10 @@ class Scenario:
     @property
     def label(self) -> str:
         if self.kind == "batch":
-            return f"{self.file_count}x{_size_label(self.file_size)}"
+            label = f"{self.file_count}x{_size_label(self.file_size)}"
+            if self.format != "multipart":
+                label += f" {self.format}" + (", CRCs cold" if self.cold else "")
+            return label
         return {"health": "GET /api/health", "error": "missing file (404)", "echo": "POST JSON echo"}[self.kind]
 
     @property
@@ -96,16 +111,39 @@ def matrix() -> list[Scenario]:
     return out
 
 
+def archives() -> list[Scenario]:
+    """B32 and T8 as zip (CRCs known, then cold) and as tar, each after its multipart original."""
+    out = []
+    for base in (s for s in matrix() if s.name in ("B32", "T8")):
+        out.append(replace(base, name=f"{base.name}.zip", format="zip"))
+        out.append(replace(base, name=f"{base.name}.zip.cold", format="zip", cold=True))
+        out.append(replace(base, name=f"{base.name}.tar", format="tar"))
+    return out
+
+
+def every() -> list[Scenario]:
+    """Every scenario there is, in report order: each archive one after the batch it frames."""
+    out = []
+    extra = archives()
+    for s in matrix():
+        out.append(s)
+        out += [a for a in extra if a.name.split(".")[0] == s.name]
+    return out
+
+
 GROUPS = {
     "all": [s.name for s in matrix()],
     "article": [f"T{i}" for i in range(1, 9)],
     "baselines": ["health", "error", "echo"],
+    # Three formats side by side: each batch, then its zip (warm, cold) and tar.
+    "archive": [s.name for s in every() if s.name.split(".")[0] in ("B32", "T8")],
 }
 
 
 def select(spec: str) -> list[Scenario]:
-    """Scenarios named by a comma list of names and group names (``article``, ``baselines``, ``all``)."""
-    by_name = {s.name.lower(): s for s in matrix()}
+    """Scenarios named by a comma list of names and group names (``article``, ``baselines``,
+    ``archive``, ``all``: the article's matrix and the baselines, without the archives)."""
+    by_name = {s.name.lower(): s for s in every()}
     wanted: list[str] = []
     for item in (part.strip() for part in spec.split(",")):
         if not item:
@@ -113,10 +151,10 @@ def select(spec: str) -> list[Scenario]:
         names = GROUPS.get(item.lower(), [item])
         for name in names:
             if name.lower() not in by_name:
-                raise ValueError(f"unknown scenario {name!r}; choose from {', '.join(s.name for s in matrix())} or {', '.join(GROUPS)}")
+                raise ValueError(f"unknown scenario {name!r}; choose from {', '.join(s.name for s in every())} or {', '.join(GROUPS)}")
             if name.lower() not in (w.lower() for w in wanted):
                 wanted.append(by_name[name.lower()].name)
-    order = [s.name for s in matrix()]
+    order = [s.name for s in every()]
     return [by_name[n.lower()] for n in sorted(wanted, key=order.index)]
 
 
@@ -130,11 +168,15 @@ def request_for(scenario: Scenario, dialect: Dialect) -> HttpRequest | None:
             return None
         return HttpRequest("POST", "/api/echo", ECHO_BODY, (("Content-Type", "application/json"),))
     files = scenario.files if scenario.kind == "batch" else [MISSING_FILE]
+    if not dialect.batch_endpoint and scenario.format != "multipart":
+        return None  # a static server has no archive of several files to compare with
     if not dialect.batch_endpoint:
         # All files of a T-scenario batch have one size, so any one of them is as costly to serve.
         return HttpRequest("GET", "/files/" + quote(files[0]), per_batch=len(files))
     query = urlencode([(f"file{i}", name) for i, name in enumerate(files, 1)], safe="/")
-    return HttpRequest("GET", f"/api/stream-files?{query}")
+    # An archive at its own URL, as a browser's link or form asks for it (no Accept needed).
+    suffix = "" if scenario.format == "multipart" else f".{scenario.format}"
+    return HttpRequest("GET", f"/api/stream-files{suffix}?{query}")
 
 
 def ensure_files(files_dir: str | Path) -> Path:

@@ -5,7 +5,8 @@ settings: no per-request server log (seed 001), keep-alive on, a listen backlog 
 whole target pinned to the server CPUs. Threaded WSGI servers run the original's tuned
 2 processes x 16 threads; event-loop servers run one worker per server CPU, since more processes
 than cores only adds switching. Every Axon target serves :mod:`axon.bench.echo_app`: Axon's
-built-in endpoints plus the echo route.
+built-in endpoints plus the echo route; for a scenario that measures zip CRCs cold, its
+``cold_`` twin, which keeps no CRC-32 (:mod:`axon.bench.echo_app`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Context:
     port: int
     cache_dir: Path
     workers: int = 1  # event-loop servers: one per server CPU
+    cold_crc: bool = False  # serve the app that keeps no CRC-32 (every zip reads its files)
 
     @property
     def host(self) -> str:
@@ -43,6 +45,11 @@ class Context:
     @property
     def env(self) -> dict[str, str]:
         return {"AXON_ROOT": str(self.root)}
+
+    def app(self, spec: str) -> str:
+        """``module:name`` of the bench app to serve: ``spec``, or its ``cold_`` twin."""
+        module, _, name = spec.partition(":")
+        return f"{module}:cold_{name}" if self.cold_crc else spec
 
 
 @dataclass(frozen=True)
@@ -83,20 +90,20 @@ def _gunicorn(ctx: Context) -> list[Command]:
     # gthread: the threaded worker, the only sync-style one that keeps connections alive.
     argv = [sys.executable, "-m", "gunicorn", "-k", "gthread", "-w", "2", "--threads", "16",
             "--keep-alive", "75", "--backlog", BACKLOG, "--log-level", "warning",
-            "-b", f"{ctx.host}:{ctx.port}", WSGI_APP]
+            "-b", f"{ctx.host}:{ctx.port}", ctx.app(WSGI_APP)]
     return [Command(argv, "gunicorn", ctx.env)]
 
 
 def _uwsgi(ctx: Context) -> list[Command]:
     # http11-socket: uWSGI parses HTTP in its workers (no router process) and keeps alive.
     argv = [shutil.which("uwsgi") or "uwsgi", "--http11-socket", f"{ctx.host}:{ctx.port}",
-            "--master", "--processes", "2", "--threads", "16", "--module", WSGI_APP,
+            "--master", "--processes", "2", "--threads", "16", "--module", ctx.app(WSGI_APP),
             "--listen", BACKLOG, "--disable-logging", "--die-on-term", "--need-app"]
     return [Command(argv, "uwsgi", ctx.env)]
 
 
 def _uvicorn(ctx: Context) -> list[Command]:
-    argv = [sys.executable, "-m", "uvicorn", ASGI_APP, "--host", ctx.host, "--port", str(ctx.port),
+    argv = [sys.executable, "-m", "uvicorn", ctx.app(ASGI_APP), "--host", ctx.host, "--port", str(ctx.port),
             "--workers", str(ctx.workers), "--no-access-log", "--log-level", "warning",
             "--backlog", BACKLOG, "--loop", "auto", "--http", "auto"]
     return [Command(argv, "uvicorn", ctx.env)]
@@ -105,13 +112,13 @@ def _uvicorn(ctx: Context) -> list[Command]:
 def _granian(ctx: Context) -> list[Command]:
     argv = [sys.executable, "-m", "granian", "--interface", "asgi", "--host", ctx.host,
             "--port", str(ctx.port), "--workers", str(ctx.workers), "--no-access-log",
-            "--log-level", "warning", "--backlog", BACKLOG, ASGI_APP]
+            "--log-level", "warning", "--backlog", BACKLOG, ctx.app(ASGI_APP)]
     return [Command(argv, "granian", ctx.env)]
 
 
 def _axon_serve(ctx: Context) -> list[Command]:
     argv = [sys.executable, "-m", "axon.cli", "serve", str(ctx.root), "--host", ctx.host,
-            "--port", str(ctx.port), "--workers", str(ctx.workers), "--app", "axon.bench.echo_app:app",
+            "--port", str(ctx.port), "--workers", str(ctx.workers), "--app", ctx.app("axon.bench.echo_app:app"),
             "--log-level", "warning"]
     return [Command(argv, "axon-serve", ctx.env)]
 

@@ -1,11 +1,13 @@
 """Axon's client: fetch a batch of files from an Axon server into a directory.
 
 ``fetch`` / ``afetch`` send one request and write every part of the multipart answer to
-``dest/<path>``, each file complete or absent. ``MultipartParser`` is the sans-IO streaming
+``dest/<path>``, each file complete or absent. ``fetch_archive`` saves a batch as one zip or tar
+file instead, and ``unpack`` extracts one safely (:mod:`.archive`). ``MultipartParser`` is the sans-IO streaming
 parser underneath (:mod:`axon.http.multipart_parser`), usable on its own. Only the standard
 library is imported here.
 """
 
+from .archive import ArchiveResult, fetch_archive, unpack
 from .download import FetchedFile, FetchResult, Progress
 from .errors import FetchError, UnsafePathError
 from .fetch import afetch, fetch
@@ -21,6 +23,7 @@ from ..http.multipart_parser import (
 )
 
 __all__ = [
+    "ArchiveResult",
     "ContentRange",
     "FetchError",
     "FetchResult",
@@ -36,4 +39,6 @@ __all__ = [
     "afetch",
     "boundary_from_content_type",
     "fetch",
+    "fetch_archive",
+    "unpack",
 ]

@@ -2,11 +2,16 @@
 
     axon fetch http://host:8000 a.bin dir/b.bin -o downloads
     axon fetch http://host:8000 --from-list paths.txt -o downloads --parallel 4
+    axon fetch http://host:8000 a.bin dir/b.bin --zip batch.zip            # one archive file
+    axon fetch http://host:8000 a.bin dir/b.bin --tar batch.tar --unpack -o downloads
 
 Long lists are cut into batches of ``--batch-size`` files, one request each, ``--parallel`` at a
 time. The first failure stops new batches from starting; files already complete stay, and a batch
 cut short is saved under ``DIR/.axon-partial/``: running the same command again resumes it where
 it stopped (unless ``--no-resume``). ``--secret`` (or ``AXON_SECRET``) signs every request.
+
+``--zip FILE`` / ``--tar FILE`` save the whole list as one archive file instead (one request,
+:mod:`.archive`), resumed the same way; ``--unpack`` then extracts it into ``-o DIR``.
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .archive import PARTIAL, fetch_archive, unpack
+from .download import FetchedFile
 from .errors import FetchError
 from .fetch import DEFAULT_TIMEOUT, fetch
 from .paths import check_path_shape
@@ -59,6 +67,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "-H", "--header", action="append", default=[], metavar="'NAME: VALUE'", help="extra request header"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
+    archive = parser.add_mutually_exclusive_group()
+    archive.add_argument("--zip", metavar="FILE", help="save the batch as one zip file (one request for the whole list)")
+    archive.add_argument("--tar", metavar="FILE", help="save the batch as one tar file (one request for the whole list)")
+    parser.add_argument(
+        "--unpack", action="store_true", help="with --zip or --tar: also extract the archive into DIR (-o)"
+    )
     parser.add_argument(
         "--resume",
         action=argparse.BooleanOptionalAction,
@@ -82,6 +96,10 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(exc), code=2)
     if not paths:
         return _fail("no files given: name them as arguments or with --from-list", code=2)
+    if args.zip or args.tar:
+        return _run_archive(args, paths, headers)
+    if args.unpack:
+        return _fail("--unpack needs --zip FILE or --tar FILE", code=2)
     batches = [paths[i : i + args.batch_size] for i in range(0, len(paths), args.batch_size)]
     method = "POST" if args.from_list else None
     # Also counts what was written when nothing is shown: a failed batch keeps its whole files.
@@ -133,6 +151,39 @@ def run(args: argparse.Namespace) -> int:
     if not isinstance(error, (FetchError, OSError, ValueError)):
         raise error
     return _fail(f"{error} (fetched {done} before stopping)")
+
+
+def _run_archive(args: argparse.Namespace, paths: list[str], headers: dict[str, str]) -> int:
+    fmt, path = ("zip", args.zip) if args.zip else ("tar", args.tar)
+    tracker = ProgressTracker(1, show=not args.no_progress)  # one file: the archive
+    progress = tracker.for_batch(1)
+    started = time.monotonic()
+    try:
+        result = fetch_archive(
+            args.base_url, paths, path, fmt, timeout=args.timeout, headers=headers,
+            method="POST" if args.from_list else None, progress=progress, resume=args.resume, secret=args.secret,
+        )
+        progress.file_written(FetchedFile(path, result.path, result.size))
+        unpacked = unpack(result.path, args.output) if args.unpack else None
+    except KeyboardInterrupt:
+        return _fail("interrupted" + _resumable(path), code=130)
+    except (FetchError, OSError, ValueError) as exc:
+        return _fail(str(exc) + _resumable(path))
+    finally:
+        tracker.close()
+    elapsed = time.monotonic() - started
+    resumed = f", resumed at byte {result.resumed_from}" if result.resumed_from else ""
+    print(f"saved {len(paths)} files as {result.path} ({format_bytes(result.size)}{resumed}) in {elapsed:.1f} s")
+    if unpacked is not None:
+        print(f"unpacked {len(unpacked)} files into {args.output}")
+    return 0
+
+
+def _resumable(path: str) -> str:
+    kept = Path(path + PARTIAL)
+    if not (kept.exists() and Path(f"{kept}.json").exists()):
+        return ""
+    return f"; {format_bytes(kept.stat().st_size)} kept in {kept}: run the same command again to resume"
 
 
 def _collect_paths(args: argparse.Namespace) -> list[str]:

@@ -20,6 +20,12 @@ from .paths import check_path_shape
 __all__ = ["BatchRequest", "build_request", "error_from_response", "MAX_ERROR_BODY", "MAX_GET_TARGET"]
 
 ENDPOINT = "/api/stream-files"
+#: What each format is asked with: the endpoint's suffix and the Accept header.
+FORMATS = {
+    "multipart": ("", "multipart/mixed, application/json"),
+    "zip": (".zip", "application/zip, application/json"),
+    "tar": (".tar", "application/x-tar, application/json"),
+}
 MAX_GET_TARGET = 8000  # bytes of request target; longer lists go as a JSON POST
 MAX_ERROR_BODY = 1 << 20  # read at most this much of an error answer
 USER_AGENT = "axon-fetch"
@@ -54,13 +60,15 @@ def build_request(
     method: str | None = None,
     headers: Mapping[str, str] | None = None,
     secret: str | bytes | None = None,
+    fmt: str = "multipart",
 ) -> BatchRequest:
     """The request for ``files`` from the server at ``base_url`` (which may carry a path prefix).
 
     ``method`` forces ``"GET"`` or ``"POST"``; by default GET unless the target gets too long.
     ``headers`` are added last and replace defaults of the same name (a seam for resume and
     signing). With ``secret``, the request target is signed (:func:`axon.signing.sign_url`,
-    body included) for :data:`SIGNATURE_LIFETIME` seconds.
+    body included) for :data:`SIGNATURE_LIFETIME` seconds. ``fmt`` ("multipart", "zip", "tar")
+    picks the representation, at its own URL (``/api/stream-files.zip``).
     """
     if not files:
         raise ValueError("no files to fetch")
@@ -73,7 +81,8 @@ def build_request(
     if url.scheme not in ("http", "https") or not url.hostname:
         raise ValueError(f"base URL must be http:// or https:// with a host: {base_url!r}")
     port = url.port or (443 if url.scheme == "https" else 80)
-    path = url.path.rstrip("/") + ENDPOINT
+    suffix, accept = FORMATS[fmt]
+    path = url.path.rstrip("/") + ENDPOINT + suffix
     query = urlencode([(f"file{i}", name) for i, name in enumerate(files, 1)], safe="/")
     if method is None:
         method = "GET" if len(path) + 1 + len(query) <= MAX_GET_TARGET else "POST"
@@ -81,7 +90,7 @@ def build_request(
     merged = {
         "host": ("Host", url.netloc.rpartition("@")[2]),
         "user-agent": ("User-Agent", USER_AGENT),
-        "accept": ("Accept", "multipart/mixed, application/json"),
+        "accept": ("Accept", accept),
         "accept-encoding": ("Accept-Encoding", "identity"),
         "connection": ("Connection", "close"),
     }

@@ -24,13 +24,17 @@ A zip needs each file's CRC-32 before its bytes: the storage layer gives it, kno
 (before any byte is sent, so errors and the length stay exact). A file that changes while it is
 read is opened again with the whole batch, up to ``CHANGE_RETRIES`` times; a file that keeps
 changing is a 503 (``file_changing``, ``Retry-After: 1``): the batch cannot name a version of it.
+Planned ``on_loop`` (an event loop's thread, where other connections wait meanwhile), a batch
+whose unknown CRCs would mean reading more than ``INLINE_READ_BYTES`` raises
+:class:`~axon.errors.WouldBlock` before reading any, and the App plans it again in its thread
+pool; a small read stays inline, as the native server reads small slices inline to send them.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from ..errors import BadRequest, HTTPError, PayloadTooLarge, PreconditionFailed, ServiceUnavailable
+from ..errors import BadRequest, HTTPError, PayloadTooLarge, PreconditionFailed, ServiceUnavailable, WouldBlock
 from ..storage import File, Source
 from ..storage.crc_cache import FileChanged
 from ..limits import Limits
@@ -46,6 +50,9 @@ from .slices import Slice, resolve_all
 
 #: How many times a batch is opened again when a file changes while its CRC-32 is read.
 CHANGE_RETRIES = 3
+#: The most bytes read for CRC-32s on an event loop's thread; more goes to the thread pool. The
+#: native server's one-write path reads as much inline (``server/writer.py``).
+INLINE_READ_BYTES = 64 * 1024
 
 
 def check_count(paths: list[str], limits: Limits) -> None:
@@ -107,12 +114,14 @@ def plan_batch(
     method: str = "GET",
     fmt: Format = multipart_mixed,
     slices: list[Slice | None] | None = None,
+    on_loop: bool = False,
     _retries: int = CHANGE_RETRIES,
 ) -> Response:
     """The batch of ``paths`` in the format ``fmt``; with ``key``, with its identity and honouring
     ``headers``' preconditions, ``Range`` and ``If-Range`` (lower-case names, as
     :class:`~axon.app.Request` has them) for the request ``method``. ``slices`` (one per path,
-    None for a whole file) serves parts of files."""
+    None for a whole file) serves parts of files. ``on_loop``: called where nothing may block;
+    :class:`~axon.errors.WouldBlock` rather than a long read."""
     check_count(paths, limits)
     if slices is not None and fmt is not multipart_mixed and any(slices):
         raise BadRequest("slices of files are served as multipart/mixed only", code="slices_need_multipart")
@@ -139,7 +148,10 @@ def plan_batch(
         if fmt in NEEDS_CRC:
             # The CRCs change a zip's bytes, never its length or ETag: HEAD reads no file.
             try:
-                crcs = (0,) * len(chosen) if method == "HEAD" else checksums(store, chosen)
+                if method == "HEAD":
+                    crcs = (0,) * len(chosen)
+                else:
+                    crcs = checksums(store, chosen, INLINE_READ_BYTES if on_loop else None)
             except FileChanged as exc:
                 for f in files:
                     f.close()
@@ -150,7 +162,8 @@ def plan_batch(
                     ) from None
                 # Opened again, the batch is planned from the file as it is now.
                 return plan_batch(store, paths, limits, boundary=boundary, key=key, headers=headers,
-                                  method=method, fmt=fmt, slices=slices, _retries=_retries - 1)
+                                  method=method, fmt=fmt, slices=slices, on_loop=on_loop,
+                                  _retries=_retries - 1)
         # Without a key there is no identity to name a layout by (the boundary is random).
         if key is not None and len(chosen) <= LAYOUT_CACHE_FILES and named <= CACHED_PATH_CHARS * 4:
             etag, content_type, filename, heads = _cached_layout(fmt, key, boundary, signatures, crcs)
@@ -188,17 +201,20 @@ def _body(chosen: list[File], heads: tuple[bytes, ...], spans: list[Span | None]
     return body
 
 
-def checksums(store: Source, chosen: list[File]) -> tuple[int, ...]:
-    """Each file's CRC-32 (a path named twice is one file, asked once); FileChanged names the
-    path of a file that is no longer the version opened."""
-    known: dict[int, int] = {}
-    for f in chosen:
-        if id(f) not in known:
-            try:
-                known[id(f)] = store.crc32(f)
-            except FileChanged:
-                raise FileChanged(f.path) from None
-    return tuple([known[id(f)] for f in chosen])
+def checksums(store: Source, chosen: list[File], read_limit: int | None = None) -> tuple[int, ...]:
+    """Each file's CRC-32 (a path named twice is one file, read once); FileChanged names the
+    path of a file that is no longer the version opened. With ``read_limit``, WouldBlock before
+    reading when the CRCs not yet known need more bytes read than that."""
+    crcs = store.crc32s(chosen, False)  # known, or computed from bytes in memory: nothing read
+    if None not in crcs:
+        return tuple(crcs)  # type: ignore[arg-type]
+    missing = {id(f): f for f, crc in zip(chosen, crcs) if crc is None}
+    if read_limit is not None:
+        cold = sum(f.size for f in missing.values())
+        if cold > read_limit:
+            raise WouldBlock(f"{cold} bytes to read for CRC-32s")
+    read = dict(zip(missing, store.crc32s(list(missing.values()))))
+    return tuple([read[id(f)] if crc is None else crc for f, crc in zip(chosen, crcs)])  # type: ignore[misc]
 
 
 def file_signature(f: File) -> Signature:

@@ -14,8 +14,9 @@ The hot path costs no coroutine, no task and no loop iteration. A route that is 
 that never blocks (Axon's own endpoints, any route with ``blocking=False``) is answered through
 the App's synchronous ``handle``, and a response that fits one write is written before
 ``data_received`` returns. Only what must wait becomes a task: an ``async`` handler (always, as
-asyncio code expects), a blocking one (in the App's thread pool), a response that needs several
-writes, a full socket or ``sendfile``, a stream.
+asyncio code expects), a blocking one (in the App's thread pool), a plain one that found its
+work would block after all (a zip whose CRC-32s must be read: finished in the pool), a response
+that needs several writes, a full socket or ``sendfile``, a stream.
 
 Protection: URL, header bytes and header count are bounded while parsing (414, 431), a body by
 ``max_body_bytes`` (413, before ``100 Continue`` is sent), and malformed framing is a 400 from
@@ -34,6 +35,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Awaitable
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes
 
@@ -415,12 +418,16 @@ class HTTPProtocol(asyncio.Protocol):
         if request is None:
             self._answer(ex, error_response(ex.refusal))  # type: ignore[arg-type]
         elif self._runs_inline(request):
+            request.on_loop = True  # work that would block (a cold zip) goes to the pool
             try:
                 response = self.app.handle(request)
             except BaseException as exc:  # noqa: BLE001 - handle answers errors itself: a bug
                 self._crashed(exc)
             else:
-                self._answer(ex, response)
+                if type(response) is CoroutineType:  # it would have blocked: finished in the pool
+                    self._start(self._respond_later(ex, response))
+                else:
+                    self._answer(ex, response)
         else:
             self._start(self._cycle(ex, request))
 
@@ -466,7 +473,10 @@ class HTTPProtocol(asyncio.Protocol):
         self._abort()
 
     async def _cycle(self, ex: Exchange, request: Request) -> bool:
-        response = await self.app.handle_async(request)
+        return await self._respond_later(ex, self.app.handle_async(request))
+
+    async def _respond_later(self, ex: Exchange, answer: Awaitable[Response]) -> bool:
+        response = await answer
         if self._stopping:  # began while the handler ran
             ex.keep_alive = False
         return await self._respond(response, ex)

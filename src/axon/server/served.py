@@ -45,7 +45,10 @@ class ServedApp(Protocol):
 
     def handle(self, request: Request) -> Response:
         """Answer ``request`` here, synchronously (the server calls it when the route's handler
-        is neither async nor blocking, or when there is no route: the answer is an error)."""
+        is neither async nor blocking, or when there is no route: the answer is an error). The
+        server sets ``request.on_loop``: a handler whose work would block after all (a zip of
+        files whose CRC-32s are not known) is then finished in the pool, and the answer is a
+        coroutine to await for the response."""
         ...
 
     async def handle_async(self, request: Request) -> Response:

@@ -53,10 +53,12 @@ class Source(Protocol):
         :class:`~axon.errors.HTTPError` that says why not (400, 403, 404, 503)."""
         ...
 
-    def crc32(self, file: File) -> int:
-        """The CRC-32 of ``file`` (one this source opened) as it was opened, for a zip entry;
-        :class:`~axon.storage.crc_cache.FileChanged` if it is no longer that version. A source
-        that stores checksums (an object store) answers from them."""
+    def crc32s(self, files: list[File], read: bool = True) -> list[int | None]:
+        """The CRC-32 of each of ``files`` (ones this source opened) as it was opened, for zip
+        entries; :class:`~axon.storage.crc_cache.FileChanged` naming the requested path of one
+        that is no longer that version. A source that stores checksums (an object store)
+        answers from them. With ``read`` false, None where answering would mean reading that
+        file (the caller must not block)."""
         ...
 
 

@@ -34,7 +34,7 @@ import sys
 from ..config import environment
 from ..errors import BadRequest, Forbidden, HTTPError, NotFound, ServiceUnavailable
 from . import Entry
-from .crc_cache import CrcCache
+from .crc_cache import CrcCache, FileChanged
 from .file_cache import CachedDescriptor, FileCache
 from ..http.segments import FileSlice, Segment
 
@@ -263,10 +263,22 @@ class FileStore:
         f._shared = cache.add(requested, f.fd, (f.device, f.inode), f.name, f.content_type)
         return f
 
-    def crc32(self, f: OpenFile) -> int:
-        """The CRC-32 of ``f`` as opened: kept per file version (:mod:`axon.storage.crc_cache`),
-        read by offset when not known; :class:`~axon.storage.crc_cache.FileChanged` if it changed."""
-        return self.crcs.crc32(f.fd, (f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns), f.data)
+    def crc32s(self, files: list[OpenFile], read: bool = True) -> list[int | None]:
+        """The CRC-32 of each of ``files`` as opened: kept per file version
+        (:mod:`axon.storage.crc_cache`), read by offset when not known (with ``read`` false, None
+        instead of reading); :class:`~axon.storage.crc_cache.FileChanged`, naming the requested
+        path, if one changed. Pass a file once: one not known is read as often as it is given."""
+        cache = self.crcs
+        versions = [(f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns) for f in files]
+        crcs = cache.lookup(versions)
+        if None in crcs:
+            for i, f in enumerate(files):
+                if crcs[i] is None:
+                    try:
+                        crcs[i] = cache.crc32(f.fd, versions[i], f.data, read)
+                    except FileChanged:
+                        raise FileChanged(f.path) from None
+        return crcs
 
     def _open(self, requested: str) -> OpenFile:
         parts = normalize(requested)
