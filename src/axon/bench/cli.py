@@ -43,7 +43,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--targets", default="all",
                         help=f"with --compare: comma list of {', '.join(targets.TARGETS)} (default: all)")
     parser.add_argument("--scenarios", default="all",
-                        help="comma list of T1..T8, B32, health, error, echo, or groups article, baselines, all")
+                        help="comma list of T1..T8, B32, F8, F64, F512, health, error, echo, or groups article, files, baselines, all")
     parser.add_argument("--files-dir", type=Path,
                         help="where the test files go (the served root); with a URL, the server's root. "
                              "Default with --compare: ~/.cache/axon-bench/files")

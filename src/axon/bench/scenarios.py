@@ -2,7 +2,8 @@
 
 The article's T1-T8 are four payload sizes, each as one file and as two files of half the size,
 to separate the cost per file from the cost per byte. B32 (32 x 4 KB) stresses the cost per file
-alone. The health and error baselines measure the request layer with no file I/O, and the JSON
+alone. F8, F64 and F512 ask ``/files/`` for the file T1, T3 and T7 carry as a batch of one: a
+single file should cost no more than the batch that carries it. The health and error baselines measure the request layer with no file I/O, and the JSON
 echo of seed 004 measures what a user's own endpoint costs on top of the request layer.
 
 Pure data and string building: nothing here opens a socket.
@@ -24,8 +25,8 @@ MISSING_FILE = "examples/missing.bin"
 
 @dataclass(frozen=True)
 class Scenario:
-    name: str  # "T1", "B32", "health", ...
-    kind: str  # "batch" | "health" | "error" | "echo"
+    name: str  # "T1", "B32", "F64", "health", ...
+    kind: str  # "batch" | "file" | "health" | "error" | "echo"
     file_count: int = 0
     file_size: int = 0  # bytes, each file
 
@@ -36,7 +37,7 @@ class Scenario:
     @property
     def files(self) -> list[str]:
         """The files one request names, relative to the served root, as the article named them."""
-        if self.kind != "batch":
+        if self.kind not in ("batch", "file"):
             return []
         if self.file_count > 2:  # B32: distinct small files, so each part is its own open and stat
             return [f"examples/small/{i:02d}.bin" for i in range(self.file_count)]
@@ -47,6 +48,8 @@ class Scenario:
     def label(self) -> str:
         if self.kind == "batch":
             return f"{self.file_count}x{_size_label(self.file_size)}"
+        if self.kind == "file":
+            return f"/files/ {_size_label(self.file_size)}"
         return {"health": "GET /api/health", "error": "missing file (404)", "echo": "POST JSON echo"}[self.kind]
 
     @property
@@ -66,9 +69,12 @@ class Dialect:
     name: str
     batch_endpoint: bool = True
     echo: bool = True
+    files_endpoint: bool = True  # GET /files/<path>: one file, as a static server serves it
 
 
 AXON = Dialect("axon")
+#: The original speaks Axon's batch API but has no /files/ endpoint.
+ORIGINAL = Dialect("original", files_endpoint=False)
 STATIC = Dialect("static", batch_endpoint=False, echo=False)
 
 
@@ -83,13 +89,15 @@ class HttpRequest:
 
 
 def matrix() -> list[Scenario]:
-    """Every scenario, in report order: T1-T8, B32, then the baselines."""
+    """Every scenario, in report order: T1-T8, B32, the single files, then the baselines."""
     pairs = [8, 64, 256, 512]  # total payload in KB, each as 1 file and as 2 halves
     out = []
     for i, total in enumerate(pairs):
         out.append(Scenario(f"T{2 * i + 1}", "batch", 1, total * KB))
         out.append(Scenario(f"T{2 * i + 2}", "batch", 2, total * KB // 2))
     out.append(Scenario("B32", "batch", SMALL_FILES, 4 * KB))
+    for size in (8, 64, 512):  # the files of T1, T3 and T7
+        out.append(Scenario(f"F{size}", "file", 1, size * KB))
     out.append(Scenario("health", "health"))
     out.append(Scenario("error", "error"))
     out.append(Scenario("echo", "echo"))
@@ -100,6 +108,7 @@ GROUPS = {
     "all": [s.name for s in matrix()],
     "article": [f"T{i}" for i in range(1, 9)],
     "baselines": ["health", "error", "echo"],
+    "files": ["F8", "F64", "F512"],
 }
 
 
@@ -129,6 +138,10 @@ def request_for(scenario: Scenario, dialect: Dialect) -> HttpRequest | None:
         if not dialect.echo:
             return None
         return HttpRequest("POST", "/api/echo", ECHO_BODY, (("Content-Type", "application/json"),))
+    if scenario.kind == "file":
+        if not dialect.files_endpoint:
+            return None
+        return HttpRequest("GET", "/files/" + quote(scenario.files[0]))
     files = scenario.files if scenario.kind == "batch" else [MISSING_FILE]
     if not dialect.batch_endpoint:
         # All files of a T-scenario batch have one size, so any one of them is as costly to serve.
