@@ -40,7 +40,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", help="the src directory to measure (default: the axon on PYTHONPATH)")
     parser.add_argument("-n", type=int, default=20000, help="requests of each kind (B32: a quarter)")
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma list of {', '.join(KINDS)} (default: all)")
     args = parser.parse_args()
+    kinds = {name: KINDS[name] for name in args.kinds.split(",")}
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "root")
         os.mkdir(root)
@@ -50,11 +52,11 @@ def main() -> None:
         for i in range(1, 33):
             with open(os.path.join(root, f"s{i:02d}.bin"), "wb") as f:
                 f.write(os.urandom(4096))
-        for name, per_request in measure(root, tmp, args.src, args.n).items():
+        for name, per_request in measure(root, tmp, args.src, args.n, kinds).items():
             print(f"{name:9s} {per_request:10.0f} instructions a request")
 
 
-def measure(root: str, out: str, src: str | None, n: int) -> dict[str, float]:
+def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] = KINDS) -> dict[str, float]:
     env = dict(os.environ)
     if src:
         env["PYTHONPATH"] = src
@@ -65,11 +67,11 @@ def measure(root: str, out: str, src: str | None, n: int) -> dict[str, float]:
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p", sys.executable, "-m", "axon.cli",
          "serve", root, "--port", str(port), "--workers", "0", "--log-level", "warning", "--no-access-log"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    counts = {name: n // 4 if name == "B32" else n for name in KINDS}
+    counts = {name: n // 4 if name == "B32" else n for name in kinds}
     try:
         sock = connect(port)
         buf = bytearray()
-        requests = {name: f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode() for name, target in KINDS.items()}
+        requests = {name: f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode() for name, target in kinds.items()}
         for request in requests.values():  # warm: caches filled, code specialised
             for _ in range(300):
                 exchange(sock, request, buf)
@@ -89,7 +91,7 @@ def measure(root: str, out: str, src: str | None, n: int) -> dict[str, float]:
                 text = f.read()
             name = re.search(r"^desc: Trigger: .*?(\w+)$", text, re.M).group(1)  # type: ignore[union-attr]
             totals[name] = int(re.search(r"^(?:summary|totals): (\d+)", text, re.M).group(1))  # type: ignore[union-attr]
-    return {name: totals[name] / counts[name] for name in KINDS if name in totals}
+    return {name: totals[name] / counts[name] for name in kinds if name in totals}
 
 
 def connect(port: int) -> socket.socket:
