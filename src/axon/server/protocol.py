@@ -176,7 +176,7 @@ class HTTPProtocol(asyncio.Protocol):
             return
         if self.state is IDLE:  # the first bytes of a request: the header clock starts
             clean = self._clean
-            if clean and self._repeated_fixed(data):
+            if clean and self.worker.fixed_reads and self._repeated_fixed(data):
                 return
             self.state = HEAD
             self.deadline = self.worker.head_deadline
