@@ -26,6 +26,11 @@ KINDS = {
     "health": "/api/health",
     "file8k": "/files/f8k.bin",
     "T1": "/api/stream-files?file1=f8k.bin",
+    "file64k": "/files/f64k.bin",
+    "T3": "/api/stream-files?file1=f64k.bin",
+    "T4": "/api/stream-files?file1=f32k.bin&file2=f32k.bin",
+    "file512k": "/files/f512k.bin",
+    "B512k": "/api/stream-files?file1=f512k.bin",
     "B32": "/api/stream-files?" + "&".join(f"file{i}=s{i:02d}.bin" for i in range(1, 33)),
     "error404": "/api/stream-files?file1=missing.bin",
 }
@@ -44,8 +49,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "root")
         os.mkdir(root)
-        with open(os.path.join(root, "f8k.bin"), "wb") as f:
-            f.write(os.urandom(8192))
+        for name, size in (("f8k.bin", 8192), ("f32k.bin", 32768), ("f64k.bin", 65536), ("f512k.bin", 524288)):
+            with open(os.path.join(root, name), "wb") as f:
+                f.write(os.urandom(size))
         for i in range(1, 33):
             with open(os.path.join(root, f"s{i:02d}.bin"), "wb") as f:
                 f.write(os.urandom(4096))

@@ -7,14 +7,15 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from axon.bench import scenarios
-from axon.bench.scenarios import AXON, STATIC, ensure_files, matrix, request_for, select
+from axon.bench.scenarios import AXON, ORIGINAL, STATIC, ensure_files, matrix, request_for, select
 
 KB = 1024
 
 
 def test_matrix_is_the_articles_plus_ours():
     names = [s.name for s in matrix()]
-    assert names == ["T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "B32", "health", "error", "echo"]
+    assert names == ["T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "B32", "F8", "F64", "F512",
+                     "health", "error", "echo"]
     by = {s.name: s for s in matrix()}
     # The article's table: file count, size each, payload total.
     expected = {"T1": (1, 8), "T2": (2, 4), "T3": (1, 64), "T4": (2, 32),
@@ -111,3 +112,30 @@ def test_cold_scenarios_get_a_server_serving_the_app_that_keeps_no_crc(tmp_path)
         cold_argv = " ".join(targets.TARGETS[name].commands(cold)[0].argv)
         assert "echo_app:cold_" not in argv and "echo_app:cold_" in cold_argv, name
     assert cold_app.store.crcs.size == 0 and app.store.crcs.size > 0
+
+
+def test_single_file_scenarios_ask_files_for_the_file_a_batch_of_one_carries():
+    by = {s.name: s for s in matrix()}
+    for single, batch in (("F8", "T1"), ("F64", "T3"), ("F512", "T7")):
+        assert by[single].kind == "file" and by[single].files == by[batch].files
+        expected = "/files/" + by[batch].files[0]
+        for dialect in (AXON, STATIC):  # the same URL on Axon and on a static server
+            request = request_for(by[single], dialect)
+            assert (request.method, request.target, request.per_batch) == ("GET", expected, 1)
+        assert request_for(by[batch], ORIGINAL).target.startswith("/api/stream-files?")
+        assert request_for(by[single], ORIGINAL) is None  # the original has no /files/
+    assert by["F512"].label == "/files/ 512KB" and by["F8"].expect_status == 200
+    assert [s.name for s in select("files")] == ["F8", "F64", "F512"]
+
+
+def test_granian_static_serves_the_root_at_files_beside_a_minimal_app(tmp_path):
+    from axon.bench import targets
+
+    target = targets.TARGETS["granian-static"]
+    assert target.dialect is STATIC
+    ctx = targets.Context(tmp_path / "root", tmp_path / "work", 8123, tmp_path / "cache")
+    (command,) = target.commands(ctx)
+    argv = command.argv
+    assert argv[argv.index("--static-path-mount") + 1] == str(ctx.root)
+    assert argv[argv.index("--static-path-route") + 1] == "/files"
+    assert argv[-1] == targets.STATIC_APP and argv[argv.index("--port") + 1] == "8123"

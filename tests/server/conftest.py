@@ -41,6 +41,7 @@ FILES: dict[str, bytes] = {
     "a.txt": b"hello, axon\n",
     "b.bin": _rand(1, 10 * KiB),
     "mid.bin": _rand(2, 200 * KiB),  # above sendfile_min (64 KiB): goes out with sendfile
+    "k64.bin": _rand(3, 64 * KiB),  # one write_chunk: read and written whole, in one writev
     "sub/c.json": b'{"c": 3}\n',
     **{f"small/f{i:02d}.bin": _rand(100 + i, 4 * KiB) for i in range(1, SMALL_COUNT + 1)},
 }

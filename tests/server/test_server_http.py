@@ -157,7 +157,9 @@ class _CountingTransport:
 
 @pytest.fixture
 def counts(monkeypatch) -> dict[str, int]:
-    counts = {"writes": 0, "sendfile": 0}
+    """System calls that send, by kind: through the transport ("writes"), ``os.sendfile``,
+    ``sendmsg`` with ``MSG_MORE`` on the socket ("more"), and any ``TCP_CORK`` set ("cork")."""
+    counts = {"writes": 0, "sendfile": 0, "more": 0, "cork": 0}
     made = HTTPProtocol.connection_made
 
     def connection_made(self, transport) -> None:
@@ -170,8 +172,20 @@ def counts(monkeypatch) -> dict[str, int]:
         counts["sendfile"] += 1
         return real_sendfile(*args)
 
+    real_sendmsg, real_setsockopt = socket.socket.sendmsg, socket.socket.setsockopt
+
+    def sendmsg(sock, buffers, ancdata=(), flags=0, *args):
+        counts["more"] += bool(flags & socket.MSG_MORE)
+        return real_sendmsg(sock, buffers, ancdata, flags, *args)
+
+    def setsockopt(sock, level, option, *args):
+        counts["cork"] += level == socket.IPPROTO_TCP and option == socket.TCP_CORK
+        return real_setsockopt(sock, level, option, *args)
+
     monkeypatch.setattr(HTTPProtocol, "connection_made", connection_made)
     monkeypatch.setattr(os, "sendfile", sendfile)
+    monkeypatch.setattr(socket.socket, "sendmsg", sendmsg)
+    monkeypatch.setattr(socket.socket, "setsockopt", setsockopt)
     return counts
 
 
@@ -185,7 +199,7 @@ def test_a_batch_of_small_files_is_a_few_writes(serve, counts) -> None:
     assert [p[1] for p in parse_multipart(resp)] == [FILES[p] for p in paths]
     # 32 x 4 KiB + part headers = 137 KiB, gathered into writev calls of 64 KiB (the most a slow
     # reader may hold in user space): 3 system calls for 32 files, not 100
-    assert counts == {"writes": 3, "sendfile": 0}, counts
+    assert counts == {"writes": 3, "sendfile": 0, "more": 0, "cork": 0}, counts
 
 
 def test_a_large_file_goes_out_with_sendfile(serve, counts, root) -> None:
@@ -193,8 +207,33 @@ def test_a_large_file_goes_out_with_sendfile(serve, counts, root) -> None:
     with Client(server.port) as c:
         resp = c.get(batch_target(["mid.bin"]))
     assert parse_multipart(resp)[0][1] == FILES["mid.bin"]
-    # the head and part header in one write, the file by sendfile, the closing boundary
-    assert counts["writes"] == 2 and counts["sendfile"] >= 1, counts
+    # the head and part header held for the file's data (MSG_MORE), the file by sendfile, the
+    # closing boundary in one write; no cork to set and clear
+    assert counts["more"] == 1 and counts["sendfile"] >= 1 and counts["writes"] == 1, counts
+    assert counts["cork"] == 0, counts
+
+
+def test_a_large_single_file_is_its_head_and_sendfile(serve, counts) -> None:
+    server = serve()
+    with Client(server.port) as c:
+        resp = c.get("/files/mid.bin")
+    assert resp.body == FILES["mid.bin"]
+    assert counts["more"] == 1 and counts["sendfile"] >= 1 and counts["writes"] == 0, counts
+    assert counts["cork"] == 0, counts
+
+
+@pytest.mark.parametrize("how", ["file", "batch"])
+def test_a_64k_file_is_one_write_head_included(serve, counts, how) -> None:
+    # One write_chunk of file data: one pread and one writev (no sendfile, no task), whether
+    # the file is asked alone or as a batch of one, where the framing makes it a little more.
+    server = serve()
+    with Client(server.port) as c:
+        if how == "file":
+            body = c.get("/files/k64.bin").body
+        else:
+            body = parse_multipart(c.get(batch_target(["k64.bin"])))[0][1]
+    assert body == FILES["k64.bin"]
+    assert counts == {"writes": 1, "sendfile": 0, "more": 0, "cork": 0}, counts
 
 
 def test_no_sendfile_when_switched_off(serve, counts, monkeypatch) -> None:

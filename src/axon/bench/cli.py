@@ -43,10 +43,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--targets", default="all",
                         help=f"with --compare: comma list of {', '.join(targets.TARGETS)} (default: all)")
     parser.add_argument("--scenarios", default="all",
-                        help="comma list of T1..T8, B32, health, error, echo, the archives B32.zip, B32.tar, "
-                             "T8.zip, T8.tar (CRCs known) and B32.zip.cold, T8.zip.cold (CRCs read on every "
-                             "request), or groups article, baselines, archive, all (all: the article's matrix "
-                             "and the baselines)")
+                        help="comma list of T1..T8, B32, F8, F64, F512 (/files/), health, error, echo, the "
+                             "archives B32.zip, B32.tar, T8.zip, T8.tar (CRCs known) and B32.zip.cold, T8.zip.cold "
+                             "(CRCs read on every request), or groups article, files, baselines, archive, all (all: "
+                             "the article's matrix, the /files/ scenarios and the baselines)")
     parser.add_argument("--files-dir", type=Path,
                         help="where the test files go (the served root); with a URL, the server's root. "
                              "Default with --compare: ~/.cache/axon-bench/files")

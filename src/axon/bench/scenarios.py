@@ -2,7 +2,8 @@
 
 The article's T1-T8 are four payload sizes, each as one file and as two files of half the size,
 to separate the cost per file from the cost per byte. B32 (32 x 4 KB) stresses the cost per file
-alone. The health and error baselines measure the request layer with no file I/O, and the JSON
+alone. F8, F64 and F512 ask ``/files/`` for the file T1, T3 and T7 carry as a batch of one: a
+single file should cost no more than the batch that carries it. The health and error baselines measure the request layer with no file I/O, and the JSON
 echo of seed 004 measures what a user's own endpoint costs on top of the request layer.
 
 The archive scenarios ask for B32 and T8 as zip and as tar (``B32.zip``, ``T8.tar``, ...) beside
@@ -33,8 +34,8 @@ MISSING_FILE = "examples/missing.bin"
 
 @dataclass(frozen=True)
 class Scenario:
-    name: str  # "T1", "B32", "B32.zip", "health", ...
-    kind: str  # "batch" | "health" | "error" | "echo"
+    name: str  # "T1", "B32", "B32.zip", "F64", "health", ...
+    kind: str  # "batch" | "file" | "health" | "error" | "echo"
     file_count: int = 0
     file_size: int = 0  # bytes, each file
     format: str = "multipart"  # a batch's format: "multipart", "zip" or "tar"
@@ -48,7 +49,7 @@ class Scenario:
     @property
     def files(self) -> list[str]:
         """The files one request names, relative to the served root, as the article named them."""
-        if self.kind != "batch":
+        if self.kind not in ("batch", "file"):
             return []
         if self.file_count > 2:  # B32: distinct small files, so each part is its own open and stat
             return [f"examples/small/{i:02d}.bin" for i in range(self.file_count)]
@@ -62,6 +63,8 @@ class Scenario:
             if self.format != "multipart":
                 label += f" {self.format}" + (", CRCs cold" if self.cold else "")
             return label
+        if self.kind == "file":
+            return f"/files/ {_size_label(self.file_size)}"
         return {"health": "GET /api/health", "error": "missing file (404)", "echo": "POST JSON echo"}[self.kind]
 
     @property
@@ -81,9 +84,12 @@ class Dialect:
     name: str
     batch_endpoint: bool = True
     echo: bool = True
+    files_endpoint: bool = True  # GET /files/<path>: one file, as a static server serves it
 
 
 AXON = Dialect("axon")
+#: The original speaks Axon's batch API but has no /files/ endpoint.
+ORIGINAL = Dialect("original", files_endpoint=False)
 STATIC = Dialect("static", batch_endpoint=False, echo=False)
 
 
@@ -98,13 +104,15 @@ class HttpRequest:
 
 
 def matrix() -> list[Scenario]:
-    """Every scenario, in report order: T1-T8, B32, then the baselines."""
+    """Every scenario, in report order: T1-T8, B32, the single files, then the baselines."""
     pairs = [8, 64, 256, 512]  # total payload in KB, each as 1 file and as 2 halves
     out = []
     for i, total in enumerate(pairs):
         out.append(Scenario(f"T{2 * i + 1}", "batch", 1, total * KB))
         out.append(Scenario(f"T{2 * i + 2}", "batch", 2, total * KB // 2))
     out.append(Scenario("B32", "batch", SMALL_FILES, 4 * KB))
+    for size in (8, 64, 512):  # the files of T1, T3 and T7
+        out.append(Scenario(f"F{size}", "file", 1, size * KB))
     out.append(Scenario("health", "health"))
     out.append(Scenario("error", "error"))
     out.append(Scenario("echo", "echo"))
@@ -137,6 +145,7 @@ GROUPS = {
     "baselines": ["health", "error", "echo"],
     # Three formats side by side: each batch, then its zip (warm, cold) and tar.
     "archive": [s.name for s in every() if s.name.split(".")[0] in ("B32", "T8")],
+    "files": ["F8", "F64", "F512"],
 }
 
 
@@ -167,6 +176,10 @@ def request_for(scenario: Scenario, dialect: Dialect) -> HttpRequest | None:
         if not dialect.echo:
             return None
         return HttpRequest("POST", "/api/echo", ECHO_BODY, (("Content-Type", "application/json"),))
+    if scenario.kind == "file":
+        if not dialect.files_endpoint:
+            return None
+        return HttpRequest("GET", "/files/" + quote(scenario.files[0]))
     files = scenario.files if scenario.kind == "batch" else [MISSING_FILE]
     if not dialect.batch_endpoint and scenario.format != "multipart":
         return None  # a static server has no archive of several files to compare with

@@ -20,10 +20,11 @@ from pathlib import Path
 
 from . import nginx, original
 from .procs import Command
-from .scenarios import AXON, STATIC, Dialect
+from .scenarios import AXON, ORIGINAL, STATIC, Dialect
 
 WSGI_APP = "axon.bench.echo_app:wsgi"
 ASGI_APP = "axon.bench.echo_app:asgi"
+STATIC_APP = "axon.bench.static_app:app"
 BACKLOG = "2048"
 
 
@@ -116,6 +117,16 @@ def _granian(ctx: Context) -> list[Command]:
     return [Command(argv, "granian", ctx.env)]
 
 
+def _granian_static(ctx: Context) -> list[Command]:
+    # granian's own static files (Rust) under /files/, a peer of nginx; a minimal ASGI app for
+    # the rest (the health answer). No Expires/Cache-Control: the others send none that long.
+    argv = [sys.executable, "-m", "granian", "--interface", "asgi", "--host", ctx.host,
+            "--port", str(ctx.port), "--workers", str(ctx.workers), "--no-access-log",
+            "--log-level", "warning", "--backlog", BACKLOG, "--static-path-mount", str(ctx.root),
+            "--static-path-route", "/files", "--static-path-expires", "0", STATIC_APP]
+    return [Command(argv, "granian-static")]
+
+
 def _axon_serve(ctx: Context) -> list[Command]:
     argv = [sys.executable, "-m", "axon.cli", "serve", str(ctx.root), "--host", ctx.host,
             "--port", str(ctx.port), "--workers", str(ctx.workers), "--app", ctx.app("axon.bench.echo_app:app"),
@@ -135,11 +146,13 @@ TARGETS = {
     for t in [
         Target("nginx", "nginx, static files one per request (the yardstick)", STATIC, _nginx, ("nginx",)),
         Target("original", f"axon-api {original.VERSION} on uWSGI 2x16 behind nginx (its own deployment)",
-               AXON, _original, ("nginx", "uwsgi")),
+               ORIGINAL, _original, ("nginx", "uwsgi")),
         Target("gunicorn", "Axon WSGI on gunicorn, gthread 2x16", AXON, _gunicorn, ("py:gunicorn",)),
         Target("uwsgi", "Axon WSGI on uWSGI, http11-socket 2x16", AXON, _uwsgi, ("uwsgi",)),
         Target("uvicorn", "Axon ASGI on uvicorn (httptools, uvloop), 1 worker", AXON, _uvicorn, ("py:uvicorn",)),
         Target("granian", "Axon ASGI on granian, 1 worker", AXON, _granian, ("py:granian",)),
+        Target("granian-static", "granian's static-file mount (Rust), one file per request, 1 worker", STATIC,
+               _granian_static, ("py:granian",)),
         Target("axon", "axon serve (native server), 1 worker", AXON, _axon_serve, ("py:axon.server.cli",)),
         Target("axon-observed", "axon serve with --metrics and a JSON access log, 1 worker", AXON, _axon_observed,
                ("py:axon.server.cli",)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 
 from ..errors import PreconditionFailed
 from ..storage import File, Source
@@ -15,7 +16,18 @@ from ..http.ranges import content_range, parse_range
 
 def etag(f: File) -> str:
     """Strong: a replaced file (new inode) or a changed one (size, mtime) gets a new tag."""
-    return f'"{f.inode:x}-{f.mtime_ns:x}-{f.size:x}"'
+    return _version(f.inode, f.mtime_ns, f.size, f.content_type)[0]
+
+
+@lru_cache(maxsize=1024)
+def _version(inode: int, mtime_ns: int, size: int, content_type: str) -> tuple[str, int, tuple, tuple]:
+    """What the headers say of one version of a file, formatted once per version (a file is
+    served many times as it is): its ETag, its Last-Modified in whole seconds, the validators
+    (for a 304) and the headers of the whole file (for a 200)."""
+    tag = f'"{inode:x}-{mtime_ns:x}-{size:x}"'
+    mtime = mtime_ns // 1_000_000_000  # whole seconds, floored, no float rounding
+    validators = (("ETag", tag), ("Last-Modified", http_date(mtime)))
+    return tag, mtime, validators, (*validators, ("Accept-Ranges", "bytes"), ("Content-Type", content_type))
 
 
 def plan_file(store: Source, path: str, method: str, headers: dict[str, str], limits: Limits) -> Response:
@@ -28,22 +40,20 @@ def plan_file(store: Source, path: str, method: str, headers: dict[str, str], li
 
 
 def _plan(f: File, method: str, headers: dict[str, str], limits: Limits) -> Response:
-    tag, mtime = etag(f), f.mtime_ns // 1_000_000_000  # whole seconds, floored, no float rounding
-    validators = [("ETag", tag), ("Last-Modified", http_date(mtime))]
+    tag, mtime, validators, whole = _version(f.inode, f.mtime_ns, f.size, f.content_type)
     verdict = evaluate(method, headers, tag, mtime)
     if verdict == 304:
         f.close()
-        return Response(304, validators)
+        return Response(304, validators)  # (Response copies the headers it is given)
     if verdict == 412:
         raise PreconditionFailed("the file does not match the request's preconditions", paths=[f.path])
-    out = [*validators, ("Accept-Ranges", "bytes")]
     range_header = headers.get("range")
     spans = None
     if range_header is not None and _if_range_allows(headers.get("if-range"), tag, f):
         spans = parse_range(range_header, f.size, limits.max_ranges)
     if spans is None:
-        out.append(("Content-Type", f.content_type))
-        return Response(200, out, [f.segment(0, f.size)], files=[f])
+        return Response(200, whole, [f.segment(0, f.size)], files=[f])
+    out = [*validators, ("Accept-Ranges", "bytes")]
     if len(spans) == 1:
         (start, stop) = spans[0]
         out += [("Content-Type", f.content_type), ("Content-Range", content_range(spans[0], f.size))]

@@ -30,8 +30,10 @@ class ServerConfig:
     #: Send file slices with ``os.sendfile`` (never under TLS). ``AXON_NO_SENDFILE=1`` turns
     #: it off, as aiohttp's switch does, to exercise the copying fallback in tests.
     sendfile: bool = field(default_factory=lambda: environment().sendfile)
-    #: Slices at least this long go out with ``sendfile``; shorter ones are read into the
-    #: write buffer so that a batch of small files costs a few ``writev`` calls.
+    #: In a response with more than ``write_chunk`` bytes to read from files, slices at least
+    #: this long go out with ``sendfile``; shorter ones are read into the write buffer so that
+    #: a batch of small files costs a few ``writev`` calls. (A response with less to read is
+    #: read whole and written in one ``writev``.)
     sendfile_min: int = 64 * 1024
     #: Bytes gathered (headers, part headers, small files) before one ``writev`` when large
     #: slices go out with ``sendfile``; without it each write is ``Limits.chunk_size``. It is

@@ -9,7 +9,8 @@ the writer waits the connection's write clock runs: a client that stops reading 
 
 ``sendfile`` writes to the socket behind the transport's back, so when it meets a full socket
 (``EAGAIN``) the loop watches the socket for writability, through a duplicate descriptor of our
-own (transports refuse ``add_writer`` on their own). The same socket object carries ``TCP_CORK``.
+own (transports refuse ``add_writer`` on their own). The same socket object sends the head that
+precedes a ``sendfile`` with ``MSG_MORE``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..errors import ClientGone
 if TYPE_CHECKING:
     from .protocol import HTTPProtocol
 
-_TCP_CORK = getattr(socket, "TCP_CORK", 3)
+_MSG_MORE = getattr(socket, "MSG_MORE", 0)
 
 
 class FlowControl:
@@ -117,9 +118,9 @@ class FlowControl:
 
     def own_socket(self) -> socket.socket | None:
         """A socket object of our own on a duplicate of the connection's descriptor, made once
-        per connection and closed with it: for ``TCP_CORK`` (the transport's pseudo-socket
-        builds a socket object, and calls ``getsockname``, on every ``setsockopt``) and to watch
-        writability. None if no descriptor is left to duplicate."""
+        per connection and closed with it: to send with ``MSG_MORE`` (the transport's
+        pseudo-socket builds a socket object, and calls ``getsockname``, on every call) and to
+        watch writability. None if no descriptor is left to duplicate."""
         if self._own_sock is None and not self.closed:
             try:
                 self._own_sock = socket.socket(fileno=os.dup(self._sock_fd))
@@ -127,19 +128,25 @@ class FlowControl:
                 return None
         return self._own_sock
 
-    def cork(self, on: bool) -> bool:
-        """Hold (or release) partial segments in the kernel: ``TCP_CORK``, nginx's ``tcp_nopush``.
-        False if it could not be set."""
-        if self.gone():
-            return False
-        own = self.own_socket()
-        if own is None:
-            return False
-        try:
-            own.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 1 if on else 0)
-        except OSError:
-            return False
-        return True
+    def send_more(self, buffers: list[bytes]) -> None:
+        """Send ``buffers`` on the socket with ``MSG_MORE``: the kernel holds a partial segment
+        for the data that follows at once (a ``sendfile``), as a cork would, for this one call.
+        What the socket does not take, or everything while the transport still holds bytes, is
+        handed to the transport, which sends it in order and pauses writing meanwhile."""
+        sent = 0
+        # Bytes still queued in the transport go first: then it must send these too, after them.
+        queued = self.paused or self.transport.get_write_buffer_size()
+        own = None if queued or self.gone() else self.own_socket()
+        if own is not None:
+            try:
+                sent = own.sendmsg(buffers, (), _MSG_MORE)
+            except BlockingIOError:
+                pass
+            except OSError:
+                raise ClientGone() from None
+        data = buffers[0] if len(buffers) == 1 else b"".join(buffers)
+        if sent < len(data):
+            self.transport.write(data[sent:] if sent else data)
 
 
 def _wake(waiter: asyncio.Future) -> None:

@@ -62,6 +62,10 @@ log = logging.getLogger("axon.server")
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 8 * 1024 * 1024
 
+#: Reads of one fixed GET remembered per worker (see HTTPProtocol._repeated_fixed), and their size.
+FIXED_READS = 64
+FIXED_READ_MAX = 1024
+
 _METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH")}
 
 
@@ -102,6 +106,13 @@ class HTTPProtocol(asyncio.Protocol):
         self._stopping = False  # the worker stops gracefully: the answer in flight is the last
         self._eof = False  # the client shut its side: answer what it asked, then close
         self._linger_bytes = 0
+        self._fixed_hits = 0  # GETs answered from the fixed table in this read
+        self._fixed_url = b""
+        # Whether the parser is between requests: the last bytes fed ended a request (see
+        # _feed). False while a request is partly read, and after a read that ended otherwise
+        # (a body, bytes of a next request the parser keeps without calling back).
+        self._clean = True
+        self._ended = True  # the last callback was on_message_complete
 
     @property
     def transport(self) -> Any:
@@ -167,9 +178,17 @@ class HTTPProtocol(asyncio.Protocol):
             self.flow.pause_reading()  # type: ignore[union-attr]
             return
         if self.state is IDLE:  # the first bytes of a request: the header clock starts
+            clean = self._clean
+            if clean and self.worker.fixed_reads and self._repeated_fixed(data):
+                return
             self.state = HEAD
             self.deadline = self.worker.head_deadline
-        self._feed(data)
+            self._fixed_hits = 0
+            self._feed(data)
+            if clean and self._clean and self._fixed_hits == 1 and self.state is IDLE and not self._pipeline and not self._closing:
+                self._remember_fixed(data)
+        else:
+            self._feed(data)
         if self._pipeline:
             self._advance()
 
@@ -202,6 +221,10 @@ class HTTPProtocol(asyncio.Protocol):
     def _feed(self, data: bytes) -> None:
         ex = self._exchange
         in_head = ex is not None and ex.in_head
+        # A read that ends with a request's blank line, after which the parser called nothing
+        # more, leaves the parser between requests (a body or a next request's first bytes
+        # would end it otherwise): conservative, it only decides _repeated_fixed.
+        self._clean = False
         try:
             self.parser.feed_data(data)
         except HttpParserUpgrade:
@@ -217,6 +240,7 @@ class HTTPProtocol(asyncio.Protocol):
                 refusal = BadRequest(f"malformed request: {reason}", code="bad_request")
             self._refuse(refusal)
         else:
+            self._clean = self._ended and data[-4:] == b"\r\n\r\n"
             ex = self._exchange
             if ex is not None and ex.in_head:
                 # httptools reports a header only once it is complete: bound the bytes it is
@@ -250,6 +274,7 @@ class HTTPProtocol(asyncio.Protocol):
     # callback less per request); on_message_complete hands the exchange on.
 
     def on_url(self, url: bytes) -> None:
+        self._ended = False
         ex = self._exchange
         if ex is None:
             ex = self._exchange = Exchange(url)
@@ -319,6 +344,7 @@ class HTTPProtocol(asyncio.Protocol):
         self.deadline = self.worker.idle_deadline
 
     def on_message_complete(self) -> None:
+        self._ended = True
         ex: Exchange = self._exchange  # type: ignore[assignment]
         self._exchange = None
         parser = self.parser
@@ -367,11 +393,41 @@ class HTTPProtocol(asyncio.Protocol):
         head, body = fixed
         self.state = IDLE  # answered; the next request's first bytes start the header clock
         self.deadline = self.worker.idle_deadline
+        if ex.head or ex.size:
+            self._fixed_hits += 2  # never remembered: only a GET without a body is
+        else:
+            self._fixed_hits += 1
+            self._fixed_url = ex.url
         if ex.head:
             self._transport.write(head + self.worker.date_line + CRLF)
         else:
             self._transport.write(head + self.worker.date_line + CRLF + body)
         return True
+
+    # A client that probes the health sends the same bytes each time (a load balancer, a
+    # benchmark). A read that held exactly one GET answered from the fixed table, and nothing
+    # else, and that began and ended with the parser between requests, is remembered by its
+    # bytes: the same bytes again, read with the parser between requests, are the same request,
+    # which passed every check the parser and _answer_fixed make, and get the same answer
+    # without parsing them again. The parser is left between requests, as parsing would leave it.
+
+    def _repeated_fixed(self, data: bytes) -> bool:
+        url = self.worker.fixed_reads.get(data)
+        if url is None or self._stopping or self._exchange is not None or self._pipeline or self.flow.paused:  # type: ignore[union-attr]
+            return False
+        fixed = self._fixed.get(url)
+        if fixed is None:  # no longer fixed (a reader attached, a route added)
+            return False
+        self.deadline = self.worker.idle_deadline
+        self._transport.write(b"".join((fixed[0], self.worker.date_line, CRLF, fixed[1])))
+        return True
+
+    def _remember_fixed(self, data: bytes) -> None:
+        reads = self.worker.fixed_reads
+        if len(data) <= FIXED_READ_MAX and data not in reads:
+            if len(reads) >= FIXED_READS:  # bounded, whatever clients send
+                reads.clear()
+            reads[data] = self._fixed_url
 
     # -- answering, in order --------------------------------------------------------------------
 

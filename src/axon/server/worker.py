@@ -60,6 +60,10 @@ class Worker:
         #: as bytes, which connections send without calling the App (HTTPProtocol.
         #: on_message_complete). Changed in place by each sweep: every connection holds it.
         self.fixed: dict[bytes, tuple[bytes, bytes]] = {}
+        #: Bytes of a read that held one GET answered from ``fixed`` -> its target: the same
+        #: bytes again are answered without parsing (HTTPProtocol._repeated_fixed). Emptied
+        #: whenever ``fixed`` changes.
+        self.fixed_reads: dict[bytes, bytes] = {}
         self._encoded: dict[str, tuple[Response, bytes, bytes]] = {}
         self._refresh_fixed()
         full = error_response(ServiceUnavailable("the server is at its connection limit; retry later"))
@@ -81,6 +85,7 @@ class Worker:
         if table != self.fixed:
             self.fixed.clear()
             self.fixed.update(table)
+            self.fixed_reads.clear()
 
     def runs_inline(self, request: Request) -> bool:
         """Whether ``app.handle`` may answer ``request`` right here, synchronously: its handler

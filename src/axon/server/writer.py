@@ -3,12 +3,16 @@ few system calls as we can.
 
 The head, the part headers and small file slices are gathered into one buffer list and leave in
 one ``writev`` (uvloop's ``writelines``) per ``write_chunk``: a batch of small files is one
-``pread`` each and a few writes, not three system calls a file. A slice of at least
-``sendfile_min`` leaves through ``os.sendfile`` on the socket itself, zero-copy, once the
-transport's own buffer is empty so that bytes stay in order; around it the socket is corked
-(``TCP_CORK``, nginx's ``tcp_nopush``) so that the head, the part headers and the closing
-boundary ride in full segments with the file's data instead of going out as small packets, each
-of which would wake the client for a few hundred bytes. Under TLS, or with
+``pread`` each and a few writes, not three system calls a file. A response whose files hold
+at most one chunk is read and written whole, synchronously: a 64 KB file is one ``pread`` and
+one ``writev``, head included. In a larger response, a slice of at least ``sendfile_min``
+leaves through ``os.sendfile`` on the socket itself, zero-copy, once the
+transport's own buffer is empty so that bytes stay in order. What precedes it (the head, part
+headers) is sent with ``MSG_MORE``, so that it rides in a full segment with the file's data
+instead of going out as a small packet that wakes the client for a few hundred bytes. The
+socket is not corked (``TCP_CORK``, nginx's ``tcp_nopush``): a cork costs two ``setsockopt``
+calls a response, and holding a whole response back until it is released made the kernel's
+loopback path cost the server about twice the CPU per 512 KB response (BENCHMARKS.md). Under TLS, or with
 ``AXON_NO_SENDFILE=1``, every slice is read in ``Limits.chunk_size`` chunks instead.
 
 Flow control (waiting for a client that does not keep up) is :class:`~.flow.FlowControl`'s;
@@ -100,10 +104,16 @@ class ResponseWriter:
             if response.stream is not None or self._flow.paused:
                 return False
             body = response.body
-            if body and response.length > self._chunk and (  # type: ignore[operator]
-                response.length > MEMORY_BODY_MAX or any(type(seg) is not bytes for seg in body)  # type: ignore[operator]
-            ):
-                return False  # file slices to read or sendfile, or much to hold: by chunks
+            if body and response.length > self._chunk:  # type: ignore[operator]
+                # Written now if what must be read from files fits one chunk and the rest is
+                # in memory already: one pread a slice and one writev cost fewer system calls
+                # than the async path to sendfile, and copying one chunk costs little.
+                read = 0
+                for seg in body:
+                    if type(seg) is not bytes:
+                        read += seg[2]  # type: ignore[index]
+                if read > self._chunk or response.length - read > MEMORY_BODY_MAX:  # type: ignore[operator]
+                    return False  # more to read than one chunk (sendfile, by chunks), or much to hold
             tail = self._worker.date_line
             if not exchange.keep_alive:
                 tail += CLOSE
@@ -120,12 +130,7 @@ class ResponseWriter:
             else:
                 out = [head]
                 for seg in body:
-                    if type(seg) is bytes:
-                        out.append(seg)
-                    elif seg.count >= self._sendfile_min and self._sock_fd >= 0:
-                        return False  # zero-copy pays for itself at this size
-                    else:
-                        out.append(read_slice(*seg))
+                    out.append(seg if type(seg) is bytes else read_slice(*seg))
                 _write(self.transport, out, response.length)  # type: ignore[arg-type]
         except OSError as exc:  # FileChanged, or reading a file failed (EIO): nothing was sent
             log.warning("aborting a response: %s", exc)
@@ -216,50 +221,42 @@ class ResponseWriter:
         pread = os.pread
         out: list = [head]
         size = len(head)
-        corked = False
-        try:
-            for seg in body:
-                if type(seg) is bytes:
-                    out.append(seg)
-                    size += len(seg)  # type: ignore[arg-type]
-                else:
-                    fd, offset, count = seg
-                    if 0 <= big <= count:
-                        if not corked:
-                            # Hold partial segments (the head, part headers, the closing boundary)
-                            # until the response is done, so they ride with the file's data
-                            # instead of going out as small packets of their own (tcp_nopush).
-                            corked = flow.cork(True)
-                        if out:
-                            _write(transport, out, size)
-                            out, size = [], 0
-                        await self._sendfile(fd, offset, count)
-                        continue
-                    while count:
-                        take = chunk if count > chunk else count
-                        data = pread(fd, take, offset)
-                        if len(data) != take:  # end of file early: read_slice retries, or raises
-                            data = read_slice(fd, offset, take)
-                        out.append(data)
-                        size += take
-                        offset += take
-                        count -= take
-                        if size >= chunk:
-                            _write(transport, out, size)
-                            out, size = [], 0
-                            if flow.paused:
-                                await flow.drain()
+        for seg in body:
+            if type(seg) is bytes:
+                out.append(seg)
+                size += len(seg)  # type: ignore[arg-type]
+            else:
+                fd, offset, count = seg
+                if 0 <= big <= count:
+                    if out:
+                        # The head and part headers wait for the file's data (MSG_MORE)
+                        # rather than go out as a small packet of their own.
+                        flow.send_more(out)
+                        out, size = [], 0
+                    await self._sendfile(fd, offset, count)
                     continue
-                if size >= chunk:
-                    _write(transport, out, size)
-                    out, size = [], 0
-                    if flow.paused:
-                        await flow.drain()
-            if out:
+                while count:
+                    take = chunk if count > chunk else count
+                    data = pread(fd, take, offset)
+                    if len(data) != take:  # end of file early: read_slice retries, or raises
+                        data = read_slice(fd, offset, take)
+                    out.append(data)
+                    size += take
+                    offset += take
+                    count -= take
+                    if size >= chunk:
+                        _write(transport, out, size)
+                        out, size = [], 0
+                        if flow.paused:
+                            await flow.drain()
+                continue
+            if size >= chunk:
                 _write(transport, out, size)
-        finally:
-            if corked:
-                flow.cork(False)
+                out, size = [], 0
+                if flow.paused:
+                    await flow.drain()
+        if out:
+            _write(transport, out, size)
 
     async def _sendfile(self, fd: int, offset: int, count: int) -> None:
         transport = self.transport
