@@ -186,7 +186,7 @@ class ObjectSource:
         parts = normalize(requested, root_ok=root_ok)
         if not self.allow_hidden and any(p.startswith(".") for p in parts):
             raise Forbidden("hidden files are not served", code="hidden", paths=[requested])
-        if parts and requested.endswith(("/", "/.")):
+        if not root_ok and requested.endswith(("/", "/.")):
             raise NotFound("no such object: an object's key does not end in '/'", paths=[requested])
         return "/".join(parts)
 
@@ -277,7 +277,7 @@ class ObjectSource:
             return "file"
         if found.status != 404:
             raise found
-        prefixes, objects = self.run(self._list(key + "/"))
+        prefixes, objects = self.run(self._list(key))
         if prefixes or objects:
             return "dir"
         raise NotFound("no such object or directory", paths=[requested])
@@ -286,7 +286,7 @@ class ObjectSource:
         """The keys and common prefixes directly under ``requested`` (one delimited listing),
         hidden names left out unless allowed; truncated after ``limit``."""
         key = self.key(requested, root_ok=True)
-        prefixes, objects = self.run(self._list(key + "/" if key else ""))
+        prefixes, objects = self.run(self._list(key))
         if not prefixes and not objects and key:
             raise NotFound("no such directory", paths=[requested])
         entries: list[Entry] = []
@@ -301,6 +301,7 @@ class ObjectSource:
         return entries[:limit], len(entries) > limit
 
     async def _list(self, prefix: str) -> tuple[list[str], list[dict[str, Any]]]:
+        # object_store lists by path: "sub" lists what is under "sub/", never "subway".
         try:
             found = await obstore.list_with_delimiter_async(self._store, prefix or None)
         except Exception as exc:  # noqa: BLE001
