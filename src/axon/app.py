@@ -154,6 +154,7 @@ class App:
         # it sends its bodies as streams of its own (``body_stream``).
         remote = getattr(store, "blocking", False)
         self._body_stream = getattr(store, "body_stream", None)
+        self._for_batch = getattr(store, "for_batch", None)  # opens a batch's paths together
         self.limits = limits
         self.threads = threads
         # ``secret`` (default: $AXON_SECRET; "" for none) turns signed requests on (axon.signing)
@@ -343,8 +344,9 @@ class App:
         """Files under the root as one body, a resource with its own ETag, preconditions
         (304/412) and Range; any bad path is one JSON 4xx. ``fmt`` is ``"multipart"``
         (``multipart/mixed``), ``"zip"`` or ``"tar"``."""
+        store = self.store if self._for_batch is None else self._for_batch(paths)
         response = plan_batch(
-            self.store, paths, self.limits, key=self.batch_key, headers=request.headers, method=request.method,
+            store, paths, self.limits, key=self.batch_key, headers=request.headers, method=request.method,
             fmt=FORMATS[fmt],
         )
         return self._cacheable(response)

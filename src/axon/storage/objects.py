@@ -9,7 +9,7 @@ core never imports this module unless a source URL asks for it.
 
 Opening an object is a ``HEAD``: its size, ETag and modification time, known before any status
 line, so a missing key is a JSON 404 naming it and every ``Content-Length`` is exact. A batch's
-objects are opened concurrently (:meth:`ObjectSource.open_many`, at most ``concurrency`` at a
+objects are opened concurrently (:meth:`ObjectSource.for_batch`, at most ``concurrency`` at a
 time). Its bytes are fetched later, with ``If-Match`` on that ETag, by
 :mod:`.object_stream`: an object replaced since it was opened fails its ``GET`` and the
 connection is cut, never serving another version's bytes.
@@ -197,8 +197,13 @@ class ObjectSource:
         return found
 
     def open_many(self, paths: list[str]) -> list[ObjectFile | HTTPError]:
-        """Each distinct path of a batch opened, concurrently: an object or why it is not one."""
+        """Each of ``paths`` opened, concurrently: an object or why it is not one."""
         return self.run(self._open_many(paths))
+
+    def for_batch(self, paths: list[str]) -> BatchOpener:
+        """This source as a batch of ``paths`` opens it: each ``open`` answered from HEADs made
+        together (the planner opens one path at a time; the round trips overlap here)."""
+        return BatchOpener(self, paths)
 
     async def _open_many(self, paths: list[str]) -> list[ObjectFile | HTTPError]:
         gate = asyncio.Semaphore(self.concurrency)
@@ -333,6 +338,29 @@ class ObjectSource:
 
     def prune_cache(self) -> None:
         pass
+
+
+class BatchOpener:
+    """A :class:`~axon.storage.Source` for one batch: the first ``open`` HEADs every distinct
+    path at once, each ``open`` then takes its answer. A path asked again (the planner opens
+    the batch anew when an object changed under its CRC-32) starts a new round."""
+
+    def __init__(self, source: ObjectSource, paths: list[str]) -> None:
+        self._source = source
+        self._paths = list(dict.fromkeys(paths))
+        self._found: dict[str, ObjectFile | HTTPError] = {}
+        self.crc32 = source.crc32
+
+    def open(self, requested: str) -> ObjectFile:
+        found = self._found.pop(requested, None)
+        if found is None:
+            if requested not in self._paths:
+                return self._source.open(requested)
+            self._found = dict(zip(self._paths, self._source.open_many(self._paths)))
+            found = self._found.pop(requested)
+        if isinstance(found, HTTPError):
+            raise found
+        return found
 
 
 def _unavailable(exc: Exception, path: str) -> HTTPError:
