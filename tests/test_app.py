@@ -750,3 +750,47 @@ def test_stream_files_304_varies_too(app, call):
     other = call(app, "GET", "/api/stream-files?f=a.txt", {"if-none-match": dict(first.headers)["ETag"]})
     other.close()
     assert other.status == 200
+
+
+# -- GET /api/limits: what a client sizes its batches by -------------------------------------------
+
+
+def test_limits_endpoint_tells_the_limits(root, call, render, monkeypatch):
+    import axon
+
+    monkeypatch.delenv("AXON_SECRET", raising=False)
+    app = App(root, limits=Limits(max_files=7, max_body_bytes=4096), browse=False)
+    r = call(app, "GET", "/api/limits")
+    assert r.status == 200
+    assert ("Cache-Control", "no-cache") in r.headers and ("Content-Type", "application/json") in r.headers
+    assert json.loads(_body(r, render)) == {
+        "max_files": 7, "max_batch_bytes": Limits().max_batch_bytes, "max_body_bytes": 4096,
+        "max_url_bytes": Limits().max_url_bytes, "max_ranges": Limits().max_ranges,
+        "formats": ["multipart/mixed", "application/zip", "application/x-tar"],
+        "browse": None, "version": axon.__version__,
+    }
+    assert json.loads(_body(call(App(root, browse=True), "GET", "/api/limits"), render))["browse"] == "/browse/"
+    head = call(app, "HEAD", "/api/limits")
+    assert head.status == 200 and _body(head, render) == b""
+    assert call(app, "POST", "/api/limits").status == 405
+    assert call(App(root, builtins=False), "GET", "/api/limits").status == 404
+    # Open without a signature, as the health probe is: a client asks before its first batch.
+    assert call(App(root, secret="s3cret"), "GET", "/api/limits").status == 200
+
+
+def test_post_items_may_be_slices(root, call, render):
+    app = App(root)
+    body = json.dumps({"files": ["a.txt", {"path": "b.bin", "offset": -4}]}).encode()
+    r = call(app, "POST", "/api/stream-files", {"content-type": "application/json"}, body)
+    assert r.status == 200
+    rendered = _body(r, render)
+    assert b"Content-Range: bytes 10236-10239/10240\r\nContent-Length: 4\r\n\r\n" + (root / "b.bin").read_bytes()[-4:] in rendered
+    bad = json.dumps({"files": [{"path": "b.bin", "offset": -4, "length": 1}]}).encode()
+    r = call(app, "POST", "/api/stream-files", {}, bad)
+    assert (r.status, _json(r)["error"]["code"], _json(r)["error"]["paths"]) == (400, "bad_slice", ["b.bin"])
+    sliced = json.dumps({"files": [{"path": "b.bin", "offset": 0}]}).encode()
+    for target, headers in (("/api/stream-files.zip", {}), ("/api/stream-files", {"accept": "application/x-tar"})):
+        r = call(app, "POST", target, headers, sliced)
+        assert (r.status, _json(r)["error"]["code"]) == (400, "slices_need_multipart")
+    many = json.dumps({"files": [{"path": "b.bin", "offset": 0}] * 1001}).encode()
+    assert _json(call(app, "POST", "/api/stream-files", {}, many))["error"]["code"] == "too_many_files"

@@ -26,6 +26,7 @@ from logging import INFO
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qsl
 
+from . import __version__
 from .config import environment
 from .errors import BadRequest, HTTPError, MethodNotAllowed, NotAcceptable, NotFound, URITooLong
 from .http.accept import negotiate
@@ -36,7 +37,8 @@ from . import log
 from .log import logger
 from .records import Records
 from .response import NO_STORE, Response, error_response, json_response, redirect, stream_response, text_response
-from .plan.batch import plan_batch
+from .plan.batch import check_count, plan_batch
+from .plan.slices import Slice, parse_items
 from .plan.formats import FORMATS, MEDIA_TYPES
 from .plan.listing import plan_listing
 from .storage.batch_key import derive_key
@@ -162,8 +164,9 @@ class App:
         if secret is None:
             secret = environment().secret
         self.verifier = Verifier(secret) if secret else None
-        # Open even when signing is on: load balancers probe the health; "*" only lists methods.
-        self.public_paths = {"/api/health", "*"}
+        # Open even when signing is on: load balancers probe the health; a client sizes its
+        # batches by the limits before it sends one; "*" only lists methods.
+        self.public_paths = {"/api/health", "/api/limits", "*"}
         # ``cache_control`` (default: $AXON_CACHE_CONTROL, else DEFAULT_CACHE_CONTROL; "" for
         # none) is sent with every file and batch response, 304s included (RFC 9110 15.4.5).
         if cache_control is None:
@@ -191,6 +194,7 @@ class App:
         if builtins:
             self.add_route("/api/health", self._health, ["GET"], blocking=False)
             self.fixed["/api/health"] = self._health(Request("GET", "/api/health"))
+            self.add_route("/api/limits", self._limits, ["GET"], blocking=False)
             self.add_route("/api/stream-files", self._stream_files, ["GET", "POST"], blocking=remote)
             # The same batch as an archive, at a URL a link or an HTML form can name.
             self.add_route("/api/stream-files.zip", self._stream_zip, ["GET", "POST"], blocking=remote)
@@ -198,7 +202,8 @@ class App:
             self.add_route("/files/<path:path>", self._file, ["GET"], blocking=remote)
         # ``browse`` (default: $AXON_BROWSE) lists directories under /browse/ (axon.plan.listing);
         # off, as nginx's autoindex is: a listing shows what a URL alone would not.
-        if builtins and (environment().browse if browse is None else browse):
+        self.browse = builtins and bool(environment().browse if browse is None else browse)
+        if self.browse:
             self.add_route("/browse", lambda request: redirect("/browse/", 308), ["GET"], blocking=False)
             self.add_route("/browse/", self._browse, ["GET"])
             self.add_route("/browse/<path:path>", self._browse, ["GET"])
@@ -340,14 +345,18 @@ class App:
         """One file under the root, with ETag, Last-Modified, Range (206/416) and 304/412."""
         return self._cacheable(plan_file(self.store, path, request.method, request.headers, self.limits))
 
-    def send_batch(self, request: Request, paths: list[str], fmt: str = "multipart") -> Response:
+    def send_batch(
+        self, request: Request, paths: list[str], fmt: str = "multipart", slices: list[Slice | None] | None = None,
+    ) -> Response:
         """Files under the root as one body, a resource with its own ETag, preconditions
         (304/412) and Range; any bad path is one JSON 4xx. ``fmt`` is ``"multipart"``
-        (``multipart/mixed``), ``"zip"`` or ``"tar"``."""
+        (``multipart/mixed``), ``"zip"`` or ``"tar"``. ``slices`` (one per path, None for the
+        whole file; multipart only) serves byte ranges of files, each part with its
+        ``Content-Range``."""
         store = self.store if self._for_batch is None else self._for_batch(paths)
         response = plan_batch(
             store, paths, self.limits, key=self.batch_key, headers=request.headers, method=request.method,
-            fmt=FORMATS[fmt],
+            fmt=FORMATS[fmt], slices=slices,
         )
         return self._cacheable(response)
 
@@ -366,6 +375,18 @@ class App:
     def _health(self, request: Request) -> Response:
         return Response(200, [("Content-Type", "application/json"), NO_STORE], [_HEALTH])
 
+    def _limits(self, request: Request) -> Response:
+        """What a client needs to size its batches: it sends at most ``max_files`` items in a JSON
+        body of at most ``max_body_bytes``, and so needs no 413 to learn them."""
+        limits = self.limits
+        body = {
+            "max_files": limits.max_files, "max_batch_bytes": limits.max_batch_bytes,
+            "max_body_bytes": limits.max_body_bytes, "max_url_bytes": limits.max_url_bytes,
+            "max_ranges": limits.max_ranges, "formats": list(_BATCH_TYPES),
+            "browse": "/browse/" if self.browse else None, "version": __version__,
+        }
+        return json_response(body, headers=[("Cache-Control", "no-cache")])
+
     def _server_options(self, request: Request) -> Response:
         methods = {m for table in self._exact.values() for m in table}
         methods.update(m for _, table in self._patterns for m in table)
@@ -378,7 +399,8 @@ class App:
         try:
             accept = request.headers.get("accept")
             fmt = "multipart" if accept is None else _negotiated_format(accept)
-            response = self.send_batch(request, self._batch_paths(request), fmt)
+            paths, slices = self._batch_items(request)
+            response = self.send_batch(request, paths, fmt, slices)
         except HTTPError as exc:
             exc.headers.append(_VARY)
             raise
@@ -386,23 +408,28 @@ class App:
         return response
 
     def _stream_zip(self, request: Request) -> Response:
-        return self.send_batch(request, self._batch_paths(request), "zip")
+        paths, slices = self._batch_items(request)
+        return self.send_batch(request, paths, "zip", slices)
 
     def _stream_tar(self, request: Request) -> Response:
-        return self.send_batch(request, self._batch_paths(request), "tar")
+        paths, slices = self._batch_items(request)
+        return self.send_batch(request, paths, "tar", slices)
 
-    def _batch_paths(self, request: Request) -> list[str]:
+    def _batch_items(self, request: Request) -> tuple[list[str], list[Slice | None] | None]:
         """The paths a batch request names: every query value (names are free), or the JSON
-        list of a POST."""
-        if request.method == "POST":
-            self.limits.check_body(len(request.body))  # runtimes refuse earlier; a Request built by hand may not
-            data = request.json()
-            paths = data.get("files") if isinstance(data, dict) else None
-            if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
-                raise BadRequest('POST a JSON object {"files": ["path", ...]}', code="bad_json")
-        else:
-            paths = [value for _, value in request.query]
-        return paths
+        list of a POST, whose items may be slices of files (:mod:`axon.plan.slices`); and
+        the slices, one per path (None when there are none)."""
+        if request.method != "POST":
+            return [value for _, value in request.query], None
+        self.limits.check_body(len(request.body))  # runtimes refuse earlier; a Request built by hand may not
+        data = request.json()
+        items = data.get("files") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise BadRequest('POST a JSON object {"files": ["path", ...]}', code="bad_json")
+        if all(isinstance(p, str) for p in items):
+            return items, None
+        check_count(items, self.limits)  # before looking at each of too many items
+        return parse_items(items)
 
     def _browse(self, request: Request) -> Response:
         # Blocking (the default for a plain function): reading a directory is unbounded disk work.

@@ -1,7 +1,7 @@
 """Signed requests (opt-in): HMAC-SHA256 signed URLs with an expiry, and bearer tokens.
 
 With a secret configured (``App(secret=...)``, ``AXON_SECRET``, ``axon serve --secret``), every
-request but ``/api/health`` must carry one of:
+request but ``/api/health`` and ``/api/limits`` must carry one of:
 
 * a **signed URL**: ``?...&expires=<unix seconds>&signature=<mac>``. The MAC covers the method
   (HEAD counts as GET), the path as the server decodes it, every query parameter but

@@ -15,6 +15,7 @@ from e2e_wire import (
     JSON_HEADERS,
     ConnectionClosedEarly,
     MiB,
+    check_length,
     files_body,
     parse_multipart,
 )
@@ -132,3 +133,27 @@ def test_native_too_many_headers_is_431(server):
     resp = server.get("/api/health", [(f"X-H{i}", "1") for i in range(150)])
     resp.error(431)
     server.assert_alive()
+
+
+def test_the_server_tells_its_limits(server):
+    """GET /api/limits is the Limits a client sizes its batches by (the defaults here); HEAD too."""
+    from axon.limits import Limits
+
+    resp = server.get("/api/limits")
+    assert resp.status == 200, resp.describe()
+    assert resp.header("content-type") == "application/json"
+    assert resp.header("cache-control") == "no-cache"
+    check_length(resp)
+    limits = resp.json()
+    defaults = Limits()
+    assert {k: limits[k] for k in ("max_files", "max_batch_bytes", "max_body_bytes", "max_url_bytes", "max_ranges")} == {
+        "max_files": defaults.max_files, "max_batch_bytes": defaults.max_batch_bytes,
+        "max_body_bytes": defaults.max_body_bytes, "max_url_bytes": defaults.max_url_bytes,
+        "max_ranges": defaults.max_ranges,
+    }
+    assert limits["formats"] == ["multipart/mixed", "application/zip", "application/x-tar"]
+    assert limits["browse"] == "/browse/"  # the e2e servers run with AXON_BROWSE=1
+    assert isinstance(limits["version"], str) and limits["version"]
+    head = server.head("/api/limits")
+    assert head.status == 200 and head.body == b""
+    assert head.header("content-length") == resp.header("content-length")

@@ -9,4 +9,5 @@ nginx, original, targets   the servers ``--compare`` starts, each deployed as it
 runner     phases per scenario, scenarios per target
 results, report, chart     figures and ratios, Markdown tables in the article's format, the chart
 cli        the command line
+relay      a TCP relay that delays each direction, where the kernel has no netem (its own process)
 """
