@@ -23,6 +23,7 @@ OBJECTS = {
     "a.txt": b"hello, objects\n",
     "b.bin": bytes(range(256)) * 40,
     "empty.txt": b"",
+    "big.bin": bytes(range(251)) * 1000,  # past OPEN_READ: opening does not bring it whole
     "sub/c.json": b'{"c": 3}\n',
     ".hidden": b"hidden\n",
     "sub/.secret": b"secret\n",
@@ -58,6 +59,17 @@ def call(app: App, method: str, path: str, query: str = "", headers: dict | None
     finally:
         response.close()
     return response.status, dict(response.headers), data
+
+
+def test_a_batch_holds_small_objects_within_its_budget(weed, prefix):
+    from axon.config import object_store_environment
+
+    source = ObjectSource(weed.url(prefix), env=object_store_environment(weed.env()), prefetch_bytes=10_000)
+    opened = source.for_batch(["a.txt", "b.bin", "sub/c.json"])
+    files = [opened.open(p) for p in ("a.txt", "b.bin", "sub/c.json")]
+    # 10,240 bytes do not fit in 10,000 of room: that object is fetched when sent.
+    assert [f.data is not None for f in files] == [True, False, True]
+    assert all(f.size == len(OBJECTS[f.path]) and f.etag for f in files)
 
 
 def test_open_gives_size_etag_and_type(source, weed, prefix):
@@ -146,15 +158,17 @@ def test_a_batch_naming_missing_and_forbidden_keys_is_one_json_error(app):
 
 
 def test_a_zip_carries_each_objects_crc(app, source):
-    names = ["a.txt", "b.bin", "empty.txt"]
+    names = ["a.txt", "b.bin", "empty.txt", "big.bin"]
     status, _, body = call(app, "GET", "/api/stream-files.zip", "&".join(f"f={n}" for n in names))
     assert status == 200
     with zipfile.ZipFile(io.BytesIO(body)) as z:
         assert z.testzip() is None
         assert {i.filename: z.read(i) for i in z.infolist()} == {n: OBJECTS[n] for n in names}
-    # The CRC is kept by (key, ETag): asked again, it is not read again.
-    f = source.open("b.bin")
-    assert source._crcs[(f.key, f.etag)] == zlib.crc32(OBJECTS["b.bin"])
+    # A large object's CRC is read once and kept by (key, ETag); a small one's comes from the
+    # bytes opening brought.
+    f = source.open("big.bin")
+    assert f.data is None and source._crcs[(f.key, f.etag)] == zlib.crc32(OBJECTS["big.bin"])
+    assert source.open("b.bin").data == OBJECTS["b.bin"]
 
 
 def test_a_tar(app):
@@ -170,9 +184,9 @@ def test_a_crc_of_a_replaced_object_is_refused(weed, prefix):
     from axon.storage.crc_cache import FileChanged
 
     source = ObjectSource(weed.url(f"{prefix}-crc"), env=object_store_environment(weed.env()))
-    weed.put(f"{prefix}-crc/x.bin", b"one")
+    weed.put(f"{prefix}-crc/x.bin", b"1" * 100_000)
     f = source.open("x.bin")
-    weed.put(f"{prefix}-crc/x.bin", b"two!")
+    weed.put(f"{prefix}-crc/x.bin", b"2" * 100_000)
     with pytest.raises(FileChanged):
         source.crc32(f)
 
@@ -182,7 +196,7 @@ def test_listing(app):
     listing = json.loads(body)
     assert status == 200
     assert {(e["name"], e["type"]) for e in listing["entries"]} == {
-        ("a.txt", "file"), ("b.bin", "file"), ("empty.txt", "file"), ("sub", "dir")}
+        ("a.txt", "file"), ("b.bin", "file"), ("empty.txt", "file"), ("big.bin", "file"), ("sub", "dir")}
     status, _, body = call(app, "GET", "/browse/sub/", headers={"accept": "application/json"})
     assert [e["name"] for e in json.loads(body).get("entries", [body])] == ["c.json"]
     assert call(app, "GET", "/browse/sub")[0] == 308

@@ -7,8 +7,11 @@ no ``..`` above the prefix, no absolute path, no dot-named component unless hidd
 allowed). It uses obstore (Rust's ``object_store``; the ``axon-stream[s3]`` extra); the library
 core never imports this module unless a source URL asks for it.
 
-Opening an object is a ``HEAD``: its size, ETag and modification time, known before any status
-line, so a missing key is a JSON 404 naming it and every ``Content-Length`` is exact. A batch's
+Opening an object asks for its size, ETag and modification time before any status line, so a
+missing key is a JSON 404 naming it and every ``Content-Length`` is exact. It is a ranged ``GET``
+of the first :data:`OPEN_READ` bytes rather than a ``HEAD``: the answer carries the same facts,
+and a small object arrives whole with them (one request to the store, not two; a batch holds at
+most the source's ``prefetch_bytes`` of them). A batch's
 objects are opened concurrently (:meth:`ObjectSource.for_batch`, at most ``concurrency`` at a
 time). Its bytes are fetched later, with ``If-Match`` on that ETag, by
 :mod:`.object_stream`: an object replaced since it was opened fails its ``GET`` and the
@@ -46,9 +49,11 @@ from .local import FileStore, normalize
 
 T = TypeVar("T")
 
-#: HEADs in flight at once for one batch: enough to hide each one's round trip, few enough that
+#: Opening requests in flight at once for one batch: enough to hide each one's round trip, few enough that
 #: one batch of thousands does not flood the store.
-CONCURRENCY = 32
+CONCURRENCY = 64
+#: Bytes of an object read when it is opened: a smaller object is then held whole.
+OPEN_READ = 64 * 1024
 #: Checksums kept, by (key, ETag): a zip of the same objects is read once for its CRC-32s.
 CRC_CACHE = 65536
 
@@ -58,10 +63,10 @@ class ObjectFile:
     resource (its bytes are fetched when sent), so ``close()`` has nothing to give back."""
 
     __slots__ = ("source", "key", "etag", "path", "name", "size", "mtime_ns", "ctime_ns", "inode", "device",
-                 "content_type")
+                 "content_type", "data")
 
     def __init__(self, source: ObjectSource, key: str, etag: str | None, path: str, name: str, size: int,
-                 mtime_ns: int, content_type: str) -> None:
+                 mtime_ns: int, content_type: str, data: bytes | None = None) -> None:
         self.source = source
         self.key = key  # as the store names it (relative to the source's prefix)
         self.etag = etag  # the store's, quoted; None where the store gives none
@@ -75,11 +80,15 @@ class ObjectFile:
         self.inode = int.from_bytes(hashlib.blake2b(version, digest_size=8).digest(), "big") >> 1
         self.device = 0
         self.content_type = content_type
+        self.data = data  # the whole object, when opening fetched it (a small one)
 
     def __repr__(self) -> str:
         return f"ObjectFile(key={self.key!r}, etag={self.etag!r}, size={self.size})"
 
     def segment(self, start: int, stop: int) -> Segment:
+        """From memory when opening brought the object whole, else a slice to fetch."""
+        if self.data is not None:
+            return self.data if start == 0 and stop == self.size else self.data[start:stop]
         return ObjectSlice(self, start, stop - start)
 
     def close(self) -> None:
@@ -207,27 +216,46 @@ class ObjectSource:
 
     async def _open_many(self, paths: list[str]) -> list[ObjectFile | HTTPError]:
         gate = asyncio.Semaphore(self.concurrency)
+        room = [self.prefetch_bytes]  # the small objects' bytes this batch may hold from opening
 
         async def one(path: str) -> ObjectFile | HTTPError:
             async with gate:
-                return await self._open(path)
+                return await self._open(path, room)
 
         return list(await asyncio.gather(*map(one, paths)))
 
-    async def _open(self, requested: str) -> ObjectFile | HTTPError:
+    async def _open(self, requested: str, room: list[int] | None = None) -> ObjectFile | HTTPError:
+        """Open with a ranged GET of the first :data:`OPEN_READ` bytes: its answer names the
+        object's size and ETag as a HEAD's would, and a small object comes whole with it, so it
+        costs the store one request, not two. Its bytes are kept while ``room`` (a batch's
+        budget, taken from) allows; a single object is kept if small."""
         try:
             key = self.key(requested)
         except HTTPError as exc:
             return exc
+        data = None
         try:
-            meta = await obstore.head_async(self._store, key)
+            try:
+                result = await obstore.get_async(self._store, key, options={"range": (0, OPEN_READ)})
+                meta, data = result.meta, await result.bytes_async()
+            except (NotFoundError, FileNotFoundError, PreconditionError):
+                raise
+            except Exception:  # noqa: BLE001 - an empty object has no range to give: ask its HEAD
+                meta = await obstore.head_async(self._store, key)
         except (NotFoundError, FileNotFoundError):
             return NotFound("no such object", paths=[requested])
         except Exception as exc:  # noqa: BLE001 - the store's failure is the client's 503
             return _unavailable(exc, requested)
+        size = meta["size"]
+        if data is not None and len(data) == size and (room is None or room[0] >= size):
+            data = bytes(data)
+            if room is not None:
+                room[0] -= size
+        else:
+            data = b"" if size == 0 else None
         return ObjectFile(
-            self, key, meta.get("e_tag"), requested, key, meta["size"],
-            int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key),
+            self, key, meta.get("e_tag"), requested, key, size,
+            int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key), data,
         )
 
     # -- checksums ----------------------------------------------------------------------------------
@@ -236,6 +264,8 @@ class ObjectSource:
         """The CRC-32 of ``f`` as opened, for a zip entry: S3 keeps no CRC-32 of a whole object
         (its checksums are per part, or absent), so the object is read once (``If-Match``) and
         its CRC kept by (key, ETag); :class:`~.crc_cache.FileChanged` if it was replaced."""
+        if f.data is not None:
+            return zlib.crc32(f.data)
         version = (f.key, f.etag) if f.etag is not None else None
         if version is not None:
             with self._lock:
