@@ -49,8 +49,8 @@ from .local import FileStore, normalize
 
 T = TypeVar("T")
 
-#: Opening requests in flight at once for one batch: enough to hide each one's round trip, few enough that
-#: one batch of thousands does not flood the store.
+#: Opening requests in flight at once for one batch: enough to hide each one's round trip, few
+#: enough that one batch of thousands does not flood the store.
 CONCURRENCY = 64
 #: Bytes of an object read when it is opened: a smaller object is then held whole.
 OPEN_READ = 64 * 1024
