@@ -21,13 +21,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .procs import free_port
 
 HOST = "127.0.0.1"
 ACCESS_KEY = "axon-test-key"
@@ -39,12 +40,6 @@ START_TIMEOUT = 60.0
 
 def weed_binary() -> str | None:
     return shutil.which("weed")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 @dataclass
