@@ -224,3 +224,13 @@ def test_an_app_from_a_url(weed, prefix, monkeypatch):
 def test_a_bad_url():
     with pytest.raises(ValueError):
         ObjectSource("s3://")
+
+
+def test_slices_of_objects_in_a_batch(app, parse_multipart):
+    items = [{"path": "big.bin", "offset": 70_000, "length": 1000}, {"path": "b.bin", "offset": -16}, "a.txt"]
+    status, headers, body = call(app, "POST", "/api/stream-files", body=json.dumps({"files": items}).encode())
+    assert status == 200
+    parts = parse_multipart(headers["Content-Type"], body)
+    assert [p.get_payload(decode=True) for p in parts] == [
+        OBJECTS["big.bin"][70_000:71_000], OBJECTS["b.bin"][-16:], OBJECTS["a.txt"]]
+    assert parts[0]["Content-Range"] == f"bytes 70000-70999/{len(OBJECTS['big.bin'])}"
