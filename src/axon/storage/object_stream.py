@@ -5,8 +5,9 @@ between the format's blocks), so the length, the ETag, Range and the formats are
 as for local files. The App hands such a body to :class:`ObjectBody`, which the runtimes send as
 a stream with its ``Content-Length`` declared: WSGI iterates it, the async runtimes await it.
 
-Fetching: each slice is cut into pieces of at most :data:`PIECE` bytes, each a ranged ``GET``
-with ``If-Match`` on the ETag the object was opened with. Pieces are requested ahead of the
+Fetching: the bytes opening brought (an object's first bytes, ``ObjectFile.head``) are sent
+from memory; the rest of each slice is cut into pieces of at most :data:`PIECE` bytes, each a
+ranged ``GET`` with ``If-Match`` on the ETag the object was opened with. Pieces are requested ahead of the
 one being sent, in request order, as long as the bytes requested but not yet sent stay within
 ``prefetch_bytes`` (:data:`PREFETCH_BYTES` unless the source says otherwise) and at most
 :data:`MAX_REQUESTS` are in flight: many small objects travel concurrently, a large one as
@@ -100,6 +101,12 @@ def _pieces(segments: list[Segment]) -> Iterator[bytes | tuple[ObjectFile, int, 
             yield seg  # type: ignore[misc]
             continue
         obj, offset, count = seg
+        head = obj.head  # the first bytes, as opening brought them: no request for those
+        if head is not None and offset < len(head):
+            take = min(count, len(head) - offset)
+            yield head[offset : offset + take]
+            offset += take
+            count -= take
         while count:
             take = min(count, PIECE)
             yield (obj, offset, take)
@@ -129,6 +136,9 @@ async def _chunks(source: ObjectSource, segments: list[Segment], chunk_size: int
             first, count = window.popleft()
             data = first if count == 0 and type(first) is bytes else await first
             ahead -= count
+            if not pending and len(data) >= chunk_size:
+                yield bytes(data)  # a whole piece goes out as it came, copied once
+                continue
             pending += data
             if len(pending) >= chunk_size:
                 yield bytes(pending)

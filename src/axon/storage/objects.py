@@ -10,8 +10,8 @@ core never imports this module unless a source URL asks for it.
 Opening an object asks for its size, ETag and modification time before any status line, so a
 missing key is a JSON 404 naming it and every ``Content-Length`` is exact. It is a ranged ``GET``
 of the first :data:`OPEN_READ` bytes rather than a ``HEAD``: the answer carries the same facts,
-and a small object arrives whole with them (one request to the store, not two; a batch holds at
-most the source's ``prefetch_bytes`` of them). A batch's
+and a small object arrives whole with them (one request to the store, not two), a larger one's
+first bytes, sent from memory (a batch holds at most the source's ``prefetch_bytes`` of them). A batch's
 objects are opened concurrently (:meth:`ObjectSource.for_batch`, at most ``concurrency`` at a
 time). Its bytes are fetched later, with ``If-Match`` on that ETag, by
 :mod:`.object_stream`: an object replaced since it was opened fails its ``GET`` and the
@@ -63,10 +63,10 @@ class ObjectFile:
     resource (its bytes are fetched when sent), so ``close()`` has nothing to give back."""
 
     __slots__ = ("source", "key", "etag", "path", "name", "size", "mtime_ns", "ctime_ns", "inode", "device",
-                 "content_type", "data")
+                 "content_type", "data", "head")
 
     def __init__(self, source: ObjectSource, key: str, etag: str | None, path: str, name: str, size: int,
-                 mtime_ns: int, content_type: str, data: bytes | None = None) -> None:
+                 mtime_ns: int, content_type: str, data: bytes | None = None, head: bytes | None = None) -> None:
         self.source = source
         self.key = key  # as the store names it (relative to the source's prefix)
         self.etag = etag  # the store's, quoted; None where the store gives none
@@ -81,6 +81,7 @@ class ObjectFile:
         self.device = 0
         self.content_type = content_type
         self.data = data  # the whole object, when opening fetched it (a small one)
+        self.head = head  # else its first bytes, as opening fetched them (None if not kept)
 
     def __repr__(self) -> str:
         return f"ObjectFile(key={self.key!r}, etag={self.etag!r}, size={self.size})"
@@ -247,15 +248,17 @@ class ObjectSource:
         except Exception as exc:  # noqa: BLE001 - the store's failure is the client's 503
             return _unavailable(exc, requested)
         size = meta["size"]
-        if data is not None and len(data) == size and (room is None or room[0] >= size):
-            data = bytes(data)
+        if data is not None and (room is None or room[0] >= len(data)):
+            data = bytes(data)  # the object, or its first OPEN_READ bytes: sent without a request
             if room is not None:
-                room[0] -= size
+                room[0] -= len(data)
         else:
             data = b"" if size == 0 else None
+        whole = data is not None and len(data) == size
         return ObjectFile(
             self, key, meta.get("e_tag"), requested, key, size,
-            int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key), data,
+            int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key),
+            data if whole else None, None if whole else data,
         )
 
     # -- checksums ----------------------------------------------------------------------------------
