@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import threading
 import zlib
@@ -48,6 +49,7 @@ from .crc_cache import FileChanged
 from .local import FileStore, normalize
 
 T = TypeVar("T")
+log = logging.getLogger("axon.storage")
 
 #: Opening requests in flight at once for one batch: enough to hide each one's round trip, few
 #: enough that one batch of thousands does not flood the store.
@@ -397,8 +399,9 @@ class BatchOpener:
 
 
 def _unavailable(exc: Exception, path: str) -> HTTPError:
-    first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    # The store's own words (its address, the bucket) are for the log, not for the client.
+    log.warning("object store request failed for %r: %s", path, str(exc).strip().splitlines()[:1] or type(exc))
     return ServiceUnavailable(
-        f"the object store did not answer for this key: {first}", code="store_unavailable", paths=[path],
+        "the object store did not answer for this key", code="store_unavailable", paths=[path],
         headers=[("Retry-After", "1")],
     )
