@@ -21,7 +21,7 @@ def test_the_benchmark_runs_on_a_tiny_set(capsys):
                          "--rounds", "1", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(r["objects"], r["way"]) for r in rows] == [
-        (label, way) for label in ("6 x 4 KiB", "2 x 128 KiB") for way in ("store direct", "axon batch", "axon files")
+        (label, way) for label in ("6 x 4 KiB", "2 x 128 KiB") for way in ("store direct", "store, no link", "axon batch", "axon files")
     ]
     assert all(r["seconds"] > 0 and r["mb_per_second"] > 0 for r in rows)
     assert [r["vs_store"] for r in rows if r["way"] == "store direct"] == [1.0, 1.0]

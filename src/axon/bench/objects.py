@@ -13,7 +13,9 @@ reaches a node next to its bucket. For each set of objects it times, best of ``r
   its length checked;
 * ``axon files``: every object as ``GET /files/KEY``, ``concurrency`` at a time (aiohttp);
 * ``store direct``: every object as a ``GET`` of the S3 API, ``concurrency`` at a time (obstore,
-  signed as any S3 client signs).
+  signed as any S3 client signs);
+* ``store, no link``: the same straight to the store, without the relay, 64 at a time: what the
+  store itself can give, the bound of anything that fetches from it (Axon's batch included).
 
 Every byte is checked against what was uploaded. The table it prints (and ``--json``) gives the
 seconds, objects/s and MB/s of each, and the ratio of the batch to the store's own API.
@@ -39,6 +41,8 @@ from ..limits import Limits
 KiB = 1024
 PREFIX = "bench"
 START_TIMEOUT = 30.0
+#: GETs at once for the "store, no link" reference (as many as Axon's source opens at once).
+LOCAL_CONCURRENCY = 64
 
 
 @dataclass
@@ -180,6 +184,7 @@ def run(small: int, small_size: int, large: int, large_size: int, delay_ms: floa
                     total = sum(len(d) for d in keys.values())
                     timed = {
                         "store direct": best_of(rounds, lambda: via_store(client, keys, concurrency)),
+                        "store, no link": best_of(rounds, lambda: via_store(store.store, keys, LOCAL_CONCURRENCY)),
                         "axon batch": best_of(rounds, lambda: via_batch(to_axon.port, keys)),
                         "axon files": best_of(rounds, lambda: via_files(to_axon.port, keys, concurrency)),
                     }
@@ -198,7 +203,8 @@ def table(rows: list[Row], delay_ms: float, concurrency: int) -> str:
         "|---|---|---:|---:|---:|---:|",
     ]
     for r in rows:
-        way = r.way if r.way == "axon batch" else f"{r.way} ({concurrency} at a time)"
+        at_once = LOCAL_CONCURRENCY if r.way == "store, no link" else concurrency
+        way = r.way if r.way == "axon batch" else f"{r.way} ({at_once} at a time)"
         lines.append(f"| {r.objects} | {way} | {r.seconds:.3f} | {r.objects_per_second:,.0f} | "
                      f"{r.mb_per_second:.1f} | {r.vs_store:.2f}x |")
     return "\n".join(lines)
