@@ -25,7 +25,7 @@ if [ "$want_all" = 1 ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
   fi
-  extras="server,tools,test"
+  extras="server,tools,test,s3"
 else
   extras="server"
 fi

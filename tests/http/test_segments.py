@@ -74,3 +74,13 @@ def test_slice_property(fd, data):
         assert (len(seg) if isinstance(seg, bytes) else seg.count) > 0
         if isinstance(seg, FileSlice):
             assert seg.fd == fd and 0 <= seg.offset and seg.offset + seg.count <= len(DATA)
+
+
+def test_object_slices_are_measured_and_cut_as_file_slices_are():
+    from axon.http.segments import ObjectSlice
+
+    obj = object()
+    body = [b"ab", ObjectSlice(obj, 100, 10), FileSlice(7, 0, 5)]
+    assert body_length(body) == 17
+    assert slice_segments(body, 1, 8) == [b"b", ObjectSlice(obj, 100, 6)]
+    assert slice_segments(body, 5, 14) == [ObjectSlice(obj, 103, 7), FileSlice(7, 0, 2)]

@@ -1,0 +1,233 @@
+"""Objects from an S3-compatible store across a long link: one Axon batch against the store's own
+API (issue 16's benchmark).
+
+    python -m axon.bench.objects                          # 1,000 x 4 KiB, 64 x 512 KiB, 20 ms RTT
+    python -m axon.bench.objects --small 50 --large 4 --delay-ms 1 --rounds 1   # a quick look
+
+It starts a SeaweedFS (:mod:`.seaweed`) on loopback, uploads the objects, and an ``axon serve
+s3://bucket/prefix`` (one worker) next to the store; the client reaches both through the delay
+relay (:mod:`.relay`: ``delay`` each way, a ``2 x delay`` round trip), as a client across a WAN
+reaches a node next to its bucket. For each set of objects it times, best of ``rounds``:
+
+* ``axon batch``: one ``POST /api/stream-files`` naming every object, the body read whole and
+  its length checked;
+* ``axon files``: every object as ``GET /files/KEY``, ``concurrency`` at a time (aiohttp);
+* ``store direct``: every object as a ``GET`` of the S3 API, ``concurrency`` at a time (obstore,
+  signed as any S3 client signs);
+* ``store, no link``: the same straight to the store, without the relay, 64 at a time: what the
+  store itself can give, the bound of anything that fetches from it (Axon's batch included).
+
+Every byte is checked against what was uploaded. The table it prints (and ``--json``) gives the
+seconds, objects/s and MB/s of each, and the ratio of the batch to the store's own API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import relay as relay_module
+from . import seaweed
+from ..limits import Limits
+
+KiB = 1024
+PREFIX = "bench"
+START_TIMEOUT = 30.0
+#: GETs at once for the "store, no link" reference (as many as Axon's source opens at once).
+LOCAL_CONCURRENCY = 64
+
+
+@dataclass
+class Row:
+    objects: str  # "1000 x 4 KiB"
+    way: str  # "axon batch" | "axon files" | "store direct"
+    seconds: float
+    objects_per_second: float
+    mb_per_second: float
+    vs_store: float  # how many times faster than "store direct" (its own row: 1.0)
+
+
+def payload(kind: str, i: int, size: int) -> bytes:
+    """Distinct, checkable bytes for object ``i`` of a set."""
+    head = f"{kind}-{i:06d}-".encode()
+    return (head * (size // len(head) + 1))[:size]
+
+
+async def upload(store: seaweed.Seaweed, keys: dict[str, bytes], concurrency: int = 16) -> None:
+    import obstore
+
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(key: str, data: bytes) -> None:
+        async with gate:
+            await obstore.put_async(store.store, f"{PREFIX}/{key}", data)
+
+    await asyncio.gather(*(one(k, d) for k, d in keys.items()))
+
+
+async def via_batch(port: int, keys: dict[str, bytes]) -> None:
+    import aiohttp
+
+    body = json.dumps({"files": list(keys)}).encode()
+    expected = sum(len(d) for d in keys.values())
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"http://127.0.0.1:{port}/api/stream-files", data=body,
+                                headers={"Content-Type": "application/json"}) as response:
+            got = await response.read()
+            assert response.status == 200, (response.status, got[:300])
+    length = int(response.headers["Content-Length"])
+    assert len(got) == length and length > expected, (len(got), length, expected)
+    # Every object's bytes, in order, between the parts' headers.
+    position = 0
+    for data in keys.values():
+        found = got.find(data, position)
+        assert found >= 0, "an object's bytes are missing from the batch"
+        position = found + len(data)
+
+
+async def via_files(port: int, keys: dict[str, bytes], concurrency: int) -> None:
+    import aiohttp
+
+    gate = asyncio.Semaphore(concurrency)
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def one(key: str, data: bytes) -> None:
+            async with gate, session.get(f"http://127.0.0.1:{port}/files/{key}") as response:
+                got = await response.read()
+                assert response.status == 200 and got == data, (key, response.status)
+
+        await asyncio.gather(*(one(k, d) for k, d in keys.items()))
+
+
+async def via_store(client, keys: dict[str, bytes], concurrency: int) -> None:
+    import obstore
+
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(key: str, data: bytes) -> None:
+        async with gate:
+            result = await obstore.get_async(client, f"{PREFIX}/{key}")
+            got = await result.bytes_async()
+            assert bytes(got) == data, key
+
+    await asyncio.gather(*(one(k, d) for k, d in keys.items()))
+
+
+def best_of(rounds: int, run) -> float:
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        asyncio.run(run())
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def start_axon(store: seaweed.Seaweed, log: Path) -> tuple[subprocess.Popen, int]:
+    import http.client
+
+    port = seaweed.free_port()
+    env = dict(os.environ, **store.env())
+    argv = [sys.executable, "-m", "axon.cli", "serve", store.url(PREFIX), "--host", "127.0.0.1",
+            "--port", str(port), "--workers", "1"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"axon serve exited: {log.read_text()[-2000:]}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/api/health")
+            if conn.getresponse().status == 200:
+                return proc, port
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("axon serve did not start")
+
+
+def run(small: int, small_size: int, large: int, large_size: int, delay_ms: float, concurrency: int,
+        rounds: int) -> list[Row]:
+    from obstore.store import S3Store
+
+    sets = [
+        (f"{small} x {small_size // KiB} KiB", {f"s/{i:05d}.bin": payload("s", i, small_size) for i in range(small)}),
+        (f"{large} x {large_size // KiB} KiB", {f"l/{i:05d}.bin": payload("l", i, large_size) for i in range(large)}),
+    ]
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="axon-objects-bench-") as tmp, \
+            seaweed.running(Path(tmp) / "weed") as store:
+        for _, keys in sets:
+            asyncio.run(upload(store, keys))
+        axon, axon_port = start_axon(store, Path(tmp) / "axon.log")
+        store_port = int(store.endpoint.rsplit(":", 1)[1])
+        try:
+            with relay_module.start("127.0.0.1:0", ("127.0.0.1", axon_port), delay_ms) as to_axon, \
+                    relay_module.start("127.0.0.1:0", ("127.0.0.1", store_port), delay_ms) as to_store:
+                client = S3Store(
+                    store.bucket, endpoint=f"http://127.0.0.1:{to_store.port}", access_key_id=seaweed.ACCESS_KEY,
+                    secret_access_key=seaweed.SECRET_KEY, region=seaweed.REGION,
+                    client_options={"allow_http": True, "pool_max_idle_per_host": str(concurrency)},
+                )
+                for label, keys in sets:
+                    if not keys:
+                        continue
+                    total = sum(len(d) for d in keys.values())
+                    timed = {
+                        "store direct": best_of(rounds, lambda: via_store(client, keys, concurrency)),
+                        "store, no link": best_of(rounds, lambda: via_store(store.store, keys, LOCAL_CONCURRENCY)),
+                        "axon batch": best_of(rounds, lambda: via_batch(to_axon.port, keys)),
+                        "axon files": best_of(rounds, lambda: via_files(to_axon.port, keys, concurrency)),
+                    }
+                    for way, seconds in timed.items():
+                        rows.append(Row(label, way, round(seconds, 4), round(len(keys) / seconds, 1),
+                                        round(total / seconds / 1e6, 2), round(timed["store direct"] / seconds, 2)))
+        finally:
+            axon.terminate()
+            axon.wait(10)
+    return rows
+
+
+def table(rows: list[Row], delay_ms: float, concurrency: int) -> str:
+    lines = [
+        f"| objects | way (through the relay, {2 * delay_ms:g} ms round trip) | seconds | objects/s | MB/s | vs store direct |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        at_once = LOCAL_CONCURRENCY if r.way == "store, no link" else concurrency
+        way = r.way if r.way == "axon batch" else f"{r.way} ({at_once} at a time)"
+        lines.append(f"| {r.objects} | {way} | {r.seconds:.3f} | {r.objects_per_second:,.0f} | "
+                     f"{r.mb_per_second:.1f} | {r.vs_store:.2f}x |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m axon.bench.objects", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--small", type=int, default=1000, help="small objects (default 1000)")
+    parser.add_argument("--small-size", type=int, default=4 * KiB, help="bytes each (default 4 KiB)")
+    parser.add_argument("--large", type=int, default=64, help="large objects (default 64)")
+    parser.add_argument("--large-size", type=int, default=512 * KiB, help="bytes each (default 512 KiB: T7's file)")
+    parser.add_argument("--delay-ms", type=float, default=10.0, help="each way (default 10: a 20 ms round trip)")
+    parser.add_argument("--concurrency", type=int, default=16, help="GETs at once for the per-object ways (16)")
+    parser.add_argument("--rounds", type=int, default=3, help="each way is timed this many times; best kept")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    args = parser.parse_args(argv)
+    if args.small * args.small_size + args.large * args.large_size > Limits().max_batch_bytes:
+        parser.error("the objects exceed one batch's max_batch_bytes")
+    rows = run(args.small, args.small_size, args.large, args.large_size, args.delay_ms, args.concurrency,
+               args.rounds)
+    print(json.dumps([asdict(r) for r in rows]) if args.json else table(rows, args.delay_ms, args.concurrency))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""A body of object slices as a stream, against a real SeaweedFS: the bytes in order (sync for
+WSGI, async for the others), pieces within the prefetch budget, and a replaced object ending the
+stream with an error rather than its new bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+pytest.importorskip("obstore")
+
+from axon.config import object_store_environment  # noqa: E402
+from axon.storage import object_stream  # noqa: E402
+from axon.storage.object_stream import ObjectBody, ObjectStreamBroken  # noqa: E402
+from axon.storage.objects import OPEN_READ, ObjectSource  # noqa: E402
+
+SIZE = 200_000  # past OPEN_READ: sent from the store, not from what opening brought
+
+
+@pytest.fixture
+def source(weed):
+    prefix = f"stream-{uuid.uuid4().hex[:8]}"
+    for name, byte in (("x.bin", b"x"), ("y.bin", b"y")):
+        weed.put(f"{prefix}/{name}", byte * SIZE)
+    return ObjectSource(weed.url(prefix), env=object_store_environment(weed.env()), timeout=5,
+                        prefetch_bytes=3 * 16_384)
+
+
+@pytest.fixture
+def small_pieces(monkeypatch):
+    monkeypatch.setattr(object_stream, "PIECE", 16_384)  # many pieces per object
+
+
+def body(source):
+    x, y = source.open("x.bin"), source.open("y.bin")
+    assert x.data is None and y.data is None and x.head == b"x" * OPEN_READ
+    return [b"<", x.segment(10, SIZE - 10), b"|", y.segment(0, SIZE), x.segment(0, 5), b">"]
+
+
+EXPECTED = b"<" + b"x" * (SIZE - 20) + b"|" + b"y" * SIZE + b"xxxxx>"
+
+
+def test_bytes_in_order_for_wsgi(source, small_pieces):
+    stream = ObjectBody(source, body(source), 65536)
+    try:
+        chunks = list(stream)
+    finally:
+        stream.close()
+    assert b"".join(chunks) == EXPECTED
+    # A chunk and at most one piece (or the head opening brought) more.
+    assert max(map(len, chunks)) < 65536 + max(16_384, OPEN_READ)
+
+
+def test_bytes_in_order_for_async_runtimes(source, small_pieces):
+    async def read() -> bytes:
+        out = bytearray()
+        async for chunk in ObjectBody(source, body(source), 65536):
+            out += chunk
+        return bytes(out)
+
+    assert asyncio.run(read()) == EXPECTED
+
+
+def test_pieces_in_flight_stay_within_the_prefetch_budget(source, small_pieces, monkeypatch):
+    real_get = object_stream._get
+    state = {"now": 0, "most": 0}
+
+    async def counted(store, key, options):
+        start, stop = options["range"]
+        state["now"] += stop - start
+        state["most"] = max(state["most"], state["now"])
+        try:
+            return await real_get(store, key, options)
+        finally:
+            state["now"] -= stop - start
+
+    monkeypatch.setattr(object_stream, "_get", counted)
+    stream = ObjectBody(source, body(source), 65536)
+    try:
+        assert b"".join(stream) == EXPECTED
+    finally:
+        stream.close()
+    assert 16_384 < state["most"] <= source.prefetch_bytes
+
+
+def test_an_object_replaced_after_opening_breaks_the_stream(source, weed, small_pieces):
+    segments = body(source)
+    weed.put(f"{source.root.split('/', 3)[3]}/y.bin", b"Y" * SIZE)  # same size, new ETag
+    stream = ObjectBody(source, segments, 65536)
+    got = bytearray()
+    with pytest.raises(ObjectStreamBroken, match="changed since it was opened"):
+        for chunk in stream:
+            got += chunk
+    stream.close()
+    assert b"Y" not in got and len(got) < len(EXPECTED)
+    assert not issubclass(ObjectStreamBroken, OSError)  # runtimes read OSError as "client gone"
+
+
+def test_closing_early_stops_fetching(source, small_pieces):
+    stream = ObjectBody(source, body(source), 16_384)
+    first = next(iter(stream))
+    stream.close()
+    assert first.startswith(b"<x")
+    stream.close()  # twice is fine
