@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what Axon needs on a fresh Debian/Ubuntu machine. Idempotent: a second run only checks.
 #   scripts/setup.sh          the package and the native server's speedups (enough for the demo)
-#   scripts/setup.sh --all    also what the tests and benchmarks start: nginx, wrk, the peers
+#   scripts/setup.sh --all    also what the tests and benchmarks start: nginx, wrk, the peers,
+#                             and the readers tests/fsspec drives (fsspec, aiohttp, pandas, pyarrow, webdataset)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,7 +26,7 @@ if [ "$want_all" = 1 ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
   fi
-  extras="server,tools,test"
+  extras="server,tools,test,fsspec"
 else
   extras="server"
 fi

@@ -36,6 +36,7 @@ __all__ = [
     "PartStart",
     "StreamEnd",
     "boundary_from_content_type",
+    "parse_content_range",
     "requested_path",
 ]
 
@@ -149,7 +150,7 @@ class PartStart:
     @property
     def content_range(self) -> ContentRange | None:
         value = self.get("Content-Range")
-        return None if value is None else _parse_content_range(value)
+        return None if value is None else parse_content_range(value)
 
     @property
     def filename(self) -> str | None:
@@ -499,7 +500,8 @@ class MultipartParser:
         return MultipartError(message, part_index=index, path=self._part_path)
 
 
-def _parse_content_range(value: str) -> ContentRange:
+def parse_content_range(value: str) -> ContentRange:
+    """A ``Content-Range: bytes first-last/complete`` value (a part's, or a 206's); else ValueError."""
     match = _CONTENT_RANGE.fullmatch(value.strip())
     if match is None:
         raise ValueError(f"invalid Content-Range: {value!r}")
