@@ -463,6 +463,14 @@ class AxonFileSystem(AsyncFileSystem):
             raise refused from None
         return directory
 
+    async def _exists(self, path, **kwargs):
+        # A path the server will not serve (a hidden name, outside the root) is not there for us.
+        try:
+            await self._info(path)
+        except (FileNotFoundError, PermissionError):
+            return False
+        return True
+
     async def _ls(self, path, detail=True, refresh=False, **kwargs):
         path = self._strip_protocol(path)
         netloc, rel = self._split(path)
