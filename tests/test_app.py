@@ -776,3 +776,21 @@ def test_limits_endpoint_tells_the_limits(root, call, render, monkeypatch):
     assert call(App(root, builtins=False), "GET", "/api/limits").status == 404
     # Open without a signature, as the health probe is: a client asks before its first batch.
     assert call(App(root, secret="s3cret"), "GET", "/api/limits").status == 200
+
+
+def test_post_items_may_be_slices(root, call, render):
+    app = App(root)
+    body = json.dumps({"files": ["a.txt", {"path": "b.bin", "offset": -4}]}).encode()
+    r = call(app, "POST", "/api/stream-files", {"content-type": "application/json"}, body)
+    assert r.status == 200
+    rendered = _body(r, render)
+    assert b"Content-Range: bytes 10236-10239/10240\r\nContent-Length: 4\r\n\r\n" + (root / "b.bin").read_bytes()[-4:] in rendered
+    bad = json.dumps({"files": [{"path": "b.bin", "offset": -4, "length": 1}]}).encode()
+    r = call(app, "POST", "/api/stream-files", {}, bad)
+    assert (r.status, _json(r)["error"]["code"], _json(r)["error"]["paths"]) == (400, "bad_slice", ["b.bin"])
+    sliced = json.dumps({"files": [{"path": "b.bin", "offset": 0}]}).encode()
+    for target, headers in (("/api/stream-files.zip", {}), ("/api/stream-files", {"accept": "application/x-tar"})):
+        r = call(app, "POST", target, headers, sliced)
+        assert (r.status, _json(r)["error"]["code"]) == (400, "slices_need_multipart")
+    many = json.dumps({"files": [{"path": "b.bin", "offset": 0}] * 1001}).encode()
+    assert _json(call(app, "POST", "/api/stream-files", {}, many))["error"]["code"] == "too_many_files"

@@ -36,7 +36,8 @@ from . import log
 from .log import logger
 from .records import Records
 from .response import NO_STORE, Response, error_response, json_response, redirect, stream_response, text_response
-from .plan.batch import plan_batch
+from .plan.batch import check_count, plan_batch
+from .plan.slices import Slice, parse_items
 from .plan.formats import FORMATS, MEDIA_TYPES
 from .plan.listing import plan_listing
 from .storage.batch_key import derive_key
@@ -329,13 +330,17 @@ class App:
         """One file under the root, with ETag, Last-Modified, Range (206/416) and 304/412."""
         return self._cacheable(plan_file(self.store, path, request.method, request.headers, self.limits))
 
-    def send_batch(self, request: Request, paths: list[str], fmt: str = "multipart") -> Response:
+    def send_batch(
+        self, request: Request, paths: list[str], fmt: str = "multipart", slices: list[Slice | None] | None = None,
+    ) -> Response:
         """Files under the root as one body, a resource with its own ETag, preconditions
         (304/412) and Range; any bad path is one JSON 4xx. ``fmt`` is ``"multipart"``
-        (``multipart/mixed``), ``"zip"`` or ``"tar"``."""
+        (``multipart/mixed``), ``"zip"`` or ``"tar"``. ``slices`` (one per path, None for the
+        whole file; multipart only) serves byte ranges of files, each part with its
+        ``Content-Range``."""
         response = plan_batch(
             self.store, paths, self.limits, key=self.batch_key, headers=request.headers, method=request.method,
-            fmt=FORMATS[fmt],
+            fmt=FORMATS[fmt], slices=slices,
         )
         return self._cacheable(response)
 
@@ -373,7 +378,8 @@ class App:
         try:
             accept = request.headers.get("accept")
             fmt = "multipart" if accept is None else _negotiated_format(accept)
-            response = self.send_batch(request, self._batch_paths(request), fmt)
+            paths, slices = self._batch_items(request)
+            response = self.send_batch(request, paths, fmt, slices)
         except HTTPError as exc:
             exc.headers.append(_VARY)
             raise
@@ -381,23 +387,28 @@ class App:
         return response
 
     def _stream_zip(self, request: Request) -> Response:
-        return self.send_batch(request, self._batch_paths(request), "zip")
+        paths, slices = self._batch_items(request)
+        return self.send_batch(request, paths, "zip", slices)
 
     def _stream_tar(self, request: Request) -> Response:
-        return self.send_batch(request, self._batch_paths(request), "tar")
+        paths, slices = self._batch_items(request)
+        return self.send_batch(request, paths, "tar", slices)
 
-    def _batch_paths(self, request: Request) -> list[str]:
+    def _batch_items(self, request: Request) -> tuple[list[str], list[Slice | None] | None]:
         """The paths a batch request names: every query value (names are free), or the JSON
-        list of a POST."""
-        if request.method == "POST":
-            self.limits.check_body(len(request.body))  # runtimes refuse earlier; a Request built by hand may not
-            data = request.json()
-            paths = data.get("files") if isinstance(data, dict) else None
-            if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
-                raise BadRequest('POST a JSON object {"files": ["path", ...]}', code="bad_json")
-        else:
-            paths = [value for _, value in request.query]
-        return paths
+        list of a POST, whose items may be slices of files (:mod:`axon.plan.slices`); and
+        the slices, one per path (None when there are none)."""
+        if request.method != "POST":
+            return [value for _, value in request.query], None
+        self.limits.check_body(len(request.body))  # runtimes refuse earlier; a Request built by hand may not
+        data = request.json()
+        items = data.get("files") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise BadRequest('POST a JSON object {"files": ["path", ...]}', code="bad_json")
+        if all(isinstance(p, str) for p in items):
+            return items, None
+        check_count(items, self.limits)  # before looking at each of too many items
+        return parse_items(items)
 
     def _browse(self, request: Request) -> Response:
         # Blocking (the default for a plain function): reading a directory is unbounded disk work.

@@ -18,8 +18,8 @@ from __future__ import annotations
 import hashlib
 import struct
 from functools import lru_cache
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import NamedTuple, Union
 
 from .multipart import CACHED_PATH_CHARS
 
@@ -34,16 +34,22 @@ class BatchIdentity(NamedTuple):
 
 #: What names one file's part of a batch, as plain facts: its path as requested, content type,
 #: size, mtime and ctime in nanoseconds, inode and device (all hashed into the identity), and its
-#: name under the root (in the part's headers, and given by the path).
-Signature = tuple[str, str, int, int, int, int, int, str]
+#: name under the root (in the part's headers, and given by the path). A part that is a slice of
+#: its file has a ninth fact, the span ``(start, stop)`` of the file it carries.
+Signature = Union[
+    tuple[str, str, int, int, int, int, int, str],
+    tuple[str, str, int, int, int, int, int, str, tuple[int, int]],
+]
 
 
 def identity_of(
-    key: bytes, signatures: Iterable[Signature], boundary: str | None = None, fmt: str = "multipart"
+    key: bytes, signatures: Sequence[Signature], boundary: str | None = None, fmt: str = "multipart"
 ) -> BatchIdentity:
     """The ETag and boundary of the batch whose files (one per requested path, in order) have
     these signatures, framed in the format named ``fmt``. A caller-chosen ``boundary`` is part of
     the bytes, so it is hashed in and returned as is."""
+    if any(len(signature) > 8 for signature in signatures):
+        return _sliced_identity(key, signatures, boundary, fmt)
     h = _keyed(key, fmt).copy()
     h.update(_field((boundary or "").encode("ascii")))
     h.update(b"".join([
@@ -54,10 +60,28 @@ def identity_of(
     return BatchIdentity(f'"{digest[:32]}"', boundary or digest[32:])
 
 
+def _sliced_identity(key: bytes, signatures: Sequence[Signature], boundary: str | None, fmt: str) -> BatchIdentity:
+    """A batch holding slices hashes under a personalisation of its own, each record followed by
+    its span (or a mark for a whole file): no batch of whole files, whose tags stay what they
+    were, can hash the same bytes, and two batches differing only in a slice differ."""
+    h = _keyed(key, fmt + "-slices").copy()
+    h.update(_field((boundary or "").encode("ascii")))
+    for signature in signatures:
+        h.update(_record(*signature[:8]))
+        h.update(struct.pack(">BQQ", 1, *signature[8]) if len(signature) > 8 else _WHOLE)
+    digest = h.hexdigest()
+    return BatchIdentity(f'"{digest[:32]}"', boundary or digest[32:])
+
+
+_WHOLE = struct.pack(">BQQ", 0, 0, 0)
+
 #: Each format hashes under its own personalisation, so that the same files as multipart, zip
 #: and tar have three ETags (a Range validated by one must not slice another), while
-#: multipart's tags stay what they were.
-_PERSON = {"multipart": b"axon-batch-id", "zip": b"axon-batch-zip", "tar": b"axon-batch-tar"}
+#: multipart's tags stay what they were. Only multipart carries slices.
+_PERSON = {
+    "multipart": b"axon-batch-id", "zip": b"axon-batch-zip", "tar": b"axon-batch-tar",
+    "multipart-slices": b"axon-batch-slice",
+}
 
 
 @lru_cache(maxsize=8)

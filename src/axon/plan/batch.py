@@ -16,6 +16,10 @@ allows (a server may ignore ``Range``): a ``multipart/byteranges`` wrapped aroun
 ``multipart/mixed`` would be legal but useless to any client we know. Range is honoured on
 ``POST /api/stream-files`` too: that POST is a query with its list in the body, not a change.
 
+A POST may name slices of files (:mod:`.slices`): each is a segment of its file, framed as a
+part with its ``Content-Range``; a slice that cannot be satisfied is a 416 like any other refusal,
+before the first byte. Slices are served as ``multipart/mixed`` only: a zip or tar entry is a file.
+
 A zip needs each file's CRC-32 before its bytes: the storage layer gives it, known or read now
 (before any byte is sent, so errors and the length stay exact). A file that changes while it is
 read is opened again with the whole batch, up to ``CHANGE_RETRIES`` times; a file that keeps
@@ -36,7 +40,9 @@ from ..http.conditional import evaluate, if_range_allows
 from ..http.multipart import CACHED_PATH_CHARS
 from ..http.ranges import content_range, parse_range
 from ..http.segments import Segment, body_length, slice_segments
+from ..http.ranges import Span
 from .formats import NEEDS_CRC, Format, Layout, multipart_mixed
+from .slices import Slice, resolve_all
 
 #: How many times a batch is opened again when a file changes while its CRC-32 is read.
 CHANGE_RETRIES = 3
@@ -100,26 +106,35 @@ def plan_batch(
     headers: dict[str, str] | None = None,
     method: str = "GET",
     fmt: Format = multipart_mixed,
+    slices: list[Slice | None] | None = None,
     _retries: int = CHANGE_RETRIES,
 ) -> Response:
     """The batch of ``paths`` in the format ``fmt``; with ``key``, with its identity and honouring
     ``headers``' preconditions, ``Range`` and ``If-Range`` (lower-case names, as
-    :class:`~axon.app.Request` has them) for the request ``method``."""
+    :class:`~axon.app.Request` has them) for the request ``method``. ``slices`` (one per path,
+    None for a whole file) serves parts of files."""
     check_count(paths, limits)
+    if slices is not None and fmt is not multipart_mixed and any(slices):
+        raise BadRequest("slices of files are served as multipart/mixed only", code="slices_need_multipart")
     opened = open_all(store, paths)
     files = list(opened.values())
     try:
         chosen = [opened[p] for p in paths]
+        spans = resolve_all(paths, [f.size for f in chosen], slices) if slices is not None else None
         total = named = 0
         for p, f in zip(paths, chosen):
             total += f.size
             named += len(p)
+        if spans is not None:  # the bytes sent, not the files' sizes
+            total = sum(f.size if s is None else s[1] - s[0] for f, s in zip(chosen, spans))
         if total > limits.max_batch_bytes:
             raise PayloadTooLarge(
                 f"the batch holds {total} bytes; at most {limits.max_batch_bytes} may be sent",
                 code="batch_too_large",
             )
         signatures = tuple(map(file_signature, chosen))
+        if spans is not None:
+            signatures = tuple([sig if s is None else (*sig, s) for sig, s in zip(signatures, spans)])
         crcs: tuple[int, ...] = ()
         if fmt in NEEDS_CRC:
             # The CRCs change a zip's bytes, never its length or ETag: HEAD reads no file.
@@ -135,7 +150,7 @@ def plan_batch(
                     ) from None
                 # Opened again, the batch is planned from the file as it is now.
                 return plan_batch(store, paths, limits, boundary=boundary, key=key, headers=headers,
-                                  method=method, fmt=fmt, _retries=_retries - 1)
+                                  method=method, fmt=fmt, slices=slices, _retries=_retries - 1)
         # Without a key there is no identity to name a layout by (the boundary is random).
         if key is not None and len(chosen) <= LAYOUT_CACHE_FILES and named <= CACHED_PATH_CHARS * 4:
             etag, content_type, filename, heads = _cached_layout(fmt, key, boundary, signatures, crcs)
@@ -144,7 +159,7 @@ def plan_batch(
         # A browser that opens a batch URL saves it under this name, not the URL's last segment.
         out = [("Content-Type", content_type), ("Content-Disposition", f'attachment; filename="{filename}"')]
         if etag is None:
-            return Response(200, out, _body(chosen, heads), files=files)
+            return Response(200, out, _body(chosen, heads, spans), files=files)
         verdict = evaluate(method, headers, etag, None) if headers else None
         if verdict == 304:
             for f in files:
@@ -152,18 +167,23 @@ def plan_batch(
             return Response(304, [("ETag", etag)])
         if verdict == 412:
             raise PreconditionFailed("the batch does not match the request's preconditions")
-        return _ranged(etag, out, _body(chosen, heads), headers or {}, limits, files)
+        return _ranged(etag, out, _body(chosen, heads, spans), headers or {}, limits, files)
     except BaseException:
         for f in files:
             f.close()
         raise
 
 
-def _body(chosen: list[File], heads: tuple[bytes, ...]) -> list[Segment]:
-    """The format's blocks with each file's bytes between them."""
+def _body(chosen: list[File], heads: tuple[bytes, ...], spans: list[Span | None] | None = None) -> list[Segment]:
+    """The format's blocks with each file's bytes (or the span of them asked for) between them."""
     body: list[Segment] = [heads[0]]
-    for f, head in zip(chosen, heads[1:]):
-        body.append(f.segment(0, f.size))
+    if spans is None:
+        for f, head in zip(chosen, heads[1:]):
+            body.append(f.segment(0, f.size))
+            body.append(head)
+        return body
+    for f, span, head in zip(chosen, spans, heads[1:]):
+        body.append(f.segment(0, f.size) if span is None else f.segment(*span))
         body.append(head)
     return body
 

@@ -29,6 +29,7 @@ from ..http.archive import (
 )
 from ..http.batch_identity import Signature, identity_of
 from ..http.multipart import file_part_headers, frame, new_boundary
+from ..http.ranges import content_range
 from ..http.segments import FileSlice
 
 #: (ETag or None without a key, Content-Type, file name, the N + 1 blocks around the N files)
@@ -48,11 +49,21 @@ def multipart_mixed(
     else:
         identity = identity_of(key, signatures, boundary)
         etag, boundary = identity.etag, identity.boundary
-    # Each file stands in as a slice of no descriptor: frame() needs only its length.
-    parts = [(file_part_headers(s[0], s[7], s[1]), FileSlice(-1, 0, s[2])) for s in signatures]
+    # Each file stands in as a slice of no descriptor: frame() needs only its length. A
+    # signature with a span (a slice of the file) frames that span, and says so.
+    parts = [
+        (file_part_headers(s[0], s[7], s[1]), FileSlice(-1, 0, s[2])) if len(s) == 8 else _sliced_part(s)
+        for s in signatures
+    ]
     framed = frame(boundary, parts)
     # The name the article's own ``curl -o`` gives a batch.
     return etag, f"multipart/mixed; boundary={boundary}", "batch.multipart", tuple(framed[0::2])  # type: ignore[arg-type]
+
+
+def _sliced_part(s: Signature) -> tuple[str, FileSlice]:
+    start, stop = s[8]  # type: ignore[misc]
+    headers = file_part_headers(s[0], s[7], s[1]) + f"Content-Range: {content_range((start, stop), s[2])}\r\n"
+    return headers, FileSlice(-1, 0, stop - start)
 
 
 def tar(key: bytes | None, boundary: str | None, signatures: tuple[Signature, ...], crcs: tuple[int, ...] = ()) -> Layout:
