@@ -14,7 +14,7 @@ import pytest
 
 from axon.bench import nginx
 
-pytest.importorskip("fsspec", reason="the fsspec extra is installed by scripts/setup.sh --all")
+pytest.importorskip("fsspec.asyn", reason="the fsspec extra is installed by scripts/setup.sh --all")
 pytest.importorskip("aiohttp", reason="the fsspec extra is installed by scripts/setup.sh --all")
 pytestmark = pytest.mark.skipif(not Path(nginx.binary()).exists(), reason="nginx is installed by scripts/setup.sh --all")
 

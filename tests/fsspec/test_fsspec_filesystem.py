@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import fsspec
 import pytest
-from conftest import ODD_NAMES, SMALL_FILES, Served
+from fsspec_served import ODD_NAMES, SMALL_FILES, Served
 from live_server import live_server
 
 from axon.fsspec import AxonFileSystem

@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import Served
+from fsspec_served import Served
 
 from axon.fsspec import AxonFileSystem
 

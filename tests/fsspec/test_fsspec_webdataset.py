@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 
 import fsspec
 import pytest
-from conftest import Served
+from fsspec_served import Served
 
 wds = pytest.importorskip("webdataset", reason="webdataset is in the test extra (scripts/setup.sh --all)")
 
