@@ -3,6 +3,7 @@ read locally; requests counted with aiohttp's own tracing, on the real connectio
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import time
@@ -172,6 +173,24 @@ def test_a_file_changed_while_open_is_an_error(served: Served, fs: AxonFileSyste
         f.seek(50_000)
         with pytest.raises(OSError, match="changed"):
             f.read(10)
+
+
+def test_open_async_reads_ranges(served: Served):
+    data = served.local("data/big.bin")
+
+    async def read() -> list[bytes]:
+        fs = AxonFileSystem(skip_instance_cache=True, asynchronous=True)
+        session = await fs.set_session()
+        try:
+            async with await fs.open_async(served.path("data/big.bin")) as f:
+                first = await f.read(100)
+                f.seek(len(data) - 10)
+                last = await f.read(1000)  # past the end: what there is
+                return [first, last, await f.read()]
+        finally:
+            await session.close()
+
+    assert asyncio.run(read()) == [data[:100], data[-10:], b""]
 
 
 def test_open_for_writing_is_refused(served: Served, fs: AxonFileSystem):

@@ -13,7 +13,7 @@ import json
 from collections.abc import AsyncIterable, Callable, Sequence
 from typing import Protocol
 
-from ..http.multipart_parser import MultipartError, MultipartParser, PartData, PartEnd, PartStart, StreamEnd
+from ..http.multipart_parser import ContentRange, MultipartError, MultipartParser, PartData, PartEnd, PartStart, StreamEnd
 from .slices import Item, check_part
 
 __all__ = ["PartSink", "body", "pack", "read_parts"]
@@ -83,8 +83,8 @@ async def read_parts(
                 if isinstance(event, PartData):
                     sink.write(event.data)  # type: ignore[union-attr]  # the parser starts a part first
                 elif isinstance(event, PartStart):
-                    _check(event, paths[started], items[started])
                     content_range = event.content_range
+                    _check(event, content_range, paths[started], items[started])
                     sink = open_sink(started, 0 if content_range is None else content_range.first)
                     started += 1
                 elif isinstance(event, PartEnd):
@@ -101,9 +101,9 @@ async def read_parts(
         raise
 
 
-def _check(start: PartStart, path: str, item: Item) -> None:
+def _check(start: PartStart, content_range: ContentRange | None, path: str, item: Item) -> None:
     if start.path != path:
         raise MultipartError(f"Content-Location names {start.path!r}, not {path!r}", part_index=start.index, path=path)
-    why = check_part(item, start.content_range)
+    why = check_part(item, content_range)
     if why is not None:
         raise MultipartError(why, part_index=start.index, path=path)

@@ -43,7 +43,7 @@ from ..http.multipart_parser import MultipartError, parse_content_range
 from ..limits import DEFAULT_LIMITS
 from ..signing import mint_token, sign_url
 from .batches import PartSink, body, pack, read_parts
-from .file import AxonFile
+from .file import AxonAsyncFile, AxonFile
 from .slices import EMPTY, Slice, check_part, plan
 
 __all__ = ["AxonFileSystem"]
@@ -438,6 +438,14 @@ class AxonFileSystem(AsyncFileSystem):
             block_size=block_size or self.block_size, cache_type=cache_type or self.cache_type,
             cache_options=cache_options, **kwargs,
         )
+
+    async def open_async(self, path, mode="rb", **kwargs):
+        if mode != "rb":
+            raise NotImplementedError("axon:// is read-only: open files with mode 'rb'")
+        details = await self._info(path)
+        if details["type"] != "file":
+            raise IsADirectoryError(errno.EISDIR, "not a file", path)
+        return AxonAsyncFile(self, self._strip_protocol(path), etag=details.get("ETag"), size=details["size"], **kwargs)
 
     # -- what is there: HEAD and the listing ---------------------------------------------------
 
