@@ -14,6 +14,10 @@ from pathlib import Path
 import pytest
 from fsspec_served import Served
 
+sys.path.insert(0, str(Path(__file__).parents[1] / "deploy"))
+
+from deploy_rig import copy_checkout  # noqa: E402
+
 from axon.fsspec import AxonFileSystem
 
 pd = pytest.importorskip("pandas", reason="pandas is in the test extra (scripts/setup.sh --all)")
@@ -22,8 +26,6 @@ pytest.importorskip("pyarrow", reason="pyarrow is in the test extra (scripts/set
 from fsspec.implementations.local import LocalFileSystem  # noqa: E402
 from fsspec.tests.abstract import AbstractFixtures  # noqa: E402
 from fsspec.tests.abstract.get import AbstractGetTests  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -135,10 +137,7 @@ class TestAxonGet(AbstractGetTests, AbstractFixtures):
 @pytest.fixture(scope="session")
 def installed_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """This checkout installed (as a wheel, so with its entry points) into a directory of its own."""
-    source = tmp_path_factory.mktemp("source")
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, source / name)
-    shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    source = copy_checkout(tmp_path_factory.mktemp("source"))
     site = tmp_path_factory.mktemp("site")
     done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(source)],
                           capture_output=True, text=True, timeout=600)
