@@ -291,3 +291,10 @@ def test_sign_makes_urls_the_server_accepts_and_the_secret_authenticates(signed_
         AxonFileSystem(skip_instance_cache=True).cat(paths)
     with pytest.raises(NotImplementedError, match="secret"):
         AxonFileSystem(skip_instance_cache=True).sign(paths[0])
+
+
+def test_one_cat_reads_from_two_servers(served: Served, signed_server: str, corpus: Path):
+    # The token minted from the secret goes to both; the server without one ignores it.
+    fs = AxonFileSystem(skip_instance_cache=True, secret="fsspec-secret")
+    paths = [served.path(p) for p in SMALL[:7]] + [f"{signed_server}/{p}" for p in SMALL[3:12]]
+    assert fs.cat(paths) == {p: (corpus / p.split("/", 1)[1]).read_bytes() for p in paths}
