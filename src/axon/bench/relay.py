@@ -129,11 +129,19 @@ async def serve(listen: tuple[str, int], to: tuple[str, int], delay_ms: float,
                 ready=None) -> None:
     """Relay connections to ``listen`` on to ``to`` until cancelled; ``ready(port)`` once listening."""
     delay = delay_ms / 1000.0
+    # The loop holds tasks weakly, and a connection whose both sockets wait (one at EOF, the
+    # other idle) is referenced by nothing else: without this set it is collected mid-flight.
+    live: set[asyncio.Task] = set()
 
     async def handle(reader, writer):
-        await _connection(reader, writer, to, delay)
+        task = asyncio.current_task()
+        live.add(task)
+        try:
+            await _connection(reader, writer, to, delay)
+        finally:
+            live.discard(task)
 
-    server = await asyncio.start_server(handle, *listen, limit=CHUNK)
+    server = await asyncio.start_server(handle, *listen, limit=CHUNK, backlog=1024)
     if ready is not None:
         ready(server.sockets[0].getsockname()[1])
     async with server:
@@ -142,11 +150,22 @@ async def serve(listen: tuple[str, int], to: tuple[str, int], delay_ms: float,
 
 @dataclass
 class Relay:
-    """A relay process started by ``start()``: ``.port`` to connect to, ``.stop()`` when done."""
+    """A relay process started by ``start()``: ``.port`` to connect to, ``.stop()`` when done
+    (also on leaving a ``with`` block); ``pid``, ``poll()`` and ``wait()`` as a Popen has them."""
 
     process: subprocess.Popen
     host: str
     port: int
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def poll(self) -> int | None:
+        return self.process.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.process.wait(timeout)
 
     def stop(self, grace: float = 5.0) -> None:
         if self.process.poll() is None:
@@ -166,10 +185,12 @@ class Relay:
         self.stop()
 
 
-def start(listen: str, to: str, delay_ms: float, timeout: float = 10.0) -> Relay:
-    """Run the relay in its own process; return once it listens (``listen`` port 0 picks one)."""
+def start(listen: str | tuple[str, int], to: str | tuple[str, int], delay_ms: float, timeout: float = 10.0) -> Relay:
+    """Run the relay in its own process; return once it listens (``listen`` port 0 picks one).
+    Addresses are ``"host:port"`` or ``(host, port)``."""
     from axon.bench.procs import wrap  # ties the relay's life to ours where setpriv exists
 
+    listen, to = _text(listen), _text(to)
     host, _ = parse_address(listen)
     argv = [sys.executable, "-m", "axon.bench.relay", "--listen", listen, "--to", to,
             "--delay-ms", str(delay_ms)]
@@ -180,6 +201,13 @@ def start(listen: str, to: str, delay_ms: float, timeout: float = 10.0) -> Relay
         Relay(proc, host, 0).stop()
         raise RuntimeError(f"the relay did not start (printed {line!r})")
     return Relay(proc, host, int(line))
+
+
+def _text(address: str | tuple[str, int]) -> str:
+    if isinstance(address, str):
+        return address
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -51,13 +51,17 @@ def multipart_mixed(
         etag, boundary = identity.etag, identity.boundary
     # Each file stands in as a slice of no descriptor: frame() needs only its length. A
     # signature with a span (a slice of the file) frames that span, and says so.
-    parts = [
-        (file_part_headers(s[0], s[7], s[1]), FileSlice(-1, 0, s[2])) if len(s) == 8 else _sliced_part(s)
-        for s in signatures
-    ]
+    if signatures and max(map(len, signatures)) > 8:
+        parts = [_sliced_part(s) if len(s) > 8 else _whole_part(s) for s in signatures]
+    else:
+        parts = [(file_part_headers(s[0], s[7], s[1]), FileSlice(-1, 0, s[2])) for s in signatures]
     framed = frame(boundary, parts)
     # The name the article's own ``curl -o`` gives a batch.
     return etag, f"multipart/mixed; boundary={boundary}", "batch.multipart", tuple(framed[0::2])  # type: ignore[arg-type]
+
+
+def _whole_part(s: Signature) -> tuple[str, FileSlice]:
+    return file_part_headers(s[0], s[7], s[1]), FileSlice(-1, 0, s[2])
 
 
 def _sliced_part(s: Signature) -> tuple[str, FileSlice]:
