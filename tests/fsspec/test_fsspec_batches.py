@@ -7,12 +7,10 @@ import asyncio
 import random
 
 import pytest
+from multipart_support import BOUNDARY, CONTENT_TYPE, axon_headers, build_body
 
 from axon.fsspec.batches import body, pack, read_parts
 from axon.http.multipart_parser import MultipartError
-
-BOUNDARY = "b0undary"
-CONTENT_TYPE = f"multipart/mixed; boundary={BOUNDARY}"
 
 
 def test_pack_keeps_order_and_every_bound():
@@ -38,11 +36,12 @@ def test_pack_refuses_an_item_no_body_can_hold():
 
 
 def part(path: str, data: bytes, content_range: str | None = None, location: str | None = None) -> bytes:
-    head = [f"--{BOUNDARY}", "Content-Type: application/octet-stream", f"Content-Length: {len(data)}",
-            f"Content-Location: {location if location is not None else '/files/' + path}"]
+    """One part as Axon frames it (multipart_support), with a Content-Range or another location."""
+    headers = [(k, location if k == "Content-Location" and location is not None else v)
+               for k, v in axon_headers(path, data)]
     if content_range:
-        head.append(f"Content-Range: {content_range}")
-    return ("\r\n".join(head) + "\r\n\r\n").encode() + data + b"\r\n"
+        headers.append(("Content-Range", content_range))
+    return build_body([(headers, data)]).removesuffix(END)
 
 
 END = f"--{BOUNDARY}--\r\n".encode()

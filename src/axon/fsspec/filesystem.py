@@ -28,7 +28,7 @@ import time
 import warnings
 import weakref
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -275,10 +275,8 @@ class AxonFileSystem(AsyncFileSystem):
         for index, want in enumerate(wants):
             by_server[want.netloc].append(index)
         slots = asyncio.Semaphore(self.batch_concurrency)
-        await asyncio.gather(*(
-            self._fetch_from(netloc, indices, wants, sink, empty, errors, slots)
-            for netloc, indices in by_server.items()
-        ))
+        await _all(self._fetch_from(netloc, indices, wants, sink, empty, errors, slots)
+                   for netloc, indices in by_server.items())
         return errors
 
     async def _fetch_from(self, netloc, indices, wants, sink, empty, errors, slots) -> None:
@@ -296,10 +294,10 @@ class AxonFileSystem(AsyncFileSystem):
                 batched.append((index, chosen))
         per_batch = min(server.max_files, self.files_per_batch or server.max_files)
         groups = pack([chosen.item for _, chosen in batched], per_batch, server.max_body_bytes)
-        await asyncio.gather(
+        await _all([
             *(self._run_batch(netloc, [batched[k] for k in group], wants, sink, empty, errors, slots) for group in groups),
             *(self._run_ranged(netloc, index, chosen, sink, errors, slots) for index, chosen in ranged),
-        )
+        ])
 
     async def _run_ranged(self, netloc, index, chosen, sink, errors, slots) -> None:
         """One range from a server that takes no slices in a batch: a ranged GET."""
@@ -377,6 +375,8 @@ class AxonFileSystem(AsyncFileSystem):
                                  paths, items, open_sink)
             except MultipartError as exc:
                 raise OSError(f"the batch from {netloc} does not answer what was asked: {exc}") from exc
+            except aiohttp.ClientPayloadError as exc:  # cut short: fsspec's callers expect an OSError
+                raise OSError(f"the batch from {netloc} was cut short: {exc}") from exc
         return None
 
     # -- reading one: /files/ with Range -------------------------------------------------------
@@ -564,6 +564,19 @@ class _FileSink:
     def abort(self) -> None:
         self.file.close()
         os.unlink(self.lpath)
+
+
+async def _all(coroutines: Iterable[Coroutine]) -> None:
+    """Run them together; if one fails, the others are cancelled before its error is raised, so
+    no batch goes on writing files or filling results for a call that has already failed."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 def _item_path(item: str | dict) -> str:
