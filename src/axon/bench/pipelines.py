@@ -7,12 +7,13 @@ Each set of files is read with one ``fs.cat(paths)`` by three clients, side by s
 (batches) on ``axon serve``; fsspec's ``HTTPFileSystem`` on axon serve's ``/files/``; and
 ``HTTPFileSystem`` on nginx serving the same directory (one request per file, the way a data
 pipeline reads a web server or a hub today). Then the same through the delay relay
-(:mod:`axon.bench.relay`: every chunk held ``--delay-ms`` in each direction, a 2x longer round
-trip) in front of each server. Both servers run one worker pinned to ``--server-cpus``; this
-process, the client, pins itself to ``--client-cpus``. Every client runs at fsspec's defaults
-(HTTPFileSystem: up to 128 requests in flight on up to 100 connections; axon://: batches as large
-as the server's limits, 4 in flight). One timed run each, after an untimed warm-up on a few files
-(connections, the limits); the bytes read are checked against the files.
+(:mod:`axon.bench.relay`: every chunk held each of ``--delays`` ms in each direction, so a round
+trip takes twice that more) in front of each server. Both servers run one worker pinned to
+``--server-cpus``; this process, the client, pins itself to ``--client-cpus``; the relay runs on
+any CPU. Every client runs at fsspec's defaults (HTTPFileSystem: up to 128 requests in flight on
+up to 100 connections; axon://: batches as large as the server's limits, 4 in flight). One timed
+run each, after an untimed warm-up on a few files (connections, the limits); the bytes read are
+checked against the files.
 
 Needs the fsspec extra and nginx. Prints a Markdown table (``--json`` also saves the rows).
 """
@@ -147,6 +148,18 @@ def servers(root: Path, workdir: Path, cpus: str | None) -> Iterator[dict[str, i
         yield ports
 
 
+@contextmanager
+def every_cpu() -> Iterator[None]:
+    """Processes started in this block may run on any CPU, though this thread (the client) is
+    pinned: a child inherits the mask of the thread that starts it."""
+    pinned = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, pinned)
+
+
 def run(sets: list[FileSet], delays: list[float], root: Path, workdir: Path, server_cpus: str | None) -> list[Row]:
     digests = {fileset: write_files(root, fileset) for fileset in sets}
     rows = []
@@ -156,7 +169,8 @@ def run(sets: list[FileSet], delays: list[float], root: Path, workdir: Path, ser
                 netlocs = {}
                 for name, port in ports.items():
                     if delay:
-                        link = stack.enter_context(relay.start(f"{HOST}:0", f"{HOST}:{port}", delay))
+                        with every_cpu():  # the relay is the link, neither server nor client
+                            link = stack.enter_context(relay.start(f"{HOST}:0", f"{HOST}:{port}", delay))
                         port = link.port
                     netlocs[name] = f"{HOST}:{port}"
                 for fileset in sets:
@@ -212,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m axon.bench.pipelines " + shlex.join(argv if argv is not None else sys.argv[1:])
     client_cpus = None if args.no_pin else args.client_cpus
     print(f"`{command.strip()}` on {machine.describe()}; servers on CPUs {server_cpus or 'any'}, "
-          f"client on CPUs {client_cpus or 'any'}\n")
+          f"client on CPUs {client_cpus or 'any'}, relay on any\n")
     print(table(rows))
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
