@@ -441,7 +441,8 @@ class MultipartParser:
         """The block's header lines (each ending in CRLF) as (name, value) pairs."""
         text = block.decode("latin-1")
         lines = text.split("\r\n")
-        if lines.pop() != "" or "\r" in text.replace("\r\n", "") or any("\n" in line for line in lines):
+        bare = text.replace("\r\n", "")
+        if lines.pop() != "" or "\r" in bare or "\n" in bare:
             raise self._error("bare CR or LF in the part headers")
         headers = []
         for line in lines:
