@@ -1,5 +1,5 @@
-"""The corpus the axon:// tests read, and ``Served``: a server's address and root, with the helpers
-that name a file both ways (over the wire and on disk)."""
+"""The corpus the axon:// tests read; ``Served``: a server's address and root, with the helpers
+that name a file both ways (over the wire and on disk); and a filesystem that counts requests."""
 
 from __future__ import annotations
 
@@ -47,3 +47,20 @@ def write_corpus(root: Path) -> None:
     (root / "data" / ".hidden").write_bytes(b"never served\n")
     big = root / "data" / "big.bin"
     big.write_bytes(rng.randbytes(3 * 1024 * 1024 + 17))
+
+
+def counting_fs(**options):
+    """An AxonFileSystem, and the (method, path) of every request it sends, in order (recorded by
+    aiohttp's own tracing, on the real connection)."""
+    import aiohttp  # here: the conftest skips the suite when the extra is missing, after importing this
+
+    from axon.fsspec import AxonFileSystem
+
+    seen: list[tuple[str, str]] = []
+
+    async def on_start(session, context, params):
+        seen.append((params.method, params.url.path))
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_start.append(on_start)
+    return AxonFileSystem(skip_instance_cache=True, client_kwargs={"trace_configs": [trace]}, **options), seen

@@ -11,27 +11,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import aiohttp
 import fsspec
 import pytest
-from fsspec_served import ODD_NAMES, SMALL_FILES, Served
+from fsspec_served import ODD_NAMES, SMALL_FILES, Served, counting_fs
 from live_server import live_server
 
 from axon.fsspec import AxonFileSystem
 
 SMALL = [f"data/small/f{i:03}.bin" for i in range(SMALL_FILES)]
-
-
-def counting_fs(**options) -> tuple[AxonFileSystem, list[tuple[str, str]]]:
-    """A filesystem that records (method, path) of every request it sends."""
-    seen: list[tuple[str, str]] = []
-
-    async def on_start(session, context, params):
-        seen.append((params.method, params.url.path))
-
-    trace = aiohttp.TraceConfig()
-    trace.on_request_start.append(on_start)
-    return AxonFileSystem(skip_instance_cache=True, client_kwargs={"trace_configs": [trace]}, **options), seen
 
 
 # -- cat of many paths: batches ------------------------------------------------------------------

@@ -14,12 +14,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import aiohttp
 import pytest
-from fsspec_served import SMALL_FILES
+from fsspec_served import SMALL_FILES, counting_fs
 from live_server import free_port, healthy
 
-from axon.fsspec import AxonFileSystem
 
 APPS = '''
 from axon import App, Limits
@@ -63,17 +61,6 @@ def app_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("apps")
     (folder / "apps.py").write_text(textwrap.dedent(APPS))
     return folder
-
-
-def counting_fs() -> tuple[AxonFileSystem, list[tuple[str, str]]]:
-    seen: list[tuple[str, str]] = []
-
-    async def on_start(session, context, params):
-        seen.append((params.method, params.url.path))
-
-    trace = aiohttp.TraceConfig()
-    trace.on_request_start.append(on_start)
-    return AxonFileSystem(skip_instance_cache=True, client_kwargs={"trace_configs": [trace]}), seen
 
 
 def test_a_batch_over_the_byte_limit_is_halved_until_it_passes(corpus: Path, app_dir: Path):
