@@ -18,7 +18,6 @@ import pytest
 from fsspec_served import SMALL_FILES, counting_fs
 from live_server import free_port, healthy
 
-
 APPS = '''
 from axon import App, Limits
 from axon.asgi import create_app
