@@ -11,7 +11,6 @@ groups and are killed at the end, pass or fail.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -23,13 +22,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from deploy_rig import (  # noqa: E402
     APP_MODULE,
     HOST,
-    REPO,
     GiB,
     Install,
     KiB,
     Stack,
     _start,
     _stop,
+    copy_checkout,
     free_port,
     native_server_available,
     native_server_has_metrics,
@@ -42,10 +41,7 @@ from deploy_rig import (  # noqa: E402
 @pytest.fixture(scope="session")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Install:
     # From a copy of the checkout, frozen for the session: a rerun must find the same source.
-    source = tmp_path_factory.mktemp("source")
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, source / name)
-    shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    source = copy_checkout(tmp_path_factory.mktemp("source"))
     prefix = tmp_path_factory.mktemp("prefix")
     port, listen = free_port(), free_port()
     args = ["--prefix", str(prefix), "--source", str(source), "--port", str(port), "--listen", f"{HOST}:{listen}"]

@@ -16,6 +16,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL = REPO / "deploy" / "install.sh"
+
+
+def copy_checkout(dest: Path) -> Path:
+    """What pip builds this checkout from (pyproject.toml, README.md, src/), copied to ``dest``:
+    frozen for the session, and a build's egg-info never lands in the checkout."""
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, dest / name)
+    shutil.copytree(REPO / "src", dest / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return dest
 HOST = "127.0.0.1"
 KiB, MiB, GiB = 1024, 1024 * 1024, 1024 * 1024 * 1024
 

@@ -10,4 +10,6 @@ runner     phases per scenario, scenarios per target
 results, report, chart     figures and ratios, Markdown tables in the article's format, the chart
 cli        the command line
 relay      a TCP relay that delays each direction, where the kernel has no netem (its own process)
+pipelines  fsspec's cat of many small files: axon:// against HTTPFileSystem on Axon and nginx
+           (``python -m axon.bench.pipelines``; needs the fsspec extra)
 """

@@ -1,0 +1,376 @@
+"""``axon://host:port/dir/file``: an Axon server as a read-only fsspec filesystem, on aiohttp.
+
+Paths are ``host:port/dir/file``, the server's address first (as a bucket is in ``s3://``), so
+one filesystem reads from any number of servers and a listing's names round-trip as URLs.
+
+- ``cat`` / ``cat_ranges`` / ``get`` of many paths send them in batches (``POST
+  /api/stream-files``), each as large as the server's ``GET /api/limits`` allows, several in
+  flight, and put the parts back in order (:mod:`.transfer`). A file the server refuses
+  (missing, forbidden) is dropped from its batch, which is sent again without it; what happens
+  to it then is fsspec's ``on_error``. A server without ``/api/limits`` predates slices too:
+  ranges go to it one ranged GET each, whole files still in batches sized by
+  ``axon.limits.Limits``' defaults.
+- ``cat_file`` and ``open`` read ``/files/<path>`` with ``Range``.
+- ``info`` is a ``HEAD`` on the file, or the listing for a directory; ``ls`` (and with it
+  ``find``, ``glob``, ``walk``, ``exists``, ``isdir``) reads the JSON listing at
+  ``/browse/<dir>/``, which the server offers with ``axon serve --browse``.
+- With the server's ``secret``, requests carry a bearer token minted from it, and ``sign``
+  makes signed ``/files/`` URLs; a ``token`` alone (``axon sign --token``) also authenticates.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import errno
+import os
+import time
+import warnings
+import weakref
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import yarl
+from fsspec.asyn import AsyncFileSystem
+from fsspec.callbacks import DEFAULT_CALLBACK
+from fsspec.implementations.http import HTTPFileSystem
+
+from ..http.multipart_parser import parse_content_range
+from ..limits import DEFAULT_LIMITS
+from ..signing import mint_token, sign_url
+from .batches import PartSink
+from .errors import error_for, status_error
+from .file import AxonAsyncFile, AxonFile
+from .slices import EMPTY, Slice, check_part, plan
+from .transfer import Collect, FileSink, ServerLimits, Transfer, Want, item_path, raise_first
+
+__all__ = ["AxonFileSystem"]
+
+TOKEN_LIFETIME = 3600  # seconds a bearer token minted from the secret is valid
+TOKEN_MARGIN = 300  # mint a new one when less than this is left, so none expires in flight
+
+# While ``_get`` runs fsspec's own path expansion, ``_get_file`` only collects what to fetch.
+_collecting: contextvars.ContextVar[list | None] = contextvars.ContextVar("axon_fsspec_get", default=None)
+
+
+class AxonFileSystem(AsyncFileSystem):
+    """Read files from Axon servers: ``fsspec.filesystem("axon")``, ``fsspec.open("axon://host:port/a.bin")``.
+
+    Options (``storage_options``): ``scheme`` ("http" or "https"), ``secret`` (the server's,
+    to authenticate and to ``sign``), ``token`` (a bearer token instead of the secret),
+    ``batch_concurrency`` (batches in flight at once, default 4), ``files_per_batch`` (at most
+    this many items a batch, below the server's own limit), ``block_size`` and ``cache_type`` for
+    ``open``, ``client_kwargs`` for ``aiohttp.ClientSession``, and fsspec's listing-cache options.
+    """
+
+    protocol = ("axon",)
+    root_marker = ""
+    sep = "/"
+
+    def __init__(
+        self,
+        *,
+        scheme: str = "http",
+        secret: str | bytes | None = None,
+        token: str | None = None,
+        batch_concurrency: int = 4,
+        files_per_batch: int | None = None,
+        block_size: int | None = None,
+        cache_type: str = "bytes",
+        client_kwargs: dict | None = None,
+        asynchronous: bool = False,
+        loop: Any = None,
+        **storage_options: Any,
+    ) -> None:
+        if scheme not in ("http", "https"):
+            raise ValueError(f"scheme is 'http' or 'https', not {scheme!r}")
+        if batch_concurrency < 1 or (files_per_batch is not None and files_per_batch < 1):
+            raise ValueError("batch_concurrency and files_per_batch are at least 1")
+        super().__init__(asynchronous=asynchronous, loop=loop, **storage_options)
+        self.scheme = scheme
+        self.secret = secret or None
+        self.token = token
+        self.batch_concurrency = batch_concurrency
+        self.files_per_batch = files_per_batch
+        self.block_size = block_size
+        self.cache_type = cache_type
+        self.client_kwargs = client_kwargs or {}
+        self._session: aiohttp.ClientSession | None = None
+        self._servers: dict[str, ServerLimits] = {}
+        self._minted: tuple[str, float] | None = None
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    async def set_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            # Bytes as sent: a file is served as it is, never re-encoded on the way.
+            self._session = aiohttp.ClientSession(auto_decompress=False, **self.client_kwargs)
+            if not self.asynchronous:
+                weakref.finalize(self, HTTPFileSystem.close_session, self.loop, self._session)
+        return self._session
+
+    def _split(self, path: str) -> tuple[str, str]:
+        """``host:port/dir/file`` (or the full URL) -> ``("host:port", "dir/file")``."""
+        netloc, _, rel = self._strip_protocol(path).partition("/")
+        if not netloc or "@" in netloc:
+            raise ValueError(f"an axon path starts with the server's host:port (axon://host:port/dir/file), not {path!r}")
+        return netloc, rel
+
+    def _url(self, netloc: str, target: str) -> yarl.URL:
+        # Encoded here, once: yarl must not re-encode (or decode) what quote() wrote.
+        return yarl.URL(f"{self.scheme}://{netloc}{target}", encoded=True)
+
+    def _file_target(self, rel: str) -> str:
+        return "/files/" + quote(rel, safe="/")
+
+    def _headers(self, **extra: str) -> dict[str, str]:
+        headers = {"Accept-Encoding": "identity", **extra}
+        token = self._bearer()
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    def _bearer(self) -> str | None:
+        if self.secret is None:
+            return self.token
+        now = time.time()
+        if self._minted is None or self._minted[1] - now < TOKEN_MARGIN:
+            expires = int(now) + TOKEN_LIFETIME
+            self._minted = (mint_token(self.secret, expires), expires)
+        return self._minted[0]
+
+    async def _server(self, netloc: str) -> ServerLimits:
+        known = self._servers.get(netloc)
+        if known is not None:
+            return known
+        session = await self.set_session()
+        async with session.get(self._url(netloc, "/api/limits"), headers=self._headers()) as response:
+            if response.status == 404:  # a server from before /api/limits (and slices)
+                known = ServerLimits(DEFAULT_LIMITS.max_files, DEFAULT_LIMITS.max_body_bytes, slices=False)
+            elif response.status == 200:
+                data = await response.json(content_type=None)
+                known = ServerLimits(int(data["max_files"]), int(data["max_body_bytes"]), slices=True)
+            else:
+                raise await status_error(response, f"{netloc}/api/limits")
+        self._servers[netloc] = known
+        return known
+
+    # -- reading many: batches -----------------------------------------------------------------
+
+    async def _cat(self, path, recursive=False, on_error="raise", **kwargs):
+        paths = await self._expand_path(path, recursive=recursive)
+        out = await self._read_many([Want(*self._split(p)) for p in paths])
+        if on_error == "raise":
+            raise_first(out)
+        if len(paths) > 1 or isinstance(path, list) or paths[0] != self._strip_protocol(path):
+            return {p: r for p, r in zip(paths, out) if on_error != "omit" or not isinstance(r, BaseException)}
+        return out[0]
+
+    async def _cat_ranges(self, paths, starts, ends, max_gap=None, on_error="return", **kwargs):
+        if not isinstance(paths, list):
+            raise TypeError("paths is a list")
+        starts = starts if isinstance(starts, (list, tuple)) else [starts] * len(paths)
+        ends = ends if isinstance(ends, (list, tuple)) else [ends] * len(paths)
+        if len(starts) != len(paths) or len(ends) != len(paths):
+            raise ValueError("paths, starts and ends differ in length")
+        out = await self._read_many([Want(*self._split(p), s, e) for p, s, e in zip(paths, starts, ends)])
+        if on_error != "return":
+            raise_first(out)
+        return out
+
+    async def _get(self, rpath, lpath, recursive=False, callback=DEFAULT_CALLBACK, maxdepth=None, **kwargs):
+        # fsspec's _get expands globs and directories and chooses the local names; we keep all of
+        # that and replace only the transfer: its calls to _get_file are collected, then batched.
+        pairs: list[tuple[str, str]] = []
+        collecting = _collecting.set(pairs)
+        try:
+            await super()._get(rpath, lpath, recursive=recursive, maxdepth=maxdepth, **kwargs)
+        finally:
+            _collecting.reset(collecting)
+        callback.set_size(len(pairs))
+        if pairs:
+            raise_first(await self._get_many(pairs, callback))
+
+    async def _get_file(self, rpath, lpath, callback=DEFAULT_CALLBACK, **kwargs):
+        rpath = self._strip_protocol(rpath)
+        if rpath in self.dircache or os.path.isdir(lpath):
+            os.makedirs(lpath, exist_ok=True)  # a directory of the tree being copied
+            return
+        collected = _collecting.get()
+        if collected is not None:
+            collected.append((rpath, lpath))
+            return
+        raise_first(await self._get_many([(rpath, lpath)], callback))
+
+    async def _read_many(self, wants: list[Want]) -> list[Any]:
+        """The bytes each want asks for, or the exception that stands for it, in order."""
+        out: list[Any] = [None] * len(wants)
+
+        def sink(index: int, chosen: Slice, first: int) -> PartSink:
+            return Collect(out, index, chosen, first)
+
+        def empty(index: int) -> None:
+            out[index] = b""
+
+        for index, error in enumerate(await Transfer(self, wants, sink, empty).run()):
+            if error is not None:
+                out[index] = error
+        return out
+
+    async def _get_many(self, pairs: list[tuple[str, str]], callback: Any) -> list[BaseException | None]:
+        wants = [Want(*self._split(rpath)) for rpath, _ in pairs]
+
+        def sink(index: int, chosen: Slice, first: int) -> PartSink:
+            return FileSink(pairs[index][1], callback)
+
+        def empty(index: int) -> None:  # pragma: no cover - a whole file is never empty before asking
+            open(pairs[index][1], "wb").close()
+
+        return await Transfer(self, wants, sink, empty).run()
+
+
+    async def _cat_file(self, path, start=None, end=None, **kwargs):
+        netloc, rel = self._split(path)
+        chosen = plan(rel, start, end)
+        if chosen is EMPTY:
+            return b""
+        data, first = await self._ranged_get(netloc, chosen)
+        return chosen.cut(data, first)
+
+    async def _read_range(self, path: str, start: int, end: int, etag: str | None) -> bytes:
+        """``file[start:end]`` for :class:`AxonFile`, refused if the file is no longer ``etag``."""
+        netloc, rel = self._split(path)
+        if end <= start:
+            return b""
+        extra = {} if etag is None else {"If-Match": etag}
+        data, _ = await self._ranged_get(netloc, Slice({"path": rel, "offset": start, "length": end - start}), extra)
+        return data
+
+    async def _ranged_get(self, netloc: str, chosen: Slice, extra: dict[str, str] | None = None) -> tuple[bytes, int]:
+        """The bytes a GET on ``/files/`` answers for one slice, checked; and the first one's offset."""
+        item = chosen.item
+        headers = self._headers(**(extra or {}))
+        if isinstance(item, dict):
+            offset, length = item["offset"], item.get("length")
+            last = "" if offset < 0 or length is None else str(offset + length - 1)
+            headers["Range"] = f"bytes={offset}-{last}" if offset >= 0 else f"bytes={offset}"
+        rel = item_path(item)
+        session = await self.set_session()
+        async with session.get(self._url(netloc, self._file_target(rel)), headers=headers) as response:
+            if response.status == 416:  # a range past the end holds nothing, as a Python slice
+                return b"", 0
+            if response.status == 412:
+                raise OSError(errno.ESTALE, "the file changed while it was read", f"{netloc}/{rel}")
+            if response.status not in (200, 206):
+                raise await status_error(response, f"{netloc}/{rel}")
+            data = await response.read()
+            value = response.headers.get("Content-Range") if response.status == 206 else None
+        try:
+            content_range = None if value is None else parse_content_range(value)
+        except ValueError as exc:
+            raise OSError(f"{netloc}/{rel}: {exc}") from None
+        why = check_part(item, content_range)
+        if why is not None:
+            raise OSError(f"{netloc}/{rel}: {why}")
+        return data, 0 if content_range is None else content_range.first
+
+    def _open(self, path, mode="rb", block_size=None, autocommit=True, cache_type=None, cache_options=None,
+              size=None, **kwargs):
+        if mode != "rb":
+            raise NotImplementedError("axon:// is read-only: open files with mode 'rb'")
+        details = self.info(path)
+        if details["type"] != "file":
+            raise IsADirectoryError(errno.EISDIR, "not a file", path)
+        return AxonFile(
+            self, self._strip_protocol(path), etag=details.get("ETag"), size=size or details["size"],
+            block_size=block_size or self.block_size, cache_type=cache_type or self.cache_type,
+            cache_options=cache_options, **kwargs,
+        )
+
+    async def open_async(self, path, mode="rb", **kwargs):
+        if mode != "rb":
+            raise NotImplementedError("axon:// is read-only: open files with mode 'rb'")
+        details = await self._info(path)
+        if details["type"] != "file":
+            raise IsADirectoryError(errno.EISDIR, "not a file", path)
+        return AxonAsyncFile(self, self._strip_protocol(path), etag=details.get("ETag"), size=details["size"], **kwargs)
+
+    # -- what is there: HEAD and the listing ---------------------------------------------------
+
+    async def _info(self, path, **kwargs):
+        path = self._strip_protocol(path)
+        netloc, rel = self._split(path)
+        directory = {"name": path, "size": 0, "type": "directory"}
+        if not rel or path in self.dircache:
+            return directory
+        cached = self._ls_from_cache(path)  # FileNotFoundError if the parent's listing lacks it
+        if cached:
+            return cached[0]
+        session = await self.set_session()
+        async with session.head(self._url(netloc, self._file_target(rel)), headers=self._headers(),
+                                allow_redirects=False) as response:
+            if response.status == 200:
+                return {"name": path, "size": int(response.headers["Content-Length"]), "type": "file",
+                        "ETag": response.headers.get("ETag"), "Last-Modified": response.headers.get("Last-Modified")}
+            refused = error_for(response.status, response.reason or "", path)
+        try:
+            self.dircache[path] = await self._list(netloc, rel, path)
+        except (FileNotFoundError, NotADirectoryError):
+            raise refused from None
+        return directory
+
+    async def _exists(self, path, **kwargs):
+        # A path the server will not serve (a hidden name, outside the root) is not there for us.
+        try:
+            await self._info(path)
+        except (FileNotFoundError, PermissionError):
+            return False
+        return True
+
+    async def _ls(self, path, detail=True, refresh=False, **kwargs):
+        path = self._strip_protocol(path)
+        netloc, rel = self._split(path)
+        entries = None if refresh else self.dircache.get(path)
+        if entries is None:
+            try:
+                entries = await self._list(netloc, rel, path)
+            except (FileNotFoundError, NotADirectoryError):
+                entries = [await self._info(path)]  # a file lists as itself
+                if entries[0]["type"] != "file":
+                    raise
+                return entries if detail else [path]
+            self.dircache[path] = entries
+        return entries if detail else [entry["name"] for entry in entries]
+
+    async def _list(self, netloc: str, rel: str, path: str) -> list[dict]:
+        target = "/browse/" + (quote(rel, safe="/") + "/" if rel else "")
+        session = await self.set_session()
+        headers = self._headers(Accept="application/json")
+        async with session.get(self._url(netloc, target), headers=headers, allow_redirects=False) as response:
+            if 300 <= response.status < 400:
+                raise NotADirectoryError(errno.ENOTDIR, "not a directory", path)
+            if response.status == 404:
+                raise FileNotFoundError(errno.ENOENT, "no such directory (or the server lists none: axon serve --browse)", path)
+            if response.status != 200:
+                raise await status_error(response, path)
+            listing = await response.json(content_type=None)
+        if listing.get("truncated"):
+            warnings.warn(f"the server lists only part of {path!r} (its listing limit)", stacklevel=2)
+        return [
+            {"name": f"{path}/{entry['name']}", "type": "directory" if entry["type"] == "dir" else "file",
+             "size": entry.get("size", 0), "mtime": entry.get("mtime")}
+            for entry in listing["entries"]
+        ]
+
+    def ukey(self, path):
+        return self.info(path).get("ETag") or super().ukey(path)
+
+    # -- signed URLs -----------------------------------------------------------------------------
+
+    def sign(self, path, expiration=100, **kwargs):
+        """A ``/files/`` URL for ``path`` that the server accepts for ``expiration`` seconds."""
+        if self.secret is None:
+            raise NotImplementedError("signing needs the server's secret: AxonFileSystem(secret=...)")
+        netloc, rel = self._split(path)
+        url = f"{self.scheme}://{netloc}{self._file_target(rel)}"
+        return sign_url(url, self.secret, int(time.time() + expiration))

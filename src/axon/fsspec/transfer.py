@@ -1,0 +1,261 @@
+"""Many reads in one call: grouped by server, packed into batches, several in flight, refused
+batches sent again, and each part handed to a sink (kept in memory for ``cat``, written to a
+local file for ``get``).
+
+A refused batch is sent again without what it names: the JSON ``details`` (or ``paths``, for a
+single failure) say which paths; 404/403/400 become those paths' exceptions; a 416 gives the
+file's size, with which the range is planned again (and often found empty without asking). A 413
+halves the batch. A server without slices (one from before ``/api/limits``) gets each range as a
+ranged GET.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import defaultdict
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from ..http.multipart_parser import MultipartError
+from .batches import PartSink, body, pack, read_parts
+from .errors import error_body, error_for
+from .slices import EMPTY, Slice, plan
+
+if TYPE_CHECKING:
+    from .filesystem import AxonFileSystem
+
+__all__ = ["Collect", "FileSink", "ServerLimits", "Transfer", "Want", "raise_first"]
+
+_TOO_LARGE = 413
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one server takes in a batch. ``slices``: it takes ``{"path", "offset", ...}`` items
+    (it is a server with ``/api/limits``)."""
+
+    max_files: int
+    max_body_bytes: int
+    slices: bool
+
+
+@dataclass(frozen=True)
+class Want:
+    """``path[start:end]`` (Python's slice semantics) on the server at ``netloc``."""
+
+    netloc: str
+    path: str  # relative to the server's root
+    start: int | None = None
+    end: int | None = None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A batch the server refused: the whole batch's error, and the paths it names one by one."""
+
+    status: int
+    code: str
+    message: str
+    per_path: dict[str, dict]  # path -> {"status", "code", "message", "size"?}
+
+
+#: ``sink(index, slice, first)``: where the part answering want ``index`` goes.
+SinkFactory = Callable[[int, Slice, int], PartSink]
+
+
+class Transfer:
+    """One call's reads. ``run()`` returns each want's exception, or None once its sink finished
+    (or ``empty(index)`` was called: a range that holds no bytes whatever the file)."""
+
+    def __init__(self, fs: AxonFileSystem, wants: list[Want], sink: SinkFactory, empty: Callable[[int], None]):
+        self.fs, self.wants, self.sink, self.empty = fs, wants, sink, empty
+        self.errors: list[BaseException | None] = [None] * len(wants)
+        self.slots = asyncio.Semaphore(fs.batch_concurrency)
+
+    async def run(self) -> list[BaseException | None]:
+        by_server: dict[str, list[int]] = defaultdict(list)
+        for index, want in enumerate(self.wants):
+            by_server[want.netloc].append(index)
+        await run_all(self._from_server(netloc, indices) for netloc, indices in by_server.items())
+        return self.errors
+
+    async def _from_server(self, netloc: str, indices: list[int]) -> None:
+        server = await self.fs._server(netloc)
+        batched: list[tuple[int, Slice]] = []
+        ranged: list[tuple[int, Slice]] = []
+        for index in indices:
+            want = self.wants[index]
+            chosen = plan(want.path, want.start, want.end)
+            if chosen is EMPTY:
+                self.empty(index)
+            elif isinstance(chosen.item, dict) and not server.slices:
+                ranged.append((index, chosen))
+            else:
+                batched.append((index, chosen))
+        per_batch = min(server.max_files, self.fs.files_per_batch or server.max_files)
+        groups = pack([chosen.item for _, chosen in batched], per_batch, server.max_body_bytes)
+        await run_all([
+            *(self._batch(netloc, [batched[k] for k in group]) for group in groups),
+            *(self._ranged(netloc, index, chosen) for index, chosen in ranged),
+        ])
+
+    async def _ranged(self, netloc: str, index: int, chosen: Slice) -> None:
+        """One range from a server that takes no slices in a batch: a ranged GET."""
+        async with self.slots:
+            try:
+                data, first = await self.fs._ranged_get(netloc, chosen)
+            except OSError as exc:
+                self.errors[index] = exc
+                return
+        part = self.sink(index, chosen, first)
+        part.write(data)
+        part.finish()
+
+    async def _batch(self, netloc: str, entries: list[tuple[int, Slice]]) -> None:
+        """One batch, sent again (smaller, or without the paths refused) until it is served."""
+        queue = [entries]
+        sized: set[str] = set()  # paths whose size a 416 told: a second 416 for one is an error
+        while queue:
+            entries = queue.pop()
+            async with self.slots:
+                refusal = await self._post(netloc, entries)
+            if refusal is None:
+                continue
+            if refusal.status == _TOO_LARGE and len(entries) > 1:
+                half = len(entries) // 2
+                queue += [entries[half:], entries[:half]]
+                continue
+            if refusal.per_path:
+                entries = self._settle(netloc, entries, refusal, sized)
+                sized.update(p for p, f in refusal.per_path.items() if f["status"] == 416)
+            else:
+                for index, _ in entries:
+                    self.errors[index] = error_for(refusal.status, f"{refusal.code}: {refusal.message}", netloc)
+                entries = []
+            if entries:
+                queue.append(entries)
+
+    def _settle(self, netloc: str, entries: list[tuple[int, Slice]], refusal: Refusal,
+                sized: set[str]) -> list[tuple[int, Slice]]:
+        """The entries of a refused batch worth sending again: those it did not name; and the
+        ranges a 416 named, planned again with the file sizes it gave. The others get their error."""
+        kept = []
+        for index, chosen in entries:
+            path = item_path(chosen.item)
+            failure = refusal.per_path.get(path)
+            if failure is None:
+                kept.append((index, chosen))
+                continue
+            size = failure.get("size")
+            if failure["status"] != 416 or not isinstance(size, int) or path in sized:
+                self.errors[index] = error_for(failure["status"], str(failure.get("message", "")), f"{netloc}/{path}")
+                continue
+            want = self.wants[index]
+            again = plan(want.path, want.start, want.end, size)
+            if again is EMPTY:
+                self.empty(index)
+            else:
+                kept.append((index, again))
+        return kept
+
+    async def _post(self, netloc: str, entries: list[tuple[int, Slice]]) -> Refusal | None:
+        items = [chosen.item for _, chosen in entries]
+        paths = [item_path(item) for item in items]
+        session = await self.fs.set_session()
+        headers = self.fs._headers(**{"Content-Type": "application/json", "Accept": "multipart/mixed"})
+        url = self.fs._url(netloc, "/api/stream-files")
+        async with session.post(url, data=body(items), headers=headers) as response:
+            if response.status != 200:
+                return await refusal_of(response)
+
+            def open_sink(k: int, first: int) -> PartSink:
+                index, chosen = entries[k]
+                return self.sink(index, chosen, first)
+
+            try:
+                await read_parts(response.content.iter_any(), response.headers.get("Content-Type", ""),
+                                 paths, items, open_sink)
+            except MultipartError as exc:
+                raise OSError(f"the batch from {netloc} does not answer what was asked: {exc}") from exc
+            except aiohttp.ClientPayloadError as exc:  # cut short: fsspec's callers expect an OSError
+                raise OSError(f"the batch from {netloc} was cut short: {exc}") from exc
+        return None
+
+
+class Collect:
+    """A part kept in memory, cut to the range asked (``cat``)."""
+
+    __slots__ = ("chunks", "chosen", "first", "index", "out")
+
+    def __init__(self, out: list, index: int, chosen: Slice, first: int) -> None:
+        self.out, self.index, self.chosen, self.first = out, index, chosen, first
+        self.chunks: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.chunks.append(data)
+
+    def finish(self) -> None:
+        self.out[self.index] = self.chosen.cut(b"".join(self.chunks), self.first)
+
+    def abort(self) -> None:
+        self.chunks = []
+
+
+class FileSink:
+    """A part written to a local file as it arrives (``get``); removed if the part is cut short."""
+
+    def __init__(self, lpath: str, callback: Any) -> None:
+        self.lpath, self.callback = lpath, callback
+        self.file = open(lpath, "wb")
+
+    def write(self, data: bytes) -> None:
+        self.file.write(data)
+
+    def finish(self) -> None:
+        self.file.close()
+        self.callback.relative_update(1)
+
+    def abort(self) -> None:
+        self.file.close()
+        os.unlink(self.lpath)
+
+
+async def run_all(coroutines: Iterable[Coroutine]) -> None:
+    """Run them together; if one fails, the others are cancelled before its error is raised, so
+    no batch goes on writing files or filling results for a call that has already failed."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def item_path(item: str | dict) -> str:
+    return item if isinstance(item, str) else item["path"]
+
+
+def raise_first(results: Sequence[Any]) -> None:
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
+async def refusal_of(response: aiohttp.ClientResponse) -> Refusal:
+    error = await error_body(response)
+    status = response.status
+    per_path: dict[str, dict] = {}
+    for detail in error.get("details") or ():
+        if isinstance(detail, dict) and isinstance(detail.get("path"), str):
+            per_path[detail["path"]] = {"status": status, **detail}
+    if not per_path:  # one refused path: the error itself names it
+        for path in error.get("paths") or ():
+            if isinstance(path, str):
+                per_path[path] = {"status": status, "code": error.get("code"), "message": error.get("message", "")}
+    return Refusal(status, str(error.get("code", "")), str(error.get("message", response.reason or "")), per_path)
