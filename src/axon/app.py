@@ -137,9 +137,20 @@ class App:
         secret: str | bytes | None = None,
         cache_control: str | None = None,
         browse: bool | None = None,
+        portable_identity: bool | None = None,
+        identity_secret: str | bytes | None = None,
     ) -> None:
+        # ``portable_identity`` (default: $AXON_PORTABLE_IDENTITY) is for nodes that serve copies
+        # of the same files behind one balancer: ETags and batches then agree on every node
+        # (FileStore(portable_identity=True)), keyed by ``identity_secret`` (default:
+        # $AXON_IDENTITY_SECRET), else ``secret``, which every node must share.
+        if portable_identity is None:
+            portable_identity = environment().portable_identity
         if store is None:
-            store = FileStore(root if root is not None else environment().root, allow_hidden=allow_hidden)
+            store = FileStore(
+                root if root is not None else environment().root, allow_hidden=allow_hidden,
+                portable_identity=portable_identity,
+            )
         self.store = store
         self.limits = limits
         self.threads = threads
@@ -159,7 +170,16 @@ class App:
         if any(c in cache_control for c in "\r\n\x00"):
             raise ValueError("cache_control must not contain CR, LF or NUL")
         self.cache_control = cache_control
-        self.batch_key = derive_key(secret or None, store.root)
+        if portable_identity and isinstance(store, FileStore) and not store.portable_identity:
+            raise ValueError("portable_identity needs a store built with FileStore(..., portable_identity=True)")
+        if identity_secret is None:
+            identity_secret = environment().identity_secret
+        if portable_identity and not (identity_secret or secret):
+            raise ValueError(
+                "portable identities need a key every node shares: set AXON_IDENTITY_SECRET "
+                "(or AXON_SECRET, which also turns signing on)"
+            )
+        self.batch_key = derive_key(identity_secret or secret or None, store.root)
         # The asterisk-form target is for OPTIONS only (RFC 9110 7.1): the server's own methods.
         self._exact: dict[str, dict[str, Route]] = {"*": {"OPTIONS": Route(self._server_options, False)}}
         self._patterns: list[tuple[re.Pattern[str], dict[str, Route]]] = []

@@ -47,6 +47,12 @@ class Environment:
     sendfile: bool = True
     #: List directories under ``/browse/`` (``AXON_BROWSE=1``; ``axon serve --browse``).
     browse: bool = False
+    #: Keys batch identities without turning signing on (``AXON_IDENTITY_SECRET``): the secret
+    #: every node serving the same content shares. None: ``secret``'s, else the host's own key.
+    identity_secret: str | None = None
+    #: Name files by what every host serving copies of them sees alike (path, size, mtime),
+    #: not by inode, device and ctime (``AXON_PORTABLE_IDENTITY=1``; ``--portable-identity``).
+    portable_identity: bool = False
 
 
 def environment(environ: Mapping[str, str] | None = None) -> Environment:
@@ -61,4 +67,6 @@ def environment(environ: Mapping[str, str] | None = None) -> Environment:
         loop=(variable("AXON_LOOP", "auto", env) or "auto").lower(),
         sendfile=not flag("AXON_NO_SENDFILE", env),
         browse=flag("AXON_BROWSE", env),
+        identity_secret=variable("AXON_IDENTITY_SECRET", None, env),
+        portable_identity=flag("AXON_PORTABLE_IDENTITY", env),
     )

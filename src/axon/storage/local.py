@@ -34,7 +34,7 @@ import sys
 from ..config import environment
 from ..errors import BadRequest, Forbidden, HTTPError, NotFound, ServiceUnavailable
 from . import Entry
-from .crc_cache import CrcCache
+from .crc_cache import CrcCache, FileChanged
 from .file_cache import CachedDescriptor, FileCache
 from ..http.segments import FileSlice, Segment
 
@@ -199,9 +199,21 @@ def _walk_parts(stack: list[str], path: str) -> bool:
 class FileStore:
     """Opens requested paths under one root directory, and only there."""
 
-    def __init__(self, root: str | os.PathLike[str], *, allow_hidden: bool = False, openat2: bool | None = None) -> None:
-        """``openat2=False`` forces the portable walk (default: ``AXON_NO_OPENAT2`` unset)."""
+    def __init__(
+        self, root: str | os.PathLike[str], *, allow_hidden: bool = False, openat2: bool | None = None,
+        portable_identity: bool = False,
+    ) -> None:
+        """``openat2=False`` forces the portable walk (default: ``AXON_NO_OPENAT2`` unset).
+
+        ``portable_identity=True`` is for a root that other hosts serve copies of (behind one load
+        balancer): a file's identity is then what every copy shares, its path, size and mtime.
+        Its :class:`OpenFile` reports inode and device 0 and its ctime as its mtime, so that
+        ETags and batch identities (which hash those) agree on every host; what is lost is
+        that a file replaced, or rewritten in place with its size and mtime put back, keeps
+        its identity (docs/design-notes.md, "Portable identities"). The open-file cache and
+        the CRCs still go by the real inode and ctime."""
         self.root = os.path.realpath(os.fspath(root))
+        self.portable_identity = portable_identity
         if not os.path.isdir(self.root):
             raise ValueError(f"root is not a directory: {self.root}")
         self.allow_hidden = allow_hidden  # for the store's life: it sets how openat2 resolves
@@ -248,22 +260,34 @@ class FileStore:
         """Open ``requested`` (already decoded once) as a regular file inside the root."""
         cache = self._cache
         if cache is None or len(requested) > MAX_CACHED_PATH:
-            return self._open(requested)
-        found = cache.acquire(requested)
-        if found is not None:
-            entry, st = found
-            return OpenFile(
-                entry.fd, requested, entry.name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev,
-                entry.content_type, st.st_ctime_ns, entry, entry.content(st),
-            )
-        f = self._open(requested)
-        f._shared = cache.add(requested, f.fd, (f.device, f.inode), f.name, f.content_type)
+            f = self._open(requested)
+        else:
+            found = cache.acquire(requested)
+            if found is not None:
+                entry, st = found
+                f = OpenFile(
+                    entry.fd, requested, entry.name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev,
+                    entry.content_type, st.st_ctime_ns, entry, entry.content(st),
+                )
+            else:
+                f = self._open(requested)
+                f._shared = cache.add(requested, f.fd, (f.device, f.inode), f.name, f.content_type)
+        if self.portable_identity:  # what names the file to the client: the facts every copy shares
+            f.inode = f.device = 0
+            f.ctime_ns = f.mtime_ns
         return f
 
     def crc32(self, f: OpenFile) -> int:
         """The CRC-32 of ``f`` as opened: kept per file version (:mod:`axon.storage.crc_cache`),
         read by offset when not known; :class:`~axon.storage.crc_cache.FileChanged` if it changed."""
-        return self.crcs.crc32(f.fd, (f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns), f.data)
+        if not self.portable_identity:
+            return self.crcs.crc32(f.fd, (f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns), f.data)
+        # A portable file's facts name no version on this host (every file has inode 0): the
+        # CRC is kept under the descriptor's own, if that is still the size and mtime opened.
+        st = os.fstat(f.fd)
+        if (st.st_size, st.st_mtime_ns) != (f.size, f.mtime_ns):
+            raise FileChanged(f.path)
+        return self.crcs.crc32(f.fd, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), f.data)
 
     def _open(self, requested: str) -> OpenFile:
         parts = normalize(requested)
