@@ -64,6 +64,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="AXON_LOG_LEVEL; default info")
     p.add_argument("--json-logs", action=argparse.BooleanOptionalAction, default=_env_bool("AXON_JSON_LOGS"),
                    help="log as JSON objects, one a line (AXON_JSON_LOGS)")
+    p.add_argument("--reuse-port", action=argparse.BooleanOptionalAction, default=_env_bool("AXON_REUSE_PORT"),
+                   help="one listening socket per worker (SO_REUSEPORT): the kernel spreads new connections "
+                        "evenly over the workers (AXON_REUSE_PORT; default off: one shared accept queue)")
     p.add_argument("--graceful-timeout", type=float, default=_env("AXON_GRACEFUL_TIMEOUT", 30.0),
                    help="seconds in-flight responses get to finish on SIGTERM/SIGINT (AXON_GRACEFUL_TIMEOUT; default 30)")
     p.add_argument("--max-connections", type=int, default=_env("AXON_MAX_CONNECTIONS", 10000),
@@ -149,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             workers=args.workers,
+            reuse_port=args.reuse_port,
             graceful_timeout=args.graceful_timeout,
             max_connections=args.max_connections,
             file_cache=args.file_cache,
