@@ -14,16 +14,16 @@ where the kernel or the container refuses them, for the tests to skip with that 
 
 from __future__ import annotations
 
+import http.client
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from deploy_rig import REPO, nginx_binary
 
@@ -229,8 +229,13 @@ def _killpg(pgid: int, sig: int) -> None:
 
 
 def _answers(url: str) -> bool:
+    """Whether ``url`` answers 200, asked directly (http.client: no proxy from the environment)."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=1)
     try:
-        with urllib.request.urlopen(url, timeout=1) as r:
-            return r.status == 200
-    except (OSError, urllib.error.HTTPError):
+        conn.request("GET", parts.path)
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
         return False
+    finally:
+        conn.close()

@@ -21,6 +21,7 @@ import http.client
 import json
 import os
 import random
+import socket
 import threading
 import time
 from pathlib import Path
@@ -151,16 +152,20 @@ def test_a_node_killed_under_load_fails_no_request(cluster: Cluster) -> None:
 
 
 def test_a_batch_cut_by_its_node_resumes_on_another(cluster: Cluster) -> None:
-    names = sorted(n for n in FILES if n.startswith("big/"))
+    names = sorted(n for n in FILES if n.startswith("big/")) * 3  # 36 MiB: more than every buffer between
     target = _batch(names)
     status, headers, expected = _direct(cluster, 0, "GET", target)
     assert status == 200
+    node = _node_of(cluster, target)
     conn = http.client.HTTPConnection("127.0.0.1", cluster.listen, timeout=10)
+    conn.sock = socket.socket()
+    conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * KiB)  # a slow reader's window
+    conn.sock.settimeout(10)
+    conn.sock.connect(("127.0.0.1", cluster.listen))
     conn.request("GET", target)
     response = conn.getresponse()
     assert response.status == 200 and response.getheader("ETag") == headers["ETag"]
     first = response.read(1 * MiB)
-    node = _node_of(cluster, target)
     cluster.kill_node(node)  # mid-stream: nginx cannot retry what has begun reaching the client
     rest, complete = read_body(response)
     conn.close()
