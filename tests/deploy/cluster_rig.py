@@ -87,6 +87,7 @@ class Cluster:
     roots: list[Path | str]
     env: dict[str, str]
     serve_args: list[str] = field(default_factory=list)
+    content: str = "local"  # what the nodes serve: "local" directories, or "s3" (one bucket)
     tag: str = field(default_factory=lambda: f"{os.getpid() % 4096:03x}{random.randrange(16 ** 3):03x}")
     nodes: list[Node] = field(default_factory=list)
     nginx: subprocess.Popen | None = None
