@@ -6,7 +6,7 @@ For 1 and 2 workers, shared accept queue and ``--reuse-port``, it serves one 8 K
 ``wrk`` against it twice: with keep-alive (connections made once: where do they land?) and with
 ``Connection: close`` (a connection per request: who accepts them over time?). It reports
 requests/s, each worker's share of the established connections (sampled mid-run) and of the CPU
-time the workers used. Markdown on stdout, for BENCHMARKS.md. Needs wrk and psutil.
+time the workers used, and the CPU time wrk itself took (on 2 cores, what the workers can have). Markdown on stdout, for BENCHMARKS.md. Needs wrk and psutil.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -71,12 +72,15 @@ def measure(root: Path, workers: int, reuse: bool, close: bool, seconds: int, co
 
         t = threading.Thread(target=snapshot)
         t.start()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        wrk_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         t.join()
         cpu = {p: sum(psutil.Process(p).cpu_times()[:2]) - cpu0[p] for p in pids}
         rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
         errors = re.search(r"Socket errors: (.*)", out)
-        return {"rps": rps, "conns": [sample[p] for p in pids], "cpu": [cpu[p] for p in pids],
+        return {"rps": rps, "conns": [sample[p] for p in pids], "cpu": [cpu[p] for p in pids], "wrk_cpu": wrk_cpu,
                 "errors": errors.group(1) if errors else ""}  # fmt: skip
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -91,15 +95,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as root:
         Path(root, "8kb.bin").write_bytes(os.urandom(8192))
         print(f"wrk -t1 -c{args.connections} -d{args.seconds}s /files/8kb.bin, {os.cpu_count()} CPUs, nothing pinned\n")
-        print("| workers | accept | connections | requests/s | established per worker | CPU s per worker | wrk errors |")
-        print("|---|---|---|---|---|---|---|")
+        print("| workers | accept | connections | requests/s | established per worker | CPU s per worker | wrk CPU s "
+              "| wrk errors |")
+        print("|---|---|---|---|---|---|---|---|")
         for close in (False, True):
             for workers, reuse in ((1, False), (2, False), (2, True)):
                 r = measure(Path(root), workers, reuse, close, args.seconds, args.connections)
                 cpu = " / ".join(f"{c:.1f}" for c in r["cpu"])
                 conns = " / ".join(str(c) for c in r["conns"])
                 print(f"| {workers} | {'reuse-port' if reuse else 'shared queue'} | {'close' if close else 'keep-alive'} "
-                      f"| {r['rps']:,.0f} | {conns} | {cpu} | {r['errors'] or '-'} |", flush=True)  # fmt: skip
+                      f"| {r['rps']:,.0f} | {conns} | {cpu} | {r['wrk_cpu']:.1f} | {r['errors'] or '-'} |", flush=True)  # fmt: skip
     return 0
 
 
