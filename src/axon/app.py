@@ -5,7 +5,7 @@ a :class:`Request`, calls :meth:`App.handle` (or :meth:`App.handle_async`) and s
 :class:`~axon.response.Response` it gets back. Users add their own endpoints with
 :meth:`App.route`, as the original allowed:
 
-    app = App("/srv/files")
+    app = App("/srv/files")            # or App("s3://bucket/prefix"): axon.storage.objects
 
     @app.route("/api/echo", methods=["POST"])
     def echo(request):
@@ -29,6 +29,7 @@ from urllib.parse import parse_qsl
 from .config import environment
 from .errors import BadRequest, HTTPError, MethodNotAllowed, NotAcceptable, NotFound, URITooLong
 from .http.accept import negotiate
+from .storage import Source
 from .storage.local import FileStore
 from .limits import DEFAULT_LIMITS, Limits
 from . import log
@@ -123,14 +124,15 @@ class Route:
 
 
 class App:
-    """Routes requests to handlers; owns the FileStore (the root jail) and the Limits."""
+    """Routes requests to handlers; owns the source of files (the root jail, or an object
+    store's prefix) and the Limits."""
 
     def __init__(
         self,
         root: str | os.PathLike[str] | None = None,
         *,
         limits: Limits = DEFAULT_LIMITS,
-        store: FileStore | None = None,
+        store: Source | None = None,
         allow_hidden: bool = False,
         builtins: bool = True,
         threads: int = 32,
@@ -147,11 +149,20 @@ class App:
         if portable_identity is None:
             portable_identity = environment().portable_identity
         if store is None:
-            store = FileStore(
-                root if root is not None else environment().root, allow_hidden=allow_hidden,
-                portable_identity=portable_identity,
-            )
+            root = root if root is not None else environment().root
+            if "://" in str(root):  # s3://bucket/prefix: the objects under a store's prefix
+                from .storage.objects import ObjectSource  # needs the axon-stream[s3] extra
+
+                # An object's facts (its ETag, its Last-Modified) are the same from every node.
+                store = ObjectSource(str(root), allow_hidden=allow_hidden)
+            else:
+                store = FileStore(root, allow_hidden=allow_hidden, portable_identity=portable_identity)
         self.store = store
+        # A source whose opening waits on the network (an object store) says so: the async
+        # runtimes then run Axon's own endpoints in their thread pool, not on their loop; and
+        # it sends its bodies as streams of its own (``body_stream``).
+        remote = getattr(store, "blocking", False)
+        self._body_stream = getattr(store, "body_stream", None)
         self.limits = limits
         self.threads = threads
         # ``secret`` (default: $AXON_SECRET; "" for none) turns signed requests on (axon.signing)
@@ -179,7 +190,9 @@ class App:
                 "portable identities need a key every node shares: set AXON_IDENTITY_SECRET "
                 "(or AXON_SECRET, which also turns signing on)"
             )
-        self.batch_key = derive_key(identity_secret or secret or None, store.root)
+        own_key = getattr(store, "batch_key", None)  # a source with no root directory derives its own
+        key_secret = identity_secret or secret or None
+        self.batch_key = own_key(key_secret) if own_key is not None else derive_key(key_secret, store.root)
         # The asterisk-form target is for OPTIONS only (RFC 9110 7.1): the server's own methods.
         self._exact: dict[str, dict[str, Route]] = {"*": {"OPTIONS": Route(self._server_options, False)}}
         self._patterns: list[tuple[re.Pattern[str], dict[str, Route]]] = []
@@ -196,11 +209,11 @@ class App:
         if builtins:
             self.add_route("/api/health", self._health, ["GET"], blocking=False)
             self.fixed["/api/health"] = self._health(Request("GET", "/api/health"))
-            self.add_route("/api/stream-files", self._stream_files, ["GET", "POST"], blocking=False)
+            self.add_route("/api/stream-files", self._stream_files, ["GET", "POST"], blocking=remote)
             # The same batch as an archive, at a URL a link or an HTML form can name.
-            self.add_route("/api/stream-files.zip", self._stream_zip, ["GET", "POST"], blocking=False)
-            self.add_route("/api/stream-files.tar", self._stream_tar, ["GET", "POST"], blocking=False)
-            self.add_route("/files/<path:path>", self._file, ["GET"], blocking=False)
+            self.add_route("/api/stream-files.zip", self._stream_zip, ["GET", "POST"], blocking=remote)
+            self.add_route("/api/stream-files.tar", self._stream_tar, ["GET", "POST"], blocking=remote)
+            self.add_route("/files/<path:path>", self._file, ["GET"], blocking=remote)
         # ``browse`` (default: $AXON_BROWSE) lists directories under /browse/ (axon.plan.listing);
         # off, as nginx's autoindex is: a listing shows what a URL alone would not.
         if builtins and (environment().browse if browse is None else browse):
@@ -356,6 +369,11 @@ class App:
         return self._cacheable(response)
 
     def _cacheable(self, response: Response) -> Response:
+        if self._body_stream is not None and response.body:
+            # Object slices are fetched as they are sent: the source's stream, length declared.
+            stream = self._body_stream(response.body, self.limits.chunk_size)
+            if stream is not None:
+                response.stream, response.body = stream, []
         if self.cache_control:
             response.headers.append(("Cache-Control", self.cache_control))
         return response

@@ -1,7 +1,7 @@
 """The environment, read in one place.
 
-Every ``AXON_*`` variable Axon honours is read here and nowhere else: the library's modules take
-parameters, and where a parameter is left out (``App()`` under gunicorn, ``axon.wsgi:application``)
+Every ``AXON_*`` variable Axon honours (and the ``AWS_*`` ones an object store takes) is read
+here and nowhere else: the library's modules take parameters, and where a parameter is left out (``App()`` under gunicorn, ``axon.wsgi:application``)
 its default comes from :func:`environment`. ``axon serve``'s flags default to the same variables
 (:func:`variable`), so a flag and its variable always mean the same thing.
 """
@@ -47,6 +47,8 @@ class Environment:
     sendfile: bool = True
     #: List directories under ``/browse/`` (``AXON_BROWSE=1``; ``axon serve --browse``).
     browse: bool = False
+    #: Seconds an object store may take to answer one request (``AXON_STORE_TIMEOUT``).
+    store_timeout: float = 30.0
     #: Keys batch identities without turning signing on (``AXON_IDENTITY_SECRET``): the secret
     #: every node serving the same content shares. None: ``secret``'s, else the host's own key.
     identity_secret: str | None = None
@@ -67,6 +69,36 @@ def environment(environ: Mapping[str, str] | None = None) -> Environment:
         loop=(variable("AXON_LOOP", "auto", env) or "auto").lower(),
         sendfile=not flag("AXON_NO_SENDFILE", env),
         browse=flag("AXON_BROWSE", env),
+        store_timeout=float(variable("AXON_STORE_TIMEOUT", "30", env) or 30),
         identity_secret=variable("AXON_IDENTITY_SECRET", None, env),
         portable_identity=flag("AXON_PORTABLE_IDENTITY", env),
+    )
+
+
+@dataclass(frozen=True)
+class ObjectStoreEnvironment:
+    """What the standard ``AWS_*`` variables say, for an object-store source
+    (:mod:`axon.storage.objects`); None where unset (the store's own default then holds)."""
+
+    #: ``AWS_ENDPOINT_URL_S3``, else ``AWS_ENDPOINT_URL``: a self-hosted store (SeaweedFS, MinIO).
+    endpoint: str | None = None
+    access_key_id: str | None = None  # AWS_ACCESS_KEY_ID
+    secret_access_key: str | None = None  # AWS_SECRET_ACCESS_KEY
+    session_token: str | None = None  # AWS_SESSION_TOKEN
+    #: ``AWS_REGION``, else ``AWS_DEFAULT_REGION``.
+    region: str | None = None
+    #: Plain ``http://`` endpoints allowed (``AWS_ALLOW_HTTP=true``): a store on loopback.
+    allow_http: bool = False
+
+
+def object_store_environment(environ: Mapping[str, str] | None = None) -> ObjectStoreEnvironment:
+    """The ``AWS_*`` settings (``os.environ`` unless given)."""
+    env = os.environ if environ is None else environ
+    return ObjectStoreEnvironment(
+        endpoint=variable("AWS_ENDPOINT_URL_S3", None, env) or variable("AWS_ENDPOINT_URL", None, env),
+        access_key_id=variable("AWS_ACCESS_KEY_ID", None, env),
+        secret_access_key=variable("AWS_SECRET_ACCESS_KEY", None, env),
+        session_token=variable("AWS_SESSION_TOKEN", None, env),
+        region=variable("AWS_REGION", None, env) or variable("AWS_DEFAULT_REGION", None, env),
+        allow_http=flag("AWS_ALLOW_HTTP", env),
     )

@@ -40,7 +40,7 @@ class WSGIApp:
             response = error_response(exc)
         else:
             response = app.handle(request)
-        if hasattr(response.stream, "__aiter__"):
+        if hasattr(response.stream, "__aiter__") and not hasattr(response.stream, "__iter__"):
             response.close()
             response = error_response(HTTPError("an async stream cannot be served over WSGI; use a plain generator"))
         try:

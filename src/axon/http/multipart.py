@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Iterable
 from urllib.parse import quote
 
-from .segments import FileSlice, Segment
+from .segments import Segment
 
 CRLF = b"\r\n"
 # RFC 5987 attr-char, less the alphanumerics and "_.-~" that quote() always keeps.
@@ -87,7 +87,7 @@ def frame(boundary: str, parts: Iterable[tuple[str, Segment]]) -> list[Segment]:
     for header_lines, content in parts:
         size = len(content) if isinstance(content, bytes) else content.count
         pending += f"{delimiter}{header_lines}Content-Length: {size}\r\n\r\n"
-        if isinstance(content, FileSlice):
+        if not isinstance(content, bytes):  # a slice of a file or an object
             segments.append(pending.encode("ascii"))
             segments.append(content)
             pending = "\r\n"

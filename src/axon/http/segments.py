@@ -1,12 +1,16 @@
-"""A response body is a list of segments: ``bytes`` or a ``FileSlice`` of an open file.
+"""A response body is a list of segments: ``bytes``, a ``FileSlice`` of an open file, or an
+``ObjectSlice`` of an object in a remote store.
 
 Runtimes consume the same list their own way (``sendfile``, ``pread`` into chunks, ASGI
 zero-copy). Slicing a list by a byte range is pure, and gives Range on single files and batches.
+An ``ObjectSlice`` is never handed to a runtime: the App turns a body holding them into a stream
+its source fetches (:mod:`axon.storage.object_stream`), so the planners treat remote and local
+bytes alike (lengths, framing, ranges) and the runtimes' local paths stay as they are.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Union
+from typing import Any, NamedTuple, Union
 
 
 class FileSlice(NamedTuple):
@@ -17,7 +21,15 @@ class FileSlice(NamedTuple):
     count: int
 
 
-Segment = Union[bytes, FileSlice]
+class ObjectSlice(NamedTuple):
+    """``count`` bytes of the remote object ``obj`` (as its source opened it) from ``offset``."""
+
+    obj: Any
+    offset: int
+    count: int
+
+
+Segment = Union[bytes, FileSlice, ObjectSlice]
 
 
 def body_length(segments: list[Segment]) -> int:
@@ -38,7 +50,7 @@ def slice_segments(segments: list[Segment], start: int, stop: int) -> list[Segme
             if isinstance(seg, bytes):
                 out.append(seg[lo - pos : hi - pos])
             else:
-                out.append(FileSlice(seg.fd, seg.offset + lo - pos, hi - lo))
+                out.append(type(seg)(seg[0], seg.offset + lo - pos, hi - lo))  # FileSlice or ObjectSlice
         pos += size
         if pos >= stop:
             break

@@ -54,6 +54,9 @@ def check_count(paths: list[str], limits: Limits) -> None:
 
 def open_all(store: Source, paths: list[str]) -> dict[str, File]:
     """Every distinct path opened, or one error that names each path that failed."""
+    many = getattr(store, "open_many", None)
+    if many is not None:  # a remote source: its round trips overlap
+        return _opened_together(many, paths)
     opened: dict[str, File] = {}
     failures: list[HTTPError] = []
     try:
@@ -70,6 +73,18 @@ def open_all(store: Source, paths: list[str]) -> dict[str, File]:
         for f in opened.values():
             f.close()
         raise
+    return opened
+
+
+def _opened_together(many, paths: list[str]) -> dict[str, File]:
+    distinct = list(dict.fromkeys(paths))
+    found = many(distinct)
+    failures = [f for f in found if isinstance(f, HTTPError)]
+    opened = {p: f for p, f in zip(distinct, found) if not isinstance(f, HTTPError)}
+    if failures:
+        for f in opened.values():
+            f.close()
+        raise combine(failures, len(paths))
     return opened
 
 

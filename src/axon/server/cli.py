@@ -48,7 +48,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         ),
     )
     p.add_argument("root", nargs="?", default=_env("AXON_ROOT"),
-                   help="the directory served (AXON_ROOT; default: the current directory)")
+                   help="the directory served, or s3://bucket/prefix for the objects of a store "
+                        "(the axon-stream[s3] extra) (AXON_ROOT; default: the current directory)")
+    p.add_argument("--endpoint-url", default=None, metavar="URL",
+                   help="for ROOT s3://bucket/prefix: the S3 endpoint of a self-hosted store (AWS_ENDPOINT_URL; "
+                        "credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, never a flag)")
+    p.add_argument("--region", default=None, help="for ROOT s3://...: the bucket's region (AWS_REGION)")
+    p.add_argument("--allow-http", action="store_true", default=None,
+                   help="for ROOT s3://...: allow a plain http:// endpoint (AWS_ALLOW_HTTP)")
+    p.add_argument("--store-timeout", type=float, default=None, metavar="SECONDS",
+                   help="for ROOT s3://...: seconds one request to the store may take (AXON_STORE_TIMEOUT; default 30)")
     p.add_argument("--host", default=_env("AXON_HOST", "127.0.0.1"),
                    help="address to listen on (AXON_HOST; default 127.0.0.1; 0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, default=_env("AXON_PORT", 8000), help="port (AXON_PORT; default 8000; 0: any free port)")
@@ -163,6 +172,11 @@ def run(args: argparse.Namespace) -> int:
             config.ssl_context()  # a bad certificate fails now, not in each worker
     except (ValueError, OSError) as exc:
         raise SystemExit(f"axon serve: {exc}") from None
+    # The object store's flags, as the variables they stand for: the source reads those.
+    for value, name in ((args.endpoint_url, "AWS_ENDPOINT_URL"), (args.region, "AWS_REGION"),
+                        (args.allow_http and "true", "AWS_ALLOW_HTTP"), (args.store_timeout, "AXON_STORE_TIMEOUT")):
+        if value:
+            os.environ[name] = str(value)
     try:
         app = load_app(args.app, args.root, args.cache_control, args.browse, args.portable_identity)
     except ValueError as exc:  # e.g. the root is not a directory

@@ -1,0 +1,166 @@
+"""A response body that holds object slices, sent as a stream: objects fetched ahead, in order.
+
+The planners frame objects as they frame files (each an :class:`~axon.http.segments.ObjectSlice`
+between the format's blocks), so the length, the ETag, Range and the formats are the same code
+as for local files. The App hands such a body to :class:`ObjectBody`, which the runtimes send as
+a stream with its ``Content-Length`` declared: WSGI iterates it, the async runtimes await it.
+
+Fetching: each slice is cut into pieces of at most :data:`PIECE` bytes, each a ranged ``GET``
+with ``If-Match`` on the ETag the object was opened with. Pieces are requested ahead of the
+one being sent, in request order, as long as the bytes requested but not yet sent stay within
+``prefetch_bytes`` (:data:`PREFETCH_BYTES` unless the source says otherwise) and at most
+:data:`MAX_REQUESTS` are in flight: many small objects travel concurrently, a large one as
+several ranges at once, and a response holds at most ``prefetch_bytes`` + one piece + one
+chunk of memory, whatever it serves.
+
+A piece that fails (the object replaced since it was opened: the store refuses the
+``If-Match``; deleted; the store gone or silent past the source's timeout; a length other than
+asked) raises :class:`ObjectStreamBroken` out of the stream: the runtimes then cut the
+connection, so a client sees a body shorter than its ``Content-Length`` (an error), never
+another version's bytes nor a short body that looks complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator
+
+import obstore
+from obstore.exceptions import NotFoundError, PreconditionError
+
+from ..http.segments import ObjectSlice, Segment
+
+if TYPE_CHECKING:
+    from .objects import ObjectFile, ObjectSource
+
+#: The most bytes one ranged GET asks for: large objects arrive as several ranges at once.
+PIECE = 1 << 20
+#: Bytes requested ahead of what is sent, per response.
+PREFETCH_BYTES = 8 << 20
+#: Requests in flight per response (small objects: this many at once).
+MAX_REQUESTS = 32
+
+
+class ObjectStreamBroken(Exception):
+    """An object could not be sent as planned: the connection must be cut.
+
+    Not an ``OSError``: the runtimes treat those as the client gone and end quietly."""
+
+
+class ObjectBody:
+    """The chunks of a body of bytes and object slices, fetched on the source's loop."""
+
+    def __init__(self, source: ObjectSource, segments: list[Segment], chunk_size: int) -> None:
+        self._source = source
+        self._segments = segments
+        self._chunk_size = chunk_size
+        self._gen: AsyncIterator[bytes] | None = None
+
+    def _start(self) -> AsyncIterator[bytes]:
+        if self._gen is None:
+            self._gen = _chunks(self._source, self._segments, self._chunk_size)
+        return self._gen
+
+    def __iter__(self) -> Iterator[bytes]:
+        """For WSGI: each chunk waited for in the caller's thread."""
+        gen = self._start()
+        while True:
+            try:
+                yield self._source.run(gen.__anext__())
+            except StopAsyncIteration:
+                return
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        """For the async runtimes: each chunk awaited without blocking their loop."""
+        return self._async_iter()
+
+    async def _async_iter(self) -> AsyncIterator[bytes]:
+        gen = self._start()
+        while True:
+            try:
+                yield await self._source.submit(gen.__anext__())
+            except StopAsyncIteration:
+                return
+
+    def close(self) -> None:
+        """Stop fetching (the client went away, or the body was sent): requests in flight are
+        cancelled."""
+        gen, self._gen = self._gen, None
+        if gen is not None:
+            try:
+                self._source.run(gen.aclose())  # type: ignore[attr-defined]
+            except Exception:  # noqa: BLE001 - closing after a failure has nothing left to say
+                pass
+
+
+def _pieces(segments: list[Segment]) -> Iterator[bytes | tuple[ObjectFile, int, int]]:
+    for seg in segments:
+        if type(seg) is not ObjectSlice:
+            yield seg  # type: ignore[misc]
+            continue
+        obj, offset, count = seg
+        while count:
+            take = min(count, PIECE)
+            yield (obj, offset, take)
+            offset += take
+            count -= take
+
+
+async def _chunks(source: ObjectSource, segments: list[Segment], chunk_size: int) -> AsyncIterator[bytes]:
+    budget = source.prefetch_bytes
+    todo = deque(_pieces(segments))
+    window: deque[tuple[Any, int]] = deque()  # (bytes or a fetch task, bytes it holds ahead)
+    ahead = 0
+    pending = bytearray()
+    try:
+        while todo or window:
+            while todo and len(window) < MAX_REQUESTS:
+                item = todo[0]
+                if type(item) is bytes:
+                    window.append((todo.popleft(), 0))
+                    continue
+                count = item[2]
+                if window and ahead + count > budget:
+                    break
+                todo.popleft()
+                window.append((asyncio.ensure_future(_fetch(source, *item)), count))
+                ahead += count
+            first, count = window.popleft()
+            data = first if count == 0 and type(first) is bytes else await first
+            ahead -= count
+            pending += data
+            if len(pending) >= chunk_size:
+                yield bytes(pending)
+                pending = bytearray()
+        if pending:
+            yield bytes(pending)
+    finally:
+        for task, _ in window:
+            if isinstance(task, asyncio.Future):
+                task.cancel()
+
+
+async def _fetch(source: ObjectSource, obj: ObjectFile, offset: int, count: int) -> Any:
+    options: dict[str, Any] = {"range": (offset, offset + count)}
+    if obj.etag is not None:
+        options["if_match"] = obj.etag
+    try:
+        result = await asyncio.wait_for(_get(source.store, obj.key, options), source.timeout)
+    except PreconditionError:
+        raise ObjectStreamBroken(f"{obj.key} changed since it was opened (ETag no longer {obj.etag})") from None
+    except (NotFoundError, FileNotFoundError):
+        raise ObjectStreamBroken(f"{obj.key} was deleted since it was opened") from None
+    except asyncio.TimeoutError:
+        raise ObjectStreamBroken(f"the object store did not answer within {source.timeout} s for {obj.key}") from None
+    except Exception as exc:  # noqa: BLE001 - any failure of the store ends this body
+        raise ObjectStreamBroken(f"the object store failed for {obj.key}: {exc}") from None
+    meta, data = result
+    if (obj.etag is not None and meta.get("e_tag") != obj.etag) or len(data) != count:
+        raise ObjectStreamBroken(f"{obj.key} is no longer the version opened")
+    return data
+
+
+async def _get(store: Any, key: str, options: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    result = await obstore.get_async(store, key, options=options)
+    return result.meta, await result.bytes_async()

@@ -1,0 +1,343 @@
+"""Objects of an S3-compatible store (S3, SeaweedFS, MinIO; GCS and Azure by their URLs) served
+as files: the object-store :class:`~axon.storage.Source`.
+
+``App("s3://bucket/prefix")`` or ``axon serve s3://bucket/prefix``: a request's path is a key
+under the prefix, jailed as a path is under a local root (the same :func:`~.local.normalize`:
+no ``..`` above the prefix, no absolute path, no dot-named component unless hidden files are
+allowed). It uses obstore (Rust's ``object_store``; the ``axon-stream[s3]`` extra); the library
+core never imports this module unless a source URL asks for it.
+
+Opening an object is a ``HEAD``: its size, ETag and modification time, known before any status
+line, so a missing key is a JSON 404 naming it and every ``Content-Length`` is exact. A batch's
+objects are opened concurrently (:meth:`ObjectSource.open_many`, at most ``concurrency`` at a
+time). Its bytes are fetched later, with ``If-Match`` on that ETag, by
+:mod:`.object_stream`: an object replaced since it was opened fails its ``GET`` and the
+connection is cut, never serving another version's bytes.
+
+obstore's calls run on one event loop per process, in a thread of its own: the synchronous
+callers (a handler in a thread, a WSGI body) wait on it, async runtimes await it, and no
+runtime's loop ever runs a request to the store. It is started lazily in the process that
+uses it (``axon serve`` forks its workers after building the App: a loop or connections made
+before the fork would be shared, broken, by every worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import threading
+import zlib
+from collections import OrderedDict
+from datetime import timedelta
+from typing import Any, Coroutine, TypeVar
+
+import obstore
+from obstore.exceptions import NotFoundError, PreconditionError
+from obstore.store import from_url
+
+from ..config import ObjectStoreEnvironment, environment, object_store_environment
+from ..errors import Forbidden, HTTPError, NotFound, ServiceUnavailable
+from ..http.segments import ObjectSlice, Segment
+from . import Entry
+from .batch_key import _machine_id, derive_key
+from .crc_cache import FileChanged
+from .local import FileStore, normalize
+
+T = TypeVar("T")
+
+#: HEADs in flight at once for one batch: enough to hide each one's round trip, few enough that
+#: one batch of thousands does not flood the store.
+CONCURRENCY = 32
+#: Checksums kept, by (key, ETag): a zip of the same objects is read once for its CRC-32s.
+CRC_CACHE = 65536
+
+
+class ObjectFile:
+    """One object as a HEAD found it: the facts a :class:`~axon.storage.File` has. It holds no
+    resource (its bytes are fetched when sent), so ``close()`` has nothing to give back."""
+
+    __slots__ = ("source", "key", "etag", "path", "name", "size", "mtime_ns", "ctime_ns", "inode", "device",
+                 "content_type")
+
+    def __init__(self, source: ObjectSource, key: str, etag: str | None, path: str, name: str, size: int,
+                 mtime_ns: int, content_type: str) -> None:
+        self.source = source
+        self.key = key  # as the store names it (relative to the source's prefix)
+        self.etag = etag  # the store's, quoted; None where the store gives none
+        self.path = path
+        self.name = name
+        self.size = size
+        self.mtime_ns = self.ctime_ns = mtime_ns
+        # The version's identity for ETags and batch identities: the store's ETag, hashed, in
+        # place of an inode (a replaced object is another one, as a replaced file is).
+        version = (etag or f"{mtime_ns}-{size}").encode()
+        self.inode = int.from_bytes(hashlib.blake2b(version, digest_size=8).digest(), "big") >> 1
+        self.device = 0
+        self.content_type = content_type
+
+    def __repr__(self) -> str:
+        return f"ObjectFile(key={self.key!r}, etag={self.etag!r}, size={self.size})"
+
+    def segment(self, start: int, stop: int) -> Segment:
+        return ObjectSlice(self, start, stop - start)
+
+    def close(self) -> None:
+        pass
+
+
+class ObjectSource:
+    """Serves the objects under ``url`` (``s3://bucket/prefix``; ``gs://``, ``az://`` as obstore
+    reads them). Connection settings come from ``env`` (default: the ``AWS_*`` variables,
+    :func:`~axon.config.object_store_environment`) and the arguments. ``timeout`` (default
+    ``$AXON_STORE_TIMEOUT``, else 30) is the seconds one request to the store may take, its
+    retries included, before the object counts as unavailable: a 503 before the status line,
+    a cut connection after it."""
+
+    #: Opening is a request to the store: async runtimes call the App's handlers in their thread
+    #: pool, never on their event loop.
+    blocking = True
+    # The local store's suffix -> media type rule, shared: an object is typed by its key's suffix.
+    content_type = FileStore.content_type
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        allow_hidden: bool = False,
+        env: ObjectStoreEnvironment | None = None,
+        timeout: float | None = None,
+        concurrency: int = CONCURRENCY,
+        prefetch_bytes: int | None = None,
+        store: Any = None,
+    ) -> None:
+        from .object_stream import PREFETCH_BYTES
+
+        scheme, sep, rest = url.partition("://")
+        if not sep or not rest.split("/", 1)[0]:
+            raise ValueError(f"an object store URL names a bucket: s3://bucket/prefix, not {url!r}")
+        if timeout is None:
+            timeout = environment().store_timeout
+        if timeout <= 0 or concurrency < 1:
+            raise ValueError("timeout must be positive and concurrency at least 1")
+        self.root = url.rstrip("/")
+        self.scheme = scheme.lower()
+        self.allow_hidden = allow_hidden
+        self.timeout = timeout
+        self.concurrency = concurrency
+        self.prefetch_bytes = PREFETCH_BYTES if prefetch_bytes is None else prefetch_bytes
+        self._env = env if env is not None else object_store_environment()
+        self._given_store = store
+        self._store: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = -1
+        self._lock = threading.Lock()
+        self._types: dict[str, str] = {}
+        self._crcs: OrderedDict[tuple[str, str], int] = OrderedDict()
+
+    def __repr__(self) -> str:
+        return f"ObjectSource({self.root!r})"
+
+    # -- the store and its loop, per process -----------------------------------------------------
+
+    @property
+    def store(self) -> Any:
+        self._ensure()
+        return self._store
+
+    def _ensure(self) -> asyncio.AbstractEventLoop:
+        if self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():
+                    self._store = self._given_store if self._given_store is not None else self._build()
+                    loop = asyncio.new_event_loop()
+                    threading.Thread(target=loop.run_forever, name="axon-objects", daemon=True).start()
+                    self._loop, self._pid = loop, os.getpid()
+        return self._loop  # type: ignore[return-value]
+
+    def _build(self) -> Any:
+        env = self._env
+        config: dict[str, Any] = {}
+        client: dict[str, Any] = {"timeout": f"{self.timeout}s", "connect_timeout": f"{min(self.timeout, 5.0)}s"}
+        if self.scheme in ("s3", "s3a"):
+            for name in ("endpoint", "access_key_id", "secret_access_key", "session_token", "region"):
+                value = getattr(env, name)
+                if value is not None:
+                    config[name] = value
+            if env.allow_http or (env.endpoint or "").startswith("http://"):
+                client["allow_http"] = True
+        # A few quick retries, all within the timeout: a store that stopped answering is an
+        # error within ``timeout`` seconds, not after object_store's default of three minutes.
+        retry = {"max_retries": 2, "retry_timeout": timedelta(seconds=self.timeout)}
+        return from_url(self.root, config=config or None, client_options=client, retry_config=retry)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on this process's store loop and wait for it (from any other thread)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._ensure()).result()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+        """Start ``coro`` on the store loop; await the result from another event loop."""
+        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._ensure()))
+
+    # -- opening -----------------------------------------------------------------------------------
+
+    def key(self, requested: str, *, root_ok: bool = False) -> str:
+        """The key ``requested`` names under the prefix, or the HTTPError saying why not."""
+        parts = normalize(requested, root_ok=root_ok)
+        if not self.allow_hidden and any(p.startswith(".") for p in parts):
+            raise Forbidden("hidden files are not served", code="hidden", paths=[requested])
+        if not root_ok and requested.endswith(("/", "/.")):
+            raise NotFound("no such object: an object's key does not end in '/'", paths=[requested])
+        return "/".join(parts)
+
+    def open(self, requested: str) -> ObjectFile:
+        found = self.run(self._open(requested))
+        if isinstance(found, HTTPError):
+            raise found
+        return found
+
+    def open_many(self, paths: list[str]) -> list[ObjectFile | HTTPError]:
+        """Each distinct path of a batch opened, concurrently: an object or why it is not one."""
+        return self.run(self._open_many(paths))
+
+    async def _open_many(self, paths: list[str]) -> list[ObjectFile | HTTPError]:
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def one(path: str) -> ObjectFile | HTTPError:
+            async with gate:
+                return await self._open(path)
+
+        return list(await asyncio.gather(*map(one, paths)))
+
+    async def _open(self, requested: str) -> ObjectFile | HTTPError:
+        try:
+            key = self.key(requested)
+        except HTTPError as exc:
+            return exc
+        try:
+            meta = await obstore.head_async(self._store, key)
+        except (NotFoundError, FileNotFoundError):
+            return NotFound("no such object", paths=[requested])
+        except Exception as exc:  # noqa: BLE001 - the store's failure is the client's 503
+            return _unavailable(exc, requested)
+        return ObjectFile(
+            self, key, meta.get("e_tag"), requested, key, meta["size"],
+            int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key),
+        )
+
+    # -- checksums ----------------------------------------------------------------------------------
+
+    def crc32(self, f: ObjectFile) -> int:
+        """The CRC-32 of ``f`` as opened, for a zip entry: S3 keeps no CRC-32 of a whole object
+        (its checksums are per part, or absent), so the object is read once (``If-Match``) and
+        its CRC kept by (key, ETag); :class:`~.crc_cache.FileChanged` if it was replaced."""
+        version = (f.key, f.etag) if f.etag is not None else None
+        if version is not None:
+            with self._lock:
+                known = self._crcs.get(version)
+            if known is not None:
+                return known
+        crc = self.run(self._read_crc(f))
+        if version is not None:
+            with self._lock:
+                self._crcs[version] = crc
+                if len(self._crcs) > CRC_CACHE:
+                    self._crcs.popitem(last=False)
+        return crc
+
+    async def _read_crc(self, f: ObjectFile) -> int:
+        if not f.size:
+            return 0
+        options: dict[str, Any] = {"range": (0, f.size)}
+        if f.etag is not None:
+            options["if_match"] = f.etag
+        crc = seen = 0
+        try:
+            result = await obstore.get_async(self._store, f.key, options=options)
+            async for chunk in result.stream(min_chunk_size=1 << 20):
+                crc = zlib.crc32(chunk, crc)
+                seen += len(chunk)
+        except (PreconditionError, NotFoundError, FileNotFoundError):
+            raise FileChanged(f.path) from None
+        except Exception as exc:  # noqa: BLE001
+            raise _unavailable(exc, f.path) from None
+        if seen != f.size:
+            raise FileChanged(f.path)
+        return crc
+
+    # -- listing --------------------------------------------------------------------------------
+
+    def kind(self, requested: str) -> str:
+        """``"dir"`` or ``"file"``: a key is a file, a prefix that holds keys a directory."""
+        key = self.key(requested, root_ok=True)
+        if not key:
+            return "dir"
+        found = self.run(self._open(requested))
+        if isinstance(found, ObjectFile):
+            return "file"
+        if found.status != 404:
+            raise found
+        prefixes, objects = self.run(self._list(key))
+        if prefixes or objects:
+            return "dir"
+        raise NotFound("no such object or directory", paths=[requested])
+
+    def list_dir(self, requested: str, limit: int) -> tuple[list[Entry], bool]:
+        """The keys and common prefixes directly under ``requested`` (one delimited listing),
+        hidden names left out unless allowed; truncated after ``limit``."""
+        key = self.key(requested, root_ok=True)
+        prefixes, objects = self.run(self._list(key))
+        if not prefixes and not objects and key:
+            raise NotFound("no such directory", paths=[requested])
+        entries: list[Entry] = []
+        for prefix in prefixes:
+            name = prefix.rstrip("/").rsplit("/", 1)[-1]
+            entries.append(Entry(name, "dir", 0, 0))
+        for meta in objects:
+            name = meta["path"].rsplit("/", 1)[-1]
+            if name:
+                entries.append(Entry(name, "file", meta["size"], int(meta["last_modified"].timestamp()) * 10**9))
+        entries = [e for e in entries if self.allow_hidden or not e.name.startswith(".")]
+        return entries[:limit], len(entries) > limit
+
+    async def _list(self, prefix: str) -> tuple[list[str], list[dict[str, Any]]]:
+        # object_store lists by path: "sub" lists what is under "sub/", never "subway".
+        try:
+            found = await obstore.list_with_delimiter_async(self._store, prefix or None)
+        except Exception as exc:  # noqa: BLE001
+            raise _unavailable(exc, prefix) from None
+        return found["common_prefixes"], found["objects"]
+
+    # -- what the App asks of a source beside opening ---------------------------------------------
+
+    def batch_key(self, secret: str | bytes | None) -> bytes:
+        """The key of batch identities: from the secret, else from this host and the URL (a
+        bucket has no inode to tie it to; see :mod:`.batch_key`)."""
+        if secret:
+            return derive_key(secret, self.root)  # a secret's key names no directory: stats nothing
+        h = hashlib.blake2b(digest_size=32, person=b"axon-batch-key")
+        h.update(_machine_id() + b"\x00" + self.root.encode("utf-8"))
+        return h.digest()
+
+    def body_stream(self, segments: list[Segment], chunk_size: int) -> Any:
+        """A body holding object slices as the stream the runtimes send (:mod:`.object_stream`),
+        or None for a body of bytes only."""
+        from .object_stream import ObjectBody
+
+        if not any(type(s) is ObjectSlice for s in segments):
+            return None  # bytes only (a listing): sent as they are
+        return ObjectBody(self, segments, chunk_size)
+
+    def enable_cache(self, size: int = 0, valid: float = 1.0) -> None:
+        """Nothing to keep open: a worker's open-file cache applies to local files only."""
+
+    def prune_cache(self) -> None:
+        pass
+
+
+def _unavailable(exc: Exception, path: str) -> HTTPError:
+    first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    return ServiceUnavailable(
+        f"the object store did not answer for this key: {first}", code="store_unavailable", paths=[path],
+        headers=[("Retry-After", "1")],
+    )
