@@ -18,7 +18,8 @@ def test_every_variable():
         "AXON_METRICS_DIR": "/run/m", "AXON_LOOP": "AsyncIO", "AXON_NO_SENDFILE": "yes", "AXON_BROWSE": "on",
         "AXON_IDENTITY_SECRET": "i", "AXON_PORTABLE_IDENTITY": "1",
     })
-    assert env == Environment("/srv", "s", "", False, "/run/m", "asyncio", False, True, "i", True)
+    assert env == Environment("/srv", "s", "", False, "/run/m", "asyncio", False, True,
+                              identity_secret="i", portable_identity=True)
 
 
 def test_empty_is_unset_and_flags_take_true_words():
