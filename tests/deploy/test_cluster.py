@@ -9,8 +9,8 @@ own address and machine-id, nginx in front with deploy/templates/nginx-cluster.c
 
 The content runs: ``local``, each node serving its own copy of one tree (other inodes and
 ctimes, the same mtimes, as hosts that rsync one tree hold it); ``s3``, every node serving one
-bucket of the SeaweedFS fixture, needs ``axon serve s3://...`` (issue 16's object-store source)
-and skips where that is missing. Runs as root only (``ip netns``): elsewhere the tests skip and
+bucket of the SeaweedFS fixture (tests/storage/seaweed.py), skipped where obstore or ``weed``
+is missing. Runs as root only (``ip netns``): elsewhere the tests skip and
 say why. By hand: ``sudo PYTHONPATH=$PWD/src python3 -m pytest tests/deploy/test_cluster.py -s``.
 """
 
