@@ -17,10 +17,11 @@ if [ "$want_all" = 1 ]; then
   # shellcheck checks deploy/install.sh; docker-compose validates compose.yaml (no engine needed);
   # chromium and its driver open the listing page as a person would (tests/server/test_server_browser.py);
   # unzip, bsdtar (libarchive-tools) and GNU tar read back the zip and tar batches; webdataset
-  # fetches http:// shards with curl (tests/fsspec).
+  # fetches http:// shards with curl (tests/fsspec); ip (iproute2) puts the nodes of
+  # tests/deploy/test_cluster.py in network namespaces of their own.
   missing=""
   for cmd in nginx:nginx wrk:wrk shellcheck:shellcheck docker-compose:docker-compose chromium:chromium \
-             chromedriver:chromium-driver unzip:unzip bsdtar:libarchive-tools tar:tar curl:curl; do
+             chromedriver:chromium-driver unzip:unzip bsdtar:libarchive-tools tar:tar curl:curl ip:iproute2; do
     command -v "${cmd%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${cmd%%:*}" ] || missing="$missing ${cmd##*:}"
   done
   if [ -n "$missing" ]; then

@@ -889,3 +889,32 @@ def test_a_handler_that_would_block_on_the_loop_runs_again_in_the_pool(root, cap
             assert app.handle(Request("GET", "/stubborn")).status == 500  # WSGI: no loop to leave
     finally:
         app.close()
+
+
+# -- portable identities (several nodes serving copies of one tree) ---------------------------
+
+
+def test_portable_identity_needs_a_shared_key(root, monkeypatch) -> None:
+    for name in ("AXON_SECRET", "AXON_IDENTITY_SECRET", "AXON_PORTABLE_IDENTITY"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match="AXON_IDENTITY_SECRET"):
+        App(root, portable_identity=True)
+    from axon.storage.local import FileStore
+
+    with pytest.raises(ValueError, match="portable_identity=True"):
+        App(store=FileStore(root), portable_identity=True, identity_secret="s")
+
+
+def test_the_identity_secret_keys_batches_without_signing(root, monkeypatch, tmp_path) -> None:
+    for name in ("AXON_SECRET", "AXON_IDENTITY_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AXON_PORTABLE_IDENTITY", "1")
+    monkeypatch.setenv("AXON_IDENTITY_SECRET", "shared")
+    app = App(root)
+    assert app.store.portable_identity and app.verifier is None
+    # The key is the secret's alone: another root (another host's path) gets the same one.
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    assert App(other).batch_key == app.batch_key != App(root, portable_identity=False, identity_secret="").batch_key
+    status = app.handle(Request("GET", "/api/stream-files", "f=a.txt")).status
+    assert status == 200

@@ -145,15 +145,24 @@ class App:
         secret: str | bytes | None = None,
         cache_control: str | None = None,
         browse: bool | None = None,
+        portable_identity: bool | None = None,
+        identity_secret: str | bytes | None = None,
     ) -> None:
+        # ``portable_identity`` (default: $AXON_PORTABLE_IDENTITY) is for nodes that serve copies
+        # of the same files behind one balancer: ETags and batches then agree on every node
+        # (FileStore(portable_identity=True)), keyed by ``identity_secret`` (default:
+        # $AXON_IDENTITY_SECRET), else ``secret``, which every node must share.
+        if portable_identity is None:
+            portable_identity = environment().portable_identity
         if store is None:
             root = root if root is not None else environment().root
             if "://" in str(root):  # s3://bucket/prefix: the objects under a store's prefix
                 from .storage.objects import ObjectSource  # needs the axon-stream[s3] extra
 
+                # An object's facts (its ETag, its Last-Modified) are the same from every node.
                 store = ObjectSource(str(root), allow_hidden=allow_hidden)
             else:
-                store = FileStore(root, allow_hidden=allow_hidden)
+                store = FileStore(root, allow_hidden=allow_hidden, portable_identity=portable_identity)
         self.store = store
         # A source whose opening waits on the network (an object store) says so: the async
         # runtimes then run Axon's own endpoints in their thread pool, not on their loop; and
@@ -180,8 +189,18 @@ class App:
         if any(c in cache_control for c in "\r\n\x00"):
             raise ValueError("cache_control must not contain CR, LF or NUL")
         self.cache_control = cache_control
-        own_key = getattr(store, "batch_key", None)
-        self.batch_key = own_key(secret or None) if own_key is not None else derive_key(secret or None, store.root)
+        if portable_identity and isinstance(store, FileStore) and not store.portable_identity:
+            raise ValueError("portable_identity needs a store built with FileStore(..., portable_identity=True)")
+        if identity_secret is None:
+            identity_secret = environment().identity_secret
+        if portable_identity and not (identity_secret or secret):
+            raise ValueError(
+                "portable identities need a key every node shares: set AXON_IDENTITY_SECRET "
+                "(or AXON_SECRET, which also turns signing on)"
+            )
+        own_key = getattr(store, "batch_key", None)  # a source with no root directory derives its own
+        key_secret = identity_secret or secret or None
+        self.batch_key = own_key(key_secret) if own_key is not None else derive_key(key_secret, store.root)
         # The asterisk-form target is for OPTIONS only (RFC 9110 7.1): the server's own methods.
         self._exact: dict[str, dict[str, Route]] = {"*": {"OPTIONS": Route(self._server_options, False)}}
         self._patterns: list[tuple[re.Pattern[str], dict[str, Route]]] = []

@@ -49,6 +49,12 @@ class Environment:
     browse: bool = False
     #: Seconds an object store may take to answer one request (``AXON_STORE_TIMEOUT``).
     store_timeout: float = 30.0
+    #: Keys batch identities without turning signing on (``AXON_IDENTITY_SECRET``): the secret
+    #: every node serving the same content shares. None: ``secret``'s, else the host's own key.
+    identity_secret: str | None = None
+    #: Name files by what every host serving copies of them sees alike (path, size, mtime),
+    #: not by inode, device and ctime (``AXON_PORTABLE_IDENTITY=1``; ``--portable-identity``).
+    portable_identity: bool = False
 
 
 def environment(environ: Mapping[str, str] | None = None) -> Environment:
@@ -64,6 +70,8 @@ def environment(environ: Mapping[str, str] | None = None) -> Environment:
         sendfile=not flag("AXON_NO_SENDFILE", env),
         browse=flag("AXON_BROWSE", env),
         store_timeout=float(variable("AXON_STORE_TIMEOUT", "30", env) or 30),
+        identity_secret=variable("AXON_IDENTITY_SECRET", None, env),
+        portable_identity=flag("AXON_PORTABLE_IDENTITY", env),
     )
 
 

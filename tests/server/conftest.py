@@ -347,12 +347,19 @@ def _health_ok(port: int) -> bool:
 
 @pytest.fixture
 def spawn(root: Path, tmp_path: Path):
-    """Factory: run ``axon serve ROOT --port 0 *args``; the master is killed at teardown."""
+    """Factory: run ``axon serve ROOT --port 0 *args``; the master is killed at teardown (its
+    whole process group)."""
     procs: list[subprocess.Popen] = []
 
-    def start(*args: str, env: dict[str, str] | None = None, wait_health: bool = True) -> Spawned:
+    def start(
+        *args: str, env: dict[str, str] | None = None, wait_health: bool = True, serve_root: Path | None = None,
+        wrap: list[str] = (),
+    ) -> Spawned:
+        """``serve_root`` serves another directory; ``wrap`` runs the command under another
+        (``unshare ...``), which must exec it so that the process group stays the server's."""
         log_path = tmp_path / f"serve-{len(procs)}.log"
-        cmd = [sys.executable, "-m", "axon.cli", "serve", str(root), "--port", "0", "--log-level", "info", *args]
+        cmd = [*wrap, sys.executable, "-m", "axon.cli", "serve", str(serve_root or root), "--port", "0",
+               "--log-level", "info", *args]
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -180,3 +180,49 @@ def test_ctrl_c_stops_the_whole_tree(spawn) -> None:
     assert server.proc.wait(10) == 0
     assert wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
                                     for p in workers), timeout=5)
+
+
+def _listening(pid: int, port: int) -> bool:
+    try:
+        conns = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.Error:
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in conns)
+
+
+def accepted_per_worker(server, workers: list[int]) -> dict[int, int]:
+    """How many of the port's established connections each worker holds."""
+    counts = {}
+    for pid in workers:
+        conns = psutil.Process(pid).net_connections(kind="tcp")
+        counts[pid] = sum(c.status == psutil.CONN_ESTABLISHED and c.laddr.port == server.port for c in conns)
+    return counts
+
+
+def test_reuse_port_gives_every_worker_connections(spawn) -> None:
+    server = spawn("--workers", "2", "--reuse-port")
+    workers = wait_workers(server, 2)
+    # Each worker listens on a socket of its own; the supervisor only holds the port.
+    assert wait_for(lambda: all(_listening(pid, server.port) for pid in workers), timeout=10), server.log()
+    assert not _listening(server.proc.pid, server.port)
+    clients = [Client(server.port) for _ in range(32)]
+    try:
+        for c in clients:
+            assert c.get("/api/health").status == 200
+        counts = accepted_per_worker(server, workers)
+    finally:
+        for c in clients:
+            c.close()
+    # The kernel hashes each connection to one queue: all 32 on one worker is a 2**-31 chance.
+    assert sum(counts.values()) == 32 and min(counts.values()) > 0, counts
+
+
+def test_reuse_port_a_killed_worker_is_replaced_on_the_same_port(spawn) -> None:
+    server = spawn("--workers", "2", "--reuse-port")
+    before = wait_workers(server, 2)
+    os.kill(before[0], signal.SIGKILL)
+    assert wait_for(lambda: len(set(server.workers()) - set(before)) == 1, timeout=10), server.log()
+    (new,) = set(server.workers()) - set(before)
+    assert wait_for(lambda: _listening(new, server.port), timeout=10), server.log()
+    for _ in range(8):
+        assert get(server.port, "/api/health").status == 200

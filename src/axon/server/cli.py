@@ -73,6 +73,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="AXON_LOG_LEVEL; default info")
     p.add_argument("--json-logs", action=argparse.BooleanOptionalAction, default=_env_bool("AXON_JSON_LOGS"),
                    help="log as JSON objects, one a line (AXON_JSON_LOGS)")
+    p.add_argument("--reuse-port", action=argparse.BooleanOptionalAction, default=_env_bool("AXON_REUSE_PORT"),
+                   help="one listening socket per worker (SO_REUSEPORT): the kernel spreads new connections "
+                        "evenly over the workers (AXON_REUSE_PORT; default off: one shared accept queue)")
     p.add_argument("--graceful-timeout", type=float, default=_env("AXON_GRACEFUL_TIMEOUT", 30.0),
                    help="seconds in-flight responses get to finish on SIGTERM/SIGINT (AXON_GRACEFUL_TIMEOUT; default 30)")
     p.add_argument("--max-connections", type=int, default=_env("AXON_MAX_CONNECTIONS", 10000),
@@ -91,13 +94,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--browse", action=argparse.BooleanOptionalAction, default=_env_bool("AXON_BROWSE"),
                    help="list directories under /browse/: an HTML page to pick files and download them, "
                         "JSON for programs (AXON_BROWSE; default off, as nginx's autoindex)")
+    p.add_argument("--portable-identity", action=argparse.BooleanOptionalAction,
+                   default=_env_bool("AXON_PORTABLE_IDENTITY"),
+                   help="for several nodes serving copies of the same files behind one balancer: name a file "
+                        "by its path, size and mtime (not inode and ctime), so ETags and batch bytes agree on "
+                        "every node; needs AXON_IDENTITY_SECRET (or AXON_SECRET) shared by them "
+                        "(AXON_PORTABLE_IDENTITY)")
     p.add_argument("--certfile", default=_env("AXON_CERTFILE"), help="TLS certificate chain, PEM (AXON_CERTFILE)")
     p.add_argument("--keyfile", default=_env("AXON_KEYFILE"), help="TLS private key, PEM (AXON_KEYFILE)")
     p.set_defaults(func=run)
     return p
 
 
-def load_app(spec: str | None, root: str | None, cache_control: str | None = None, browse: bool = False) -> Any:
+def load_app(
+    spec: str | None, root: str | None, cache_control: str | None = None, browse: bool = False,
+    portable_identity: bool = False,
+) -> Any:
     """The built-in App serving ``root``, or the user's App named ``module:attr``.
 
     With ``--app``, ROOT (if given) is exported as ``AXON_ROOT`` before the module is imported, so
@@ -107,7 +119,8 @@ def load_app(spec: str | None, root: str | None, cache_control: str | None = Non
     from ..app import App
 
     if spec is None:
-        return App(root if root is not None else ".", cache_control=cache_control, browse=browse)
+        return App(root if root is not None else ".", cache_control=cache_control, browse=browse,
+                   portable_identity=portable_identity)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise SystemExit(f"--app takes MODULE:ATTR, e.g. mysite:app, not {spec!r}")
@@ -115,6 +128,8 @@ def load_app(spec: str | None, root: str | None, cache_control: str | None = Non
         os.environ["AXON_ROOT"] = root
     if browse:  # and --browse for an App() built there without saying
         os.environ["AXON_BROWSE"] = "1"
+    if portable_identity:
+        os.environ["AXON_PORTABLE_IDENTITY"] = "1"
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -146,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             workers=args.workers,
+            reuse_port=args.reuse_port,
             graceful_timeout=args.graceful_timeout,
             max_connections=args.max_connections,
             file_cache=args.file_cache,
@@ -162,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         if value:
             os.environ[name] = str(value)
     try:
-        app = load_app(args.app, args.root, args.cache_control, args.browse)
+        app = load_app(args.app, args.root, args.cache_control, args.browse, args.portable_identity)
     except ValueError as exc:  # e.g. the root is not a directory
         raise SystemExit(f"axon serve: {exc}") from None
     scratch = None

@@ -8,6 +8,7 @@ one object configures every runtime; this holds what only the native server has.
 from __future__ import annotations
 
 import os
+import socket
 import ssl
 from dataclasses import dataclass, field
 
@@ -25,6 +26,9 @@ class ServerConfig:
     #: Open connections one worker holds; one more gets a 503 and is closed.
     max_connections: int = 10000
     backlog: int = 2048
+    #: One listening socket per worker (``SO_REUSEPORT``), so that the kernel spreads new
+    #: connections over the workers instead of letting whichever wakes first take them.
+    reuse_port: bool = False
     certfile: str | None = None
     keyfile: str | None = None
     #: Send file slices with ``os.sendfile`` (never under TLS). ``AXON_NO_SENDFILE=1`` turns
@@ -52,6 +56,8 @@ class ServerConfig:
             raise ValueError("TLS needs both --certfile and --keyfile")
         if self.file_cache < 0 or self.file_cache_valid < 0:
             raise ValueError("file_cache and file_cache_valid must not be negative")
+        if self.reuse_port and not hasattr(socket, "SO_REUSEPORT"):
+            raise ValueError("--reuse-port: this system has no SO_REUSEPORT")
         if self.max_connections < 1 or self.graceful_timeout < 0:
             raise ValueError("max_connections must be positive and graceful_timeout not negative")
 

@@ -2,7 +2,12 @@
 
 The supervisor binds the socket and loads the App *before* forking (an import error or a port in
 use fails the command at once, not in N workers), then forks ``workers`` children that all accept
-on the inherited socket. A worker that dies (a crash, ``kill -9``) is replaced; the socket stays
+on the inherited socket. With ``reuse_port`` the supervisor's socket only holds the port, and
+each worker listens on a socket of its own in the port's ``SO_REUSEPORT`` group: the kernel
+hashes each new connection to one of them, so the connections spread over the workers (one
+queue shared, whichever worker wakes first takes what waits, and a busy one keeps winning).
+What it costs: a connection waiting in a worker's queue when that worker dies is reset, where
+the shared queue would have kept it for the others. A worker that dies (a crash, ``kill -9``) is replaced; the socket stays
 open in the supervisor, so the port keeps answering through the other workers and the backlog
 waits for the replacement. Repeated quick deaths back off up to 5 s between restarts.
 
@@ -35,15 +40,22 @@ _STABLE_SECONDS = 10.0
 _MAX_BACKOFF = 5.0
 
 
-def bind(config: ServerConfig) -> socket.socket:
-    """The listening socket for ``config.host``/``config.port`` (port 0: any free port)."""
+def bind(config: ServerConfig, *, listen: bool = True) -> socket.socket:
+    """The listening socket for ``config.host``/``config.port`` (port 0: any free port).
+
+    With ``config.reuse_port`` it joins the port's ``SO_REUSEPORT`` group; ``listen=False``
+    only holds the port (the supervisor's socket then: a bound socket that does not listen is
+    given no connections, and lets each worker bind a listening one of its own)."""
     infos = socket.getaddrinfo(config.host or None, config.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, kind, proto, _, address = infos[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if config.reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
-        sock.listen(config.backlog)
+        if listen:
+            sock.listen(config.backlog)
         sock.setblocking(False)
     except BaseException:
         sock.close()
@@ -53,7 +65,8 @@ def bind(config: ServerConfig) -> socket.socket:
 
 def serve(app: ServedApp, config: ServerConfig) -> int:
     """Run ``axon serve``: bind, then supervise ``config.workers`` workers (0: serve in-process)."""
-    sock = bind(config)
+    in_process = config.workers == 0 or not hasattr(os, "fork")
+    sock = bind(config, listen=in_process or not config.reuse_port)
     host, port = sock.getsockname()[:2]
     shown = replace(config, host=host, port=port)
     mode = "sendfile" if config.use_sendfile else "copying (TLS or AXON_NO_SENDFILE)"
@@ -61,12 +74,12 @@ def serve(app: ServedApp, config: ServerConfig) -> int:
         "axon serve: listening on %s, root %s, %d worker(s), loop %s, %s",
         shown.url, app.store.root, max(config.workers, 1), loop_name(), mode,
     )
-    if config.workers == 0 or not hasattr(os, "fork"):
+    if in_process:
         try:
             return run_worker(app, config, sock)
         finally:
             sock.close()
-    return Supervisor(app, config, sock).run()
+    return Supervisor(app, shown, sock).run()
 
 
 class Supervisor:
@@ -137,7 +150,11 @@ class Supervisor:
                     signal.signal(sig, signal.SIG_DFL)
                 os.close(wake_r)
                 os.close(wake_w)
-                code = run_worker(self.app, self.config, self.sock, parent_pid=parent)
+                sock = self.sock
+                if self.config.reuse_port:  # an accept queue of this worker's own, on the same port
+                    sock = bind(self.config)
+                    self.sock.close()
+                code = run_worker(self.app, self.config, sock, parent_pid=parent)
             except BaseException:
                 log.exception("worker %d failed", os.getpid())
             finally:

@@ -202,9 +202,21 @@ def _walk_parts(stack: list[str], path: str) -> bool:
 class FileStore:
     """Opens requested paths under one root directory, and only there."""
 
-    def __init__(self, root: str | os.PathLike[str], *, allow_hidden: bool = False, openat2: bool | None = None) -> None:
-        """``openat2=False`` forces the portable walk (default: ``AXON_NO_OPENAT2`` unset)."""
+    def __init__(
+        self, root: str | os.PathLike[str], *, allow_hidden: bool = False, openat2: bool | None = None,
+        portable_identity: bool = False,
+    ) -> None:
+        """``openat2=False`` forces the portable walk (default: ``AXON_NO_OPENAT2`` unset).
+
+        ``portable_identity=True`` is for a root that other hosts serve copies of (behind one load
+        balancer): a file's identity is then what every copy shares, its path, size and mtime.
+        Its :class:`OpenFile` reports inode and device 0 and its ctime as its mtime, so that
+        ETags and batch identities (which hash those) agree on every host; what is lost is
+        that a file replaced, or rewritten in place with its size and mtime put back, keeps
+        its identity (docs/design-notes.md, "Portable identities"). The open-file cache and
+        the CRCs still go by the real inode and ctime."""
         self.root = os.path.realpath(os.fspath(root))
+        self.portable_identity = portable_identity
         if not os.path.isdir(self.root):
             raise ValueError(f"root is not a directory: {self.root}")
         self.allow_hidden = allow_hidden  # for the store's life: it sets how openat2 resolves
@@ -251,16 +263,21 @@ class FileStore:
         """Open ``requested`` (already decoded once) as a regular file inside the root."""
         cache = self._cache
         if cache is None or len(requested) > MAX_CACHED_PATH:
-            return self._open(requested)
-        found = cache.acquire(requested)
-        if found is not None:
-            entry, st = found
-            return OpenFile(
-                entry.fd, requested, entry.name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev,
-                entry.content_type, st.st_ctime_ns, entry, entry.content(st),
-            )
-        f = self._open(requested)
-        f._shared = cache.add(requested, f.fd, (f.device, f.inode), f.name, f.content_type)
+            f = self._open(requested)
+        else:
+            found = cache.acquire(requested)
+            if found is not None:
+                entry, st = found
+                f = OpenFile(
+                    entry.fd, requested, entry.name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev,
+                    entry.content_type, st.st_ctime_ns, entry, entry.content(st),
+                )
+            else:
+                f = self._open(requested)
+                f._shared = cache.add(requested, f.fd, (f.device, f.inode), f.name, f.content_type)
+        if self.portable_identity:  # what names the file to the client: the facts every copy shares
+            f.inode = f.device = 0
+            f.ctime_ns = f.mtime_ns
         return f
 
     def crc32s(self, files: list[OpenFile], read: bool = True) -> list[int | None]:
@@ -269,7 +286,10 @@ class FileStore:
         instead of reading); :class:`~axon.storage.crc_cache.FileChanged`, naming the requested
         path, if one changed. Pass a file once: one not known is read as often as it is given."""
         cache = self.crcs
-        versions = [(f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns) for f in files]
+        if self.portable_identity:
+            versions = [self._host_version(f) for f in files]
+        else:
+            versions = [(f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns) for f in files]
         crcs = cache.lookup(versions)
         if None in crcs:
             for i, f in enumerate(files):
@@ -279,6 +299,15 @@ class FileStore:
                     except FileChanged:
                         raise FileChanged(f.path) from None
         return crcs
+
+    @staticmethod
+    def _host_version(f: OpenFile) -> tuple[int, int, int, int, int]:
+        """A portable file's facts name no version on this host (every file has inode 0): its
+        CRC is kept under the descriptor's own, if that is still the size and mtime opened."""
+        st = os.fstat(f.fd)
+        if (st.st_size, st.st_mtime_ns) != (f.size, f.mtime_ns):
+            raise FileChanged(f.path)
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def _open(self, requested: str) -> OpenFile:
         parts = normalize(requested)
