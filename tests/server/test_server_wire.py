@@ -6,6 +6,8 @@ import email.utils
 import time
 
 import pytest
+# At import, as every server test does: a later directory's conftest takes the module name.
+from conftest import get
 
 from axon.server.wire import (
     STATUS_LINES,
@@ -51,8 +53,6 @@ def test_date_line_is_an_http_date() -> None:
 
 
 def test_the_worker_keeps_its_date_current(serve) -> None:
-    from conftest import get
-
     server = serve()
     first = get(server.port, "/api/health").header("date")
     time.sleep(1.1)
