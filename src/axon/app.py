@@ -447,8 +447,7 @@ class App:
         try:
             accept = request.headers.get("accept")
             fmt = "multipart" if accept is None else _negotiated_format(accept)
-            paths, slices = self._batch_items(request)
-            response = self.send_batch(request, paths, fmt, slices)
+            response = self._send_items(request, fmt)
         except HTTPError as exc:
             exc.headers.append(_VARY)
             raise
@@ -456,12 +455,14 @@ class App:
         return response
 
     def _stream_zip(self, request: Request) -> Response:
-        paths, slices = self._batch_items(request)
-        return self.send_batch(request, paths, "zip", slices)
+        return self._send_items(request, "zip")
 
     def _stream_tar(self, request: Request) -> Response:
+        return self._send_items(request, "tar")
+
+    def _send_items(self, request: Request, fmt: str) -> Response:
         paths, slices = self._batch_items(request)
-        return self.send_batch(request, paths, "tar", slices)
+        return self.send_batch(request, paths, fmt, slices)
 
     def _batch_items(self, request: Request) -> tuple[list[str], list[Slice | None] | None]:
         """The paths a batch request names: every query value (names are free), or the JSON

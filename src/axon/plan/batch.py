@@ -42,9 +42,8 @@ from ..response import Response
 from ..http.batch_identity import Signature
 from ..http.conditional import evaluate, if_range_allows
 from ..http.multipart import CACHED_PATH_CHARS
-from ..http.ranges import content_range, parse_range
+from ..http.ranges import Span, content_range, parse_range
 from ..http.segments import Segment, body_length, slice_segments
-from ..http.ranges import Span
 from .formats import NEEDS_CRC, Format, Layout, multipart_mixed
 from .slices import Slice, resolve_all
 
@@ -190,12 +189,12 @@ def plan_batch(
 def _body(chosen: list[File], heads: tuple[bytes, ...], spans: list[Span | None] | None = None) -> list[Segment]:
     """The format's blocks with each file's bytes (or the span of them asked for) between them."""
     body: list[Segment] = [heads[0]]
-    if spans is None:
+    if spans is None:  # whole files, the common case: no test per file on the hot path
         for f, head in zip(chosen, heads[1:]):
             body.append(f.segment(0, f.size))
             body.append(head)
         return body
-    for f, span, head in zip(chosen, spans, heads[1:]):
+    for f, head, span in zip(chosen, heads[1:], spans):
         body.append(f.segment(0, f.size) if span is None else f.segment(*span))
         body.append(head)
     return body

@@ -56,14 +56,7 @@ class CrcCache:
         self.computed = 0
 
     def known(self, version: Version) -> int | None:
-        entries = self._entries
-        crc = entries.get(version)
-        if crc is not None:
-            try:
-                entries.move_to_end(version)
-            except KeyError:  # evicted by another thread meanwhile: the CRC is still right
-                pass
-        return crc
+        return self.lookup([version])[0]
 
     def lookup(self, versions: list[Version]) -> list[int | None]:
         """The CRC-32 of each version, None where not known: the hot path of a zip whose files
