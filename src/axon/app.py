@@ -119,14 +119,15 @@ class Request:
 
 
 class Route:
-    __slots__ = ("handler", "is_async", "blocking")
+    __slots__ = ("handler", "is_async", "blocking", "repeatable")
 
-    def __init__(self, handler: Handler, blocking: bool | None) -> None:
+    def __init__(self, handler: Handler, blocking: bool | None, repeatable: bool = False) -> None:
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler)
         # A plain function may block (disk, database): async runtimes run it in a thread pool,
         # unless its author says it never blocks, as Axon's own endpoints do.
         self.blocking = (not self.is_async) if blocking is None else blocking
+        self.repeatable = repeatable
 
 
 class App:
@@ -204,6 +205,8 @@ class App:
         # The asterisk-form target is for OPTIONS only (RFC 9110 7.1): the server's own methods.
         self._exact: dict[str, dict[str, Route]] = {"*": {"OPTIONS": Route(self._server_options, False)}}
         self._patterns: list[tuple[re.Pattern[str], dict[str, Route]]] = []
+        #: Counts the routes added: a server that remembers answers forgets them when it moves.
+        self.routes_version = 0
         self._executor: ThreadPoolExecutor | None = None
         #: GET responses that never change, by path (the health probe). Axon's own server answers
         #: them from bytes encoded once, without calling the App, while nothing observes requests
@@ -218,11 +221,13 @@ class App:
             self.add_route("/api/health", self._health, ["GET"], blocking=False)
             self.fixed["/api/health"] = self._health(Request("GET", "/api/health"))
             self.add_route("/api/limits", self._limits, ["GET"], blocking=False)
-            self.add_route("/api/stream-files", self._stream_files, ["GET", "POST"], blocking=remote)
+            # A file or a batch is the request and its files' versions, nothing else (no clock:
+            # a signed request is never repeated, see handle): repeatable.
+            self.add_route("/api/stream-files", self._stream_files, ["GET", "POST"], blocking=remote, repeatable=True)
             # The same batch as an archive, at a URL a link or an HTML form can name.
-            self.add_route("/api/stream-files.zip", self._stream_zip, ["GET", "POST"], blocking=remote)
-            self.add_route("/api/stream-files.tar", self._stream_tar, ["GET", "POST"], blocking=remote)
-            self.add_route("/files/<path:path>", self._file, ["GET"], blocking=remote)
+            self.add_route("/api/stream-files.zip", self._stream_zip, ["GET", "POST"], blocking=remote, repeatable=True)
+            self.add_route("/api/stream-files.tar", self._stream_tar, ["GET", "POST"], blocking=remote, repeatable=True)
+            self.add_route("/files/<path:path>", self._file, ["GET"], blocking=remote, repeatable=True)
         # ``browse`` (default: $AXON_BROWSE) lists directories under /browse/ (axon.plan.listing);
         # off, as nginx's autoindex is: a listing shows what a URL alone would not.
         self.browse = builtins and bool(environment().browse if browse is None else browse)
@@ -233,21 +238,35 @@ class App:
 
     # -- routing -------------------------------------------------------------------------------
 
-    def route(self, pattern: str, methods: Iterable[str] = ("GET",), *, blocking: bool | None = None):
+    def route(
+        self, pattern: str, methods: Iterable[str] = ("GET",), *, blocking: bool | None = None, repeatable: bool = False,
+    ):
         """Decorator: ``@app.route("/items/<name>", methods=["GET"])``. ``<path:name>`` spans
         slashes. GET routes answer HEAD too. Set ``blocking=False`` on a plain function that
-        never blocks so async runtimes call it inline instead of in a thread."""
+        never blocks so async runtimes call it inline instead of in a thread.
+
+        ``repeatable=True`` promises that the handler's response is a function of the request's
+        bytes and of the versions of the files it holds (``Response.files``, opened from
+        ``app.store``) and of nothing else: no clock, no counter, no database. Axon's own
+        server may then answer the same request bytes again from the bytes it sent, without
+        calling the handler, while those files are unchanged (and then it logs and counts the
+        request as the App would). Axon's own file and batch endpoints are repeatable."""
 
         def decorate(handler: Handler) -> Handler:
-            self.add_route(pattern, handler, methods, blocking=blocking)
+            self.add_route(pattern, handler, methods, blocking=blocking, repeatable=repeatable)
             return handler
 
         return decorate
 
-    def add_route(self, pattern: str, handler: Handler, methods: Iterable[str] = ("GET",), *, blocking: bool | None = None) -> None:
+    def add_route(
+        self, pattern: str, handler: Handler, methods: Iterable[str] = ("GET",), *, blocking: bool | None = None,
+        repeatable: bool = False,
+    ) -> None:
+        """What :meth:`route` does, for a handler at hand."""
         if not pattern.startswith("/"):
             raise ValueError(f"a route pattern starts with '/': {pattern!r}")
-        route = Route(handler, blocking)
+        route = Route(handler, blocking, repeatable)
+        self.routes_version += 1
         self.fixed.pop(pattern, None)  # a route of your own answers here from now on
         if _PARAM.search(pattern) is None:
             table = self._exact.setdefault(pattern, {})
@@ -295,6 +314,9 @@ class App:
             if route.is_async:
                 result = asyncio.run(result)
             response = _to_response(result)
+            # A signed request is checked against the clock (its expiry): never the same answer.
+            if route.repeatable and self.verifier is None:
+                response.repeatable = True
         except WouldBlock as exc:
             if request.on_loop:
                 return self._in_pool(request, route, started)  # type: ignore[return-value]
@@ -385,6 +407,7 @@ class App:
         access = records.logger
         if access is not None and access.isEnabledFor(INFO):  # a handler of your own on "axon.access"
             log.log_response(access, request, response, ended - started)
+            response.repeatable = False  # it is told of each request with its Request and Response
         return response
 
     # -- responses users build from files --------------------------------------------------

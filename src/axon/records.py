@@ -57,6 +57,23 @@ INTERVAL = 0.25
 _log = logging.getLogger("axon")
 
 
+def record_of(request: "Request", response: "Response", seconds: float, ended: float) -> Record:
+    """The record of ``response`` to ``request`` (the fields above)."""
+    status = response.status
+    body = response.body
+    return (
+        ended, request.method, request.path, request.query_string, status,
+        None if response.stream is not None else response.length if body else 0,
+        len(response.files), seconds, request.headers.get("x-forwarded-for"),
+        body[0] if status >= 400 and body else None,
+    )
+
+
+def retimed(record: Record, seconds: float, ended: float) -> Record:
+    """``record`` for the same response made again: its ``seconds`` and ``ended`` replaced."""
+    return (ended, *record[1:7], seconds, *record[8:])
+
+
 class Reader(Protocol):
     """Takes records in batches (axon.metrics.Metrics, axon.log.AccessLog); must not raise."""
 
@@ -120,15 +137,13 @@ class Records:
 
     def add(self, request: "Request", response: "Response", seconds: float, ended: float) -> None:
         """Record a planned response: ``seconds`` it took, ``ended`` by ``time.perf_counter()``."""
-        status = response.status
-        body = response.body
+        self.add_record(record_of(request, response, seconds, ended))
+
+    def add_record(self, record: Record) -> None:
+        """Record a response by its record: :meth:`add`'s, or a remembered one :func:`retimed`
+        (a server that answers a repeated request again from the bytes it sent)."""
         queue = self.queue
-        queue.append((
-            ended, request.method, request.path, request.query_string, status,
-            None if response.stream is not None else response.length if body else 0,
-            len(response.files), seconds, request.headers.get("x-forwarded-for"),
-            body[0] if status >= 400 and body else None,
-        ))
+        queue.append(record)
         if len(queue) >= BATCH:
             self.drain()
         elif self._thread is None:

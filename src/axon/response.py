@@ -25,9 +25,13 @@ NO_STORE = ("Cache-Control", "no-store")
 
 
 class Response:
-    """A planned response. ``length`` is None only for a stream (length unknown in advance)."""
+    """A planned response. ``length`` is None only for a stream (length unknown in advance).
 
-    __slots__ = ("status", "headers", "body", "stream", "files", "length")
+    ``repeatable`` is set by the App on the answer of a route that declared it (``App.add_route(...,
+    repeatable=True)``): the same request bytes get the same response while the files it holds
+    are the same versions, so a server may send it again without asking the App."""
+
+    __slots__ = ("status", "headers", "body", "stream", "files", "length", "repeatable")
 
     def __init__(
         self,
@@ -42,6 +46,7 @@ class Response:
         self.headers = list(headers) if headers is not None else []
         self.stream = stream
         self.files = files
+        self.repeatable = False
         if stream is not None:
             self.body: list[Segment] = []
             self.length: int | None = None

@@ -334,7 +334,7 @@ def test_a_repeated_health_read_is_answered_without_parsing_it_again(harness, ro
     app, called = counting_app(root)
     h = harness(app)
     h.feed(HEALTH_READ)
-    assert h.worker.fixed_reads == {HEALTH_READ: b"/api/health"}
+    assert h.worker.replays.answers == {HEALTH_READ: h.worker.fixed[b"/api/health"]}
     parser = h.proto.parser
     h.proto.parser = None  # type: ignore[assignment]  # parsing again would fail loudly
     h.feed(HEALTH_READ, HEALTH_READ)
@@ -353,7 +353,7 @@ def test_only_a_read_that_is_one_whole_fixed_get_is_remembered(harness, root) ->
     h.feed(b"HEAD /api/health HTTP/1.1\r\n\r\n")
     h.feed(b"GET /api/health HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi")
     h.feed(b"GET /api/health HTTP/1.1\r\n", b"Host: t\r\n\r\n")  # one request in two reads
-    assert h.worker.fixed_reads == {} and [r.status for r in h.responses(["GET", "GET", "HEAD", "GET", "GET"])] == [200] * 5
+    assert len(h.worker.replays) == 0 and [r.status for r in h.responses(["GET", "GET", "HEAD", "GET", "GET"])] == [200] * 5
 
 
 def test_a_remembered_read_is_parsed_when_the_parser_holds_part_of_a_request(harness, root) -> None:
@@ -372,7 +372,7 @@ def test_remembered_reads_are_forgotten_once_requests_are_observed(harness, root
     h.feed(HEALTH_READ)
     app.records.attach(type("Reader", (), {"read": lambda *a: None, "flush": lambda *a: None})())
     h.worker._refresh_fixed()  # as the next sweep does
-    assert h.worker.fixed_reads == {}
+    assert len(h.worker.replays) == 0
     h.feed(HEALTH_READ)
     assert called == ["/api/health"] and [r.status for r in h.responses()] == [200, 200]
 

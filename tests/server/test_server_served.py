@@ -30,6 +30,14 @@ class OnlyTheProtocol:
         return self._app.store
 
     @property
+    def records(self):
+        return self._app.records
+
+    @property
+    def routes_version(self):
+        return self._app.routes_version
+
+    @property
     def executor(self):
         return self._app.executor
 

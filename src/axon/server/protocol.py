@@ -42,12 +42,16 @@ from urllib.parse import unquote_to_bytes
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser, parse_url
 
+from time import perf_counter
+
 from ..app import Request
 from ..errors import BadRequest, HeadersTooLarge, HTTPError, URITooLong
+from ..records import record_of, retimed
 from ..response import Response, error_response
 from .eager import resume
 from .exchange import Exchange
 from .flow import FlowControl
+from .replay import READ_MAX, Replay
 from .state import ANSWER, BODY, CLOSED, HEAD, IDLE, LINGER, STALLED
 from .wire import CONTINUE, CRLF
 from .writer import ResponseWriter
@@ -61,10 +65,6 @@ log = logging.getLogger("axon.server")
 #: Seconds a lingering close reads (and drops) what the client still sends.
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 8 * 1024 * 1024
-
-#: Reads of one fixed GET remembered per worker (see HTTPProtocol._repeated_fixed), and their size.
-FIXED_READS = 64
-FIXED_READ_MAX = 1024
 
 _METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH")}
 
@@ -90,6 +90,8 @@ class HTTPProtocol(asyncio.Protocol):
         self.parser = HttpRequestParser(self)
         self._runs_inline = worker.runs_inline
         self._fixed = worker.fixed
+        self._replays = worker.replays
+        self._records = worker.app.records
         self.state = IDLE
         self.deadline: float | None = None
         self._transport: Any = None
@@ -106,13 +108,16 @@ class HTTPProtocol(asyncio.Protocol):
         self._stopping = False  # the worker stops gracefully: the answer in flight is the last
         self._eof = False  # the client shut its side: answer what it asked, then close
         self._linger_bytes = 0
-        self._fixed_hits = 0  # GETs answered from the fixed table in this read
-        self._fixed_url = b""
         # Whether the parser is between requests: the last bytes fed ended a request (see
         # _feed). False while a request is partly read, and after a read that ended otherwise
         # (a body, bytes of a next request the parser keeps without calling back).
         self._clean = True
         self._ended = True  # the last callback was on_message_complete
+        # The read being answered, while it may be remembered (see _replayed), the requests it
+        # held, and how its one request's answer may be sent again.
+        self._read: bytes | None = None
+        self._completed = 0
+        self._replay: Replay | None = None
 
     @property
     def transport(self) -> Any:
@@ -179,16 +184,21 @@ class HTTPProtocol(asyncio.Protocol):
             return
         if self.state is IDLE:  # the first bytes of a request: the header clock starts
             clean = self._clean
-            if clean and self.worker.fixed_reads and self._repeated_fixed(data):
+            if clean and self._replays.answers and self._replayed(data):
                 return
             self.state = HEAD
             self.deadline = self.worker.head_deadline
-            self._fixed_hits = 0
+            self._completed = 0
+            if clean and len(data) <= READ_MAX:
+                self._read = data
             self._feed(data)
-            if clean and self._clean and self._fixed_hits == 1 and self.state is IDLE and not self._pipeline and not self._closing:
-                self._remember_fixed(data)
-        else:
-            self._feed(data)
+            if self._pipeline:
+                self._advance()
+            if self._read is not None:
+                self._read = None
+                self._remember(data)
+            return
+        self._feed(data)
         if self._pipeline:
             self._advance()
 
@@ -345,6 +355,7 @@ class HTTPProtocol(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self._ended = True
+        self._completed += 1
         ex: Exchange = self._exchange  # type: ignore[assignment]
         self._exchange = None
         parser = self.parser
@@ -390,44 +401,58 @@ class HTTPProtocol(asyncio.Protocol):
             or (method != b"GET" and not ex.head)
         ):
             return False
-        head, body = fixed
         self.state = IDLE  # answered; the next request's first bytes start the header clock
         self.deadline = self.worker.idle_deadline
-        if ex.head or ex.size:
-            self._fixed_hits += 2  # never remembered: only a GET without a body is
-        else:
-            self._fixed_hits += 1
-            self._fixed_url = ex.url
-        if ex.head:
-            self._transport.write(head + self.worker.date_line + CRLF)
-        else:
-            self._transport.write(head + self.worker.date_line + CRLF + body)
+        if self._read is not None and self._may_repeat(ex):
+            self._replay = fixed
+        self.writer.send_again(fixed, head_only=ex.head)  # type: ignore[union-attr]
         return True
 
-    # A client that probes the health sends the same bytes each time (a load balancer, a
-    # benchmark). A read that held exactly one GET answered from the fixed table, and nothing
-    # else, and that began and ended with the parser between requests, is remembered by its
-    # bytes: the same bytes again, read with the parser between requests, are the same request,
-    # which passed every check the parser and _answer_fixed make, and get the same answer
-    # without parsing them again. The parser is left between requests, as parsing would leave it.
+    # -- answering a repeated read again (server/replay.py) -------------------------------------
 
-    def _repeated_fixed(self, data: bytes) -> bool:
-        url = self.worker.fixed_reads.get(data)
-        if url is None or self._stopping or self._exchange is not None or self._pipeline or self.flow.paused:  # type: ignore[union-attr]
+    def _may_repeat(self, ex: Exchange) -> bool:
+        """Whether the one request of this read may be answered again from its answer: a GET
+        without a body on a connection kept alive, whose answer is all that was written for it
+        (no ``100 Continue``)."""
+        return (
+            self._completed == 1 and ex.keep_alive and ex.http11 and not ex.head and not ex.size
+            and "expect" not in ex.headers
+        )
+
+    def _replayed(self, data: bytes) -> bool:
+        """Answer ``data`` from the answer remembered for the same bytes, if it still holds.
+        The parser is left between requests, as parsing them would leave it."""
+        replay = self._replays.get(data)
+        if replay is None or self._stopping or self._exchange is not None or self._pipeline or self.flow.paused:  # type: ignore[union-attr]
             return False
-        fixed = self._fixed.get(url)
-        if fixed is None:  # no longer fixed (a reader attached, a route added)
+        # Observed: counted and recorded as the App would (a fixed answer is never remembered
+        # while anything observes: it has no record).
+        records = self._records if replay.record is not None and self._records.wanted else None
+        if records is not None:
+            started = perf_counter()
+            next(records.begun)
+        if not self.writer.send_again(replay):  # type: ignore[union-attr]
+            self._replays.forget(data)  # a file changed: answered anew, and remembered again
             return False
+        if records is not None:
+            ended = perf_counter()
+            records.add_record(retimed(replay.record, ended - started, ended))  # type: ignore[arg-type]
         self.deadline = self.worker.idle_deadline
-        self._transport.write(b"".join((fixed[0], self.worker.date_line, CRLF, fixed[1])))
         return True
 
-    def _remember_fixed(self, data: bytes) -> None:
-        reads = self.worker.fixed_reads
-        if len(data) <= FIXED_READ_MAX and data not in reads:
-            if len(reads) >= FIXED_READS:  # bounded, whatever clients send
-                reads.clear()
-            reads[data] = self._fixed_url
+    def _remember(self, data: bytes) -> None:
+        """After a read was answered: remember its answer if it held one request that may be
+        answered again, answered whole and at once, with the parser left between requests."""
+        replay, self._replay = self._replay, None
+        if replay is None:
+            return
+        if (
+            self._clean and self._completed == 1 and self.state is IDLE and self._task is None
+            and not self._pipeline and not self._closing
+        ):
+            self._replays.remember(data, replay)
+        else:
+            replay.release()
 
     # -- answering, in order --------------------------------------------------------------------
 
@@ -490,6 +515,9 @@ class HTTPProtocol(asyncio.Protocol):
     def _answer(self, ex: Exchange, response: Response) -> None:
         if self._stopping:
             ex.keep_alive = False
+        if response.repeatable and self._read is not None and self._may_repeat(ex) and self._replays.seen_before(self._read):
+            # Seen twice: remembered (see _remember) if it is now written whole, at once.
+            self._replay = Replay.of(response, record_of(ex.request, response, 0.0, 0.0))  # type: ignore[arg-type]
         if self._respond_now(response, ex):
             self._finished(ex.keep_alive)
             return

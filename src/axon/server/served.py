@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ..app import Request
+    from ..records import Records
     from ..storage.local import FileStore
     from ..limits import Limits
     from ..response import Response
@@ -33,6 +34,11 @@ class ServedApp(Protocol):
     #: Where files come from. The server reads files only by offset, so it lets requests share
     #: open files (its open-file cache), which it switches on, prunes, and closes at the end.
     store: FileStore
+    #: What the App's responses leave for observers: an answer the server sends again without
+    #: the App (a ``repeatable`` response, server/replay.py) is recorded here as the App would.
+    records: Records
+    #: Changes whenever a route is added: the server forgets the answers it remembered.
+    routes_version: int
 
     @property
     def executor(self) -> Executor:

@@ -25,6 +25,7 @@ from ..response import Response, error_response
 from .config import ServerConfig
 from .loops import new_event_loop
 from .protocol import HTTPProtocol
+from .replay import Replay, Replays
 from .served import ServedApp
 from .wire import CLOSE, date_line, encode_head
 
@@ -56,15 +57,15 @@ class Worker:
         # instead of reading the clock on every request. They err late, never early: a timeout
         # fires between ``timeout`` and ``timeout`` + two ticks after its phase began.
         self.head_deadline = self.idle_deadline = self.write_deadline = float("inf")
-        #: Raw request target -> (status line and headers encoded, body): the App's fixed answers
-        #: as bytes, which connections send without calling the App (HTTPProtocol.
-        #: on_message_complete). Changed in place by each sweep: every connection holds it.
-        self.fixed: dict[bytes, tuple[bytes, bytes]] = {}
-        #: Bytes of a read that held one GET answered from ``fixed`` -> its target: the same
-        #: bytes again are answered without parsing (HTTPProtocol._repeated_fixed). Emptied
-        #: whenever ``fixed`` changes.
-        self.fixed_reads: dict[bytes, bytes] = {}
-        self._encoded: dict[str, tuple[Response, bytes, bytes]] = {}
+        #: Raw request target -> the App's fixed answer encoded, which connections send without
+        #: calling the App (HTTPProtocol.on_message_complete). Changed in place by each sweep:
+        #: every connection holds it.
+        self.fixed: dict[bytes, Replay] = {}
+        #: Answers sent again for the same bytes read (server/replay.py). Emptied whenever
+        #: ``fixed`` or the App's routes change.
+        self.replays = Replays()
+        self._encoded: dict[str, tuple[Response, Replay]] = {}
+        self._routes_version = app.routes_version
         self._refresh_fixed()
         full = error_response(ServiceUnavailable("the server is at its connection limit; retry later"))
         self.full_response = encode_head(full.status, full.reason, full.headers, CLOSE) + b"".join(full.body)  # type: ignore[arg-type]
@@ -72,20 +73,23 @@ class Worker:
     def _refresh_fixed(self) -> None:
         """Ask the App which fixed answers it allows now; encode each once. At start and by
         each sweep, so that a logger switched on or a route added while serving counts within
-        a tick."""
-        table: dict[bytes, tuple[bytes, bytes]] = {}
+        a tick: the answers remembered for reads are forgotten then too."""
+        table: dict[bytes, Replay] = {}
         for path, response in self.app.fixed_answers().items():
             encoded = self._encoded.get(path)
             if encoded is None or encoded[0] is not response:
                 if response.stream is not None or not all(type(seg) is bytes for seg in response.body):
                     continue
                 head = encode_head(response.status, response.reason, response.headers, b"")[:-2]  # without the blank line
-                encoded = self._encoded[path] = (response, head, b"".join(response.body))  # type: ignore[arg-type]
-            table[path.encode("utf-8")] = encoded[1:]  # type: ignore[assignment]
-        if table != self.fixed:
+                body = b"".join(response.body)  # type: ignore[arg-type]
+                encoded = self._encoded[path] = (response, Replay(head, body, len(body)))
+            table[path.encode("utf-8")] = encoded[1]
+        routes_version = self.app.routes_version
+        if table != self.fixed or routes_version != self._routes_version:
             self.fixed.clear()
             self.fixed.update(table)
-            self.fixed_reads.clear()
+            self._routes_version = routes_version
+            self.replays.clear()
 
     def runs_inline(self, request: Request) -> bool:
         """Whether ``app.handle`` may answer ``request`` right here, synchronously: its handler
@@ -147,6 +151,7 @@ class Worker:
         if self._date_handle is not None:
             self._date_handle.cancel()
         self.app.close()
+        self.replays.clear()
         if self._cached_store is not None:
             self._cached_store.enable_cache(0)  # close what no response holds any more
 
@@ -175,6 +180,7 @@ class Worker:
                     conn.abort()
         if self._cached_store is not None:
             self._cached_store.prune_cache()
+        self.replays.prune()
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
             log.warning("the supervisor is gone; stopping")
             self.stop()

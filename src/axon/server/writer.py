@@ -4,9 +4,10 @@ few system calls as we can.
 The head, the part headers and small file slices are gathered into one buffer list and leave in
 one ``writev`` (uvloop's ``writelines``) per ``write_chunk``: a batch of small files is one
 ``pread`` each and a few writes, not three system calls a file. A response whose files hold
-at most one chunk is read and written whole, synchronously: a 64 KB file is one ``pread`` and
-one ``writev``, head included. In a larger response, a slice of at least ``sendfile_min``
-leaves through ``os.sendfile`` on the socket itself, zero-copy, once the
+at most one chunk is written whole, synchronously: small slices read into one ``writev``, head
+included, and a slice of ``sendfile_min`` (a 64 KB file) by ``sendfile`` right after the head,
+so that it is not copied twice. In a larger response, a slice of at least ``sendfile_min``
+leaves through ``os.sendfile`` on the socket itself too, zero-copy, once the
 transport's own buffer is empty so that bytes stay in order. What precedes it (the head, part
 headers) is sent with ``MSG_MORE``, so that it rides in a full segment with the file's data
 instead of going out as a small packet that wakes the client for a few hundred bytes. The
@@ -43,6 +44,7 @@ from .wire import CHUNKED, CLOSE, CRLF, KEEP_ALIVE, LAST_CHUNK, UnsafeHeader, ch
 if TYPE_CHECKING:
     from .exchange import Exchange
     from .flow import FlowControl
+    from .replay import Replay
     from .worker import Worker
 
 #: Bytes read from the file and handed to the transport when ``sendfile`` finds the socket full
@@ -95,10 +97,10 @@ class ResponseWriter:
     def respond_now(self, response: Response, exchange: Exchange) -> bool:
         """Write a response that fits one write, and close it: health, errors, JSON, a body
         already in memory (small files the open-file cache holds; up to ``MEMORY_BODY_MAX``), or
-        up to one chunk with small file slices read here. True once done with it: written, or
-        the connection cut because a file could not be read as planned (``exchange.keep_alive``
-        is then False; nothing was written). False, with nothing written, for anything else (a
-        slice for ``sendfile``, more to read than one chunk) or when the socket is not free:
+        up to one chunk to read from files (:meth:`_write_now`). True once done with it:
+        written, or the connection cut because a file could not be read as planned or the client
+        went away (``exchange.keep_alive`` is then False). False, with nothing written, for
+        anything else (more to read than one chunk) or when the socket is not free:
         :meth:`respond` then writes it."""
         try:
             if response.stream is not None or self._flow.paused:
@@ -106,8 +108,8 @@ class ResponseWriter:
             body = response.body
             if body and response.length > self._chunk:  # type: ignore[operator]
                 # Written now if what must be read from files fits one chunk and the rest is
-                # in memory already: one pread a slice and one writev cost fewer system calls
-                # than the async path to sendfile, and copying one chunk costs little.
+                # in memory already: fewer system calls than the async path, and nothing to wait
+                # for while the socket takes one chunk.
                 read = 0
                 for seg in body:
                     if type(seg) is not bytes:
@@ -128,11 +130,11 @@ class ResponseWriter:
             elif len(body) == 1 and type(body[0]) is bytes:
                 self.transport.write(head + body[0])  # type: ignore[operator]
             else:
-                out = [head]
-                for seg in body:
-                    out.append(seg if type(seg) is bytes else read_slice(*seg))
-                _write(self.transport, out, response.length)  # type: ignore[arg-type]
-        except OSError as exc:  # FileChanged, or reading a file failed (EIO): nothing was sent
+                self._write_now([head], body)
+        except (BrokenPipeError, ConnectionError):  # sendfile found the client gone
+            self._cut(response, exchange)
+            return True
+        except OSError as exc:  # FileChanged, or reading a file failed (EIO)
             log.warning("aborting a response: %s", exc)
             self._cut(response, exchange)
             return True
@@ -143,6 +145,61 @@ class ResponseWriter:
         if response.files:
             _close_quietly(response)
         return True
+
+    def send_again(self, replay: Replay, head_only: bool = False) -> bool:
+        """Write a remembered answer (:mod:`.replay`) with this second's ``Date``; its head alone
+        with ``head_only`` (a HEAD of a fixed answer). True once done with it: written, or the
+        connection cut because a file could not be read. False, with nothing written, when a
+        file it holds is no longer the version it was made from: the request is answered anew."""
+        if replay.pins and not replay.current():
+            return False
+        head = replay.head
+        body = replay.body
+        if head_only:
+            self.transport.write(head + self._worker.date_line + CRLF)
+        elif type(body) is bytes:
+            self.transport.write(b"".join((head, self._worker.date_line, CRLF, body)))
+        else:
+            try:
+                self._write_now([head, self._worker.date_line, CRLF], body)  # type: ignore[arg-type]
+            except (BrokenPipeError, ConnectionError):
+                self.transport.abort()
+            except OSError as exc:  # FileChanged, or EIO: the answer cannot be what it claims
+                log.warning("aborting a response: %s", exc)
+                self.transport.abort()
+        return True
+
+    def _write_now(self, out: list[bytes], body: list) -> None:
+        """Write ``out`` and then ``body`` (at most one chunk to read, see :meth:`respond_now`)
+        now, without waiting: a slice by one ``pread`` into one ``writev`` with the rest, or,
+        if it is at least ``sendfile_min``, by ``sendfile``, what precedes it with ``MSG_MORE``
+        (as :meth:`write` does, but synchronously: a 64 KB file is not copied twice). What the
+        socket does not take of such a slice is read and handed to the transport, which sends
+        it, and all that follows, in order; FileChanged if the file is shorter than planned."""
+        flow = self._flow
+        transport = self.transport
+        big = self._sendfile_min if self._sock_fd >= 0 else -1
+        for seg in body:
+            if type(seg) is bytes:
+                out.append(seg)
+                continue
+            fd, offset, count = seg
+            if not 0 <= big <= count:
+                out.append(read_slice(fd, offset, count))
+                continue
+            if out:
+                flow.send_more(out)
+                out = []
+            sent = 0
+            if not flow.paused:  # else the transport holds bytes, which go first
+                try:
+                    sent = os.sendfile(self._sock_fd, fd, offset, count)
+                except BlockingIOError:
+                    pass
+            if sent < count:  # a full socket, or the file shrank (read_slice raises FileChanged)
+                transport.write(read_slice(fd, offset + sent, count - sent))
+        if out:
+            _write(transport, out, sum(map(len, out)))
 
     async def respond(self, response: Response, exchange: Exchange, tried: bool = False) -> bool:
         """Write ``response``, waiting for the client as needed, and close it; return whether the

@@ -16,7 +16,7 @@ costs what a call on the concrete class costs.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..http.segments import Segment
 
@@ -38,6 +38,12 @@ class File(Protocol):
 
     def segment(self, start: int, stop: int) -> Segment:
         """Bytes ``[start, stop)`` as a body segment the runtimes can send."""
+        ...
+
+    def pin(self) -> tuple[Any, tuple[int, int, int, int, int]] | None:
+        """What lets a server send an answer made of this file again without opening it: a
+        descriptor shared through an open-file cache, with one more reference, and the version
+        opened (``CachedDescriptor.holds`` checks it); None where there is no such thing."""
         ...
 
     def close(self) -> None:

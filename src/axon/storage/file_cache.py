@@ -92,6 +92,29 @@ class CachedDescriptor:
         self.small = (key, data)  # one assignment: a reader sees the old pair or the new one
         return data
 
+    def retain(self) -> None:
+        """One more user: the descriptor stays open until it calls :meth:`release`, even once
+        the entry leaves the cache (the server's remembered answers hold their files so)."""
+        with self._cache._lock:
+            self.refs += 1
+
+    def valid(self) -> bool:
+        """Whether the cache still trusts its path for this descriptor (in it, within validity)."""
+        return not self.dropped and self._cache._clock() < self.expires
+
+    def holds(self, version: tuple[int, int, int, int, int]) -> bool:
+        """Whether the path still names this descriptor (the entry is in the cache and within its
+        validity) and the file is still ``version``, ``(inode, device, size, mtime_ns,
+        ctime_ns)`` by an ``fstat`` now, and linked: what :meth:`FileCache.acquire` would find,
+        without taking a new reference (the caller holds one)."""
+        if not self.valid():
+            return False
+        try:
+            st = os.fstat(self.fd)
+        except OSError:
+            return False
+        return st.st_nlink > 0 and (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == version
+
     def release(self) -> None:
         """One user is done; the last one closes a descriptor that left the cache."""
         with self._cache._lock:

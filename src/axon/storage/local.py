@@ -95,7 +95,7 @@ class OpenFile:
     """
 
     __slots__ = ("fd", "path", "name", "size", "mtime_ns", "inode", "device", "content_type", "ctime_ns", "data",
-                 "_shared")
+                 "_shared", "_version")
 
     def __init__(
         self,
@@ -122,6 +122,7 @@ class OpenFile:
         self.ctime_ns = ctime_ns
         self.data = data
         self._shared = shared
+        self._version: tuple[int, int, int, int, int] | None = None  # the host's, where the facts above are not
 
     def __repr__(self) -> str:
         return f"OpenFile(fd={self.fd}, path={self.path!r}, size={self.size})"
@@ -137,6 +138,17 @@ class OpenFile:
         if self.data is not None:
             return self.data if start == 0 and stop == self.size else self.data[start:stop]
         return FileSlice(self.fd, start, stop - start)
+
+    def pin(self) -> tuple[CachedDescriptor, tuple[int, int, int, int, int]] | None:
+        """The open-file cache's descriptor, with one more reference (released with
+        :meth:`CachedDescriptor.release`), and the version opened, ``(inode, device, size,
+        mtime_ns, ctime_ns)`` on this host: what :meth:`CachedDescriptor.holds` checks. None for
+        a descriptor of its own (the cache is off, or the path is too long for it)."""
+        shared = self._shared
+        if shared is None:
+            return None
+        shared.retain()
+        return shared, self._version or (self.inode, self.device, self.size, self.mtime_ns, self.ctime_ns)
 
     def close(self) -> None:
         """Give the descriptor back; only the first call does anything."""
@@ -276,6 +288,7 @@ class FileStore:
                 f = self._open(requested)
                 f._shared = cache.add(requested, f.fd, (f.device, f.inode), f.name, f.content_type)
         if self.portable_identity:  # what names the file to the client: the facts every copy shares
+            f._version = (f.inode, f.device, f.size, f.mtime_ns, f.ctime_ns)
             f.inode = f.device = 0
             f.ctime_ns = f.mtime_ns
         return f

@@ -94,6 +94,10 @@ class ObjectFile:
             return self.data if start == 0 and stop == self.size else self.data[start:stop]
         return ObjectSlice(self, start, stop - start)
 
+    def pin(self) -> None:
+        """None: an object may change in the store unseen; no answer of it is sent again."""
+        return None
+
     def close(self) -> None:
         pass
 
