@@ -45,6 +45,8 @@ class Environment:
     loop: str = "auto"
     #: Send file slices with ``sendfile`` where possible (``AXON_NO_SENDFILE=1`` turns it off).
     sendfile: bool = True
+    #: Answer a repeated request again from its answer (``AXON_NO_REPLAY=1`` turns it off).
+    replay: bool = True
     #: List directories under ``/browse/`` (``AXON_BROWSE=1``; ``axon serve --browse``).
     browse: bool = False
     #: Seconds an object store may take to answer one request (``AXON_STORE_TIMEOUT``).
@@ -68,6 +70,7 @@ def environment(environ: Mapping[str, str] | None = None) -> Environment:
         metrics_dir=variable("AXON_METRICS_DIR", None, env),
         loop=(variable("AXON_LOOP", "auto", env) or "auto").lower(),
         sendfile=not flag("AXON_NO_SENDFILE", env),
+        replay=not flag("AXON_NO_REPLAY", env),
         browse=flag("AXON_BROWSE", env),
         store_timeout=float(variable("AXON_STORE_TIMEOUT", "30", env) or 30),
         identity_secret=variable("AXON_IDENTITY_SECRET", None, env),

@@ -22,7 +22,7 @@ from axon.server.cli import load_app
 ENV = ["AXON_HOST", "AXON_PORT", "AXON_WORKERS", "AXON_ROOT", "AXON_APP", "AXON_ACCESS_LOG", "AXON_LOG_LEVEL",
        "AXON_GRACEFUL_TIMEOUT", "AXON_CERTFILE", "AXON_KEYFILE", "AXON_MAX_CONNECTIONS", "AXON_JSON_LOGS",
        "AXON_METRICS", "AXON_FILE_CACHE", "AXON_CACHE_CONTROL", "AXON_BROWSE",
-       "AXON_PORTABLE_IDENTITY", "AXON_REUSE_PORT"]
+       "AXON_PORTABLE_IDENTITY", "AXON_REUSE_PORT", "AXON_NO_REPLAY"]
 
 
 @pytest.fixture
@@ -38,6 +38,7 @@ def test_defaults(clean_env) -> None:
     assert (args.root, args.app, args.access_log, args.log_level) == (None, None, False, "info")
     assert (args.graceful_timeout, args.certfile, args.keyfile) == (30.0, None, None)
     assert args.file_cache == 1024 and args.cache_control is None and args.browse is False
+    assert args.replay is True
 
 
 def test_every_flag_has_an_environment_variable(clean_env) -> None:
@@ -47,7 +48,7 @@ def test_every_flag_has_an_environment_variable(clean_env) -> None:
         "AXON_GRACEFUL_TIMEOUT": "2.5", "AXON_CERTFILE": "c.pem", "AXON_KEYFILE": "k.pem",
         "AXON_MAX_CONNECTIONS": "77", "AXON_JSON_LOGS": "1", "AXON_METRICS": "yes", "AXON_FILE_CACHE": "0",
         "AXON_CACHE_CONTROL": "max-age=60", "AXON_BROWSE": "1", "AXON_PORTABLE_IDENTITY": "1",
-        "AXON_REUSE_PORT": "1",
+        "AXON_REUSE_PORT": "1", "AXON_NO_REPLAY": "1",
     }
     for name, value in values.items():
         clean_env.setenv(name, value)
@@ -57,6 +58,7 @@ def test_every_flag_has_an_environment_variable(clean_env) -> None:
     assert (args.certfile, args.keyfile, args.max_connections, args.json_logs) == ("c.pem", "k.pem", 77, True)
     assert args.metrics is True and args.file_cache == 0 and args.cache_control == "max-age=60"
     assert args.browse is True and args.portable_identity is True and args.reuse_port is True
+    assert args.replay is False
 
 
 def test_cache_control_reaches_the_built_in_app(clean_env, tmp_path) -> None:

@@ -191,6 +191,10 @@ def test_replayed_requests_are_recorded_as_the_app_records_them(harness, tree) -
     assert (method, path, status, nfiles, client) == ("GET", "/api/stream-files", 200, 2, "10.1.2.3")
     assert nbytes == len(h.responses()[-1].body) and seen[-1][0] > seen[0][0]
     assert app.records.begun_count() == 4
+    (tree / "a.txt").write_bytes(b"changed")  # the replay is stale: the App answers, once counted
+    h.feed(data)
+    app.records.drain()
+    assert len(called) == 3 and len(seen) == 5 and app.records.begun_count() == 5
 
 
 def pinned(store, path: str) -> Replay:
@@ -286,3 +290,14 @@ def test_a_file_replaced_while_a_client_repeats_never_mixes_versions(serve, tmp_
         stop.set()
         thread.join()
     assert len(etags) > 2  # the server saw the changes
+
+
+def test_switched_off_nothing_is_remembered(serve, tree, monkeypatch) -> None:
+    monkeypatch.setenv("AXON_NO_REPLAY", "1")  # as `axon serve --no-replay` sets ServerConfig.replay
+    app = App(tree)
+    called = counted(app)
+    server = serve(app)
+    with Client(server.port) as c:
+        answers = [c.get("/files/a.txt") for _ in range(3)] + [c.get("/api/health") for _ in range(3)]
+    assert [r.status for r in answers] == [200] * 6 and answers[0].body == FILES["a.txt"]
+    assert called == ["/files/a.txt"] * 3 and len(server.worker.replays) == 0

@@ -84,6 +84,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="open files each worker keeps for reuse; edits, deletions and renames over a file are "
                         "seen at once, other changes to what a path names within 1 s (AXON_FILE_CACHE; "
                         "default 1024; 0: open every file for every request)")
+    p.add_argument("--replay", action=argparse.BooleanOptionalAction, default=not _env_bool("AXON_NO_REPLAY"),
+                   help="answer a request that repeats the bytes of one answered before from that answer, without "
+                        "parsing or planning it again, while every file it holds is unchanged (one fstat each); "
+                        "default on (--no-replay or AXON_NO_REPLAY=1: plan every request)")
     p.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=_env_bool("AXON_METRICS"),
                    help="Prometheus metrics at GET /metrics, summed over the workers (AXON_METRICS; the workers "
                         "keep their counts in AXON_METRICS_DIR, default a fresh temporary directory)")
@@ -165,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
             graceful_timeout=args.graceful_timeout,
             max_connections=args.max_connections,
             file_cache=args.file_cache,
+            replay=args.replay,
             certfile=args.certfile,
             keyfile=args.keyfile,
         )

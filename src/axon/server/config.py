@@ -48,6 +48,10 @@ class ServerConfig:
     #: within ``file_cache_valid`` seconds). 0 opens every file for every request.
     file_cache: int = 1024
     file_cache_valid: float = 1.0
+    #: Answer a read that repeats one answered before from that answer, while its files are the
+    #: versions it was made from (server/replay.py); ``AXON_NO_REPLAY=1`` turns it off. Needs
+    #: the open-file cache for files (the App's fixed answers, the health probe, need nothing).
+    replay: bool = field(default_factory=lambda: environment().replay)
 
     def __post_init__(self) -> None:
         if self.workers < 0:

@@ -425,18 +425,21 @@ class HTTPProtocol(asyncio.Protocol):
         replay = self._replays.get(data)
         if replay is None or self._stopping or self._exchange is not None or self._pipeline or self.flow.paused:  # type: ignore[union-attr]
             return False
-        # Observed: counted and recorded as the App would (a fixed answer is never remembered
-        # while anything observes: it has no record).
-        records = self._records if replay.record is not None and self._records.wanted else None
-        if records is not None:
+        # Counted, and recorded while observed, as the App does (a fixed answer has no record:
+        # it is never remembered while anything observes, and the App never counts it).
+        record = replay.record
+        records = self._records
+        observed = record is not None and records.wanted
+        if observed:
             started = perf_counter()
-            next(records.begun)
         if not self.writer.send_again(replay):  # type: ignore[union-attr]
-            self._replays.forget(data)  # a file changed: answered anew, and remembered again
+            self._replays.forget(data)  # a file changed: answered anew (and counted) by the App
             return False
-        if records is not None:
-            ended = perf_counter()
-            records.add_record(retimed(replay.record, ended - started, ended))  # type: ignore[arg-type]
+        if record is not None:
+            next(records.begun)
+            if observed:
+                ended = perf_counter()
+                records.add_record(retimed(record, ended - started, ended))
         self.deadline = self.worker.idle_deadline
         return True
 

@@ -112,7 +112,8 @@ class Replay:
 
 
 class Replays:
-    """A worker's remembered answers by the bytes of the read that asked; at most ``size``."""
+    """A worker's remembered answers by the bytes of the read that asked; at most ``size``
+    (0: none, nothing is remembered)."""
 
     def __init__(self, size: int = REPLAYS) -> None:
         self.size = size
@@ -126,6 +127,8 @@ class Replays:
 
     def seen_before(self, read: bytes) -> bool:
         """Whether ``read`` was seen before (and now it has been)."""
+        if not self.size:
+            return False
         seen = self._seen
         if read in seen:
             del seen[read]
@@ -136,6 +139,9 @@ class Replays:
         return False
 
     def remember(self, read: bytes, replay: Replay) -> None:
+        if not self.size:
+            replay.release()
+            return
         answers = self.answers
         old = answers.pop(read, None)
         if old is not None:

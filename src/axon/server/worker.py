@@ -25,7 +25,7 @@ from ..response import Response, error_response
 from .config import ServerConfig
 from .loops import new_event_loop
 from .protocol import HTTPProtocol
-from .replay import Replay, Replays
+from .replay import REPLAYS, Replay, Replays
 from .served import ServedApp
 from .wire import CLOSE, date_line, encode_head
 
@@ -63,7 +63,7 @@ class Worker:
         self.fixed: dict[bytes, Replay] = {}
         #: Answers sent again for the same bytes read (server/replay.py). Emptied whenever
         #: ``fixed`` or the App's routes change.
-        self.replays = Replays()
+        self.replays = Replays(REPLAYS if config.replay else 0)
         self._encoded: dict[str, tuple[Response, Replay]] = {}
         self._routes_version = app.routes_version
         self._refresh_fixed()
