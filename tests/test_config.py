@@ -16,10 +16,10 @@ def test_every_variable():
     env = environment({
         "AXON_ROOT": "/srv", "AXON_SECRET": "s", "AXON_CACHE_CONTROL": "", "AXON_NO_OPENAT2": "1",
         "AXON_METRICS_DIR": "/run/m", "AXON_LOOP": "AsyncIO", "AXON_NO_SENDFILE": "yes", "AXON_BROWSE": "on",
-        "AXON_IDENTITY_SECRET": "i", "AXON_PORTABLE_IDENTITY": "1",
+        "AXON_IDENTITY_SECRET": "i", "AXON_PORTABLE_IDENTITY": "1", "AXON_NO_REPLAY": "1",
     })
     assert env == Environment("/srv", "s", "", False, "/run/m", "asyncio", False, True,
-                              identity_secret="i", portable_identity=True)
+                              identity_secret="i", portable_identity=True, replay=False)
 
 
 def test_empty_is_unset_and_flags_take_true_words():

@@ -45,8 +45,6 @@ class Environment:
     loop: str = "auto"
     #: Send file slices with ``sendfile`` where possible (``AXON_NO_SENDFILE=1`` turns it off).
     sendfile: bool = True
-    #: Answer a repeated request again from its answer (``AXON_NO_REPLAY=1`` turns it off).
-    replay: bool = True
     #: List directories under ``/browse/`` (``AXON_BROWSE=1``; ``axon serve --browse``).
     browse: bool = False
     #: Seconds an object store may take to answer one request (``AXON_STORE_TIMEOUT``).
@@ -57,6 +55,8 @@ class Environment:
     #: Name files by what every host serving copies of them sees alike (path, size, mtime),
     #: not by inode, device and ctime (``AXON_PORTABLE_IDENTITY=1``; ``--portable-identity``).
     portable_identity: bool = False
+    #: Answer a repeated request again from its answer (``AXON_NO_REPLAY=1`` turns it off).
+    replay: bool = True
 
 
 def environment(environ: Mapping[str, str] | None = None) -> Environment:
