@@ -28,7 +28,8 @@ def make_root(tmp_path: Path, files: dict[str, bytes]) -> Path:
     return tmp_path
 
 
-FILES = {"a.txt": b"alpha\n", "k64.bin": os.urandom(64 * 1024), "k20.bin": os.urandom(20 * 1024)}
+FILES = {"a.txt": b"alpha\n", "k64.bin": os.urandom(64 * 1024), "k20.bin": os.urandom(20 * 1024),
+         "k200.bin": os.urandom(200 * 1024)}
 
 
 @pytest.fixture
@@ -301,3 +302,13 @@ def test_switched_off_nothing_is_remembered(serve, tree, monkeypatch) -> None:
         answers = [c.get("/files/a.txt") for _ in range(3)] + [c.get("/api/health") for _ in range(3)]
     assert [r.status for r in answers] == [200] * 6 and answers[0].body == FILES["a.txt"]
     assert called == ["/files/a.txt"] * 3 and len(server.worker.replays) == 0
+
+
+def test_more_than_one_chunk_to_read_is_never_remembered(serve, tree) -> None:
+    # 200 KiB goes by the async sendfile path; on loopback it often finishes without waiting,
+    # yet sending it again through the one-write path could hold it all for a slow reader.
+    server = serve(App(tree))
+    with Client(server.port) as c:
+        answers = [c.get(t) for t in ["/files/k200.bin", batch_target(["k200.bin"])] for _ in range(3)]
+    assert all(r.status == 200 for r in answers) and answers[-4].body == FILES["k200.bin"]
+    assert len(server.worker.replays) == 0

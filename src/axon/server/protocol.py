@@ -16,7 +16,9 @@ the App's synchronous ``handle``, and a response that fits one write is written 
 ``data_received`` returns. Only what must wait becomes a task: an ``async`` handler (always, as
 asyncio code expects), a blocking one (in the App's thread pool), a plain one that found its
 work would block after all (a zip whose CRC-32s must be read: finished in the pool), a response
-that needs several writes, a full socket or ``sendfile``, a stream.
+that needs several writes, a full socket or ``sendfile``, a stream. Shorter still: a read that
+repeats, byte for byte, a request answered before is answered again from that answer while the
+files it holds are unchanged, without parsing it (:mod:`.replay`; ``_replayed``, ``_remember``).
 
 Protection: URL, header bytes and header count are bounded while parsing (414, 431), a body by
 ``max_body_bytes`` (413, before ``100 Continue`` is sent), and malformed framing is a 400 from
@@ -36,13 +38,12 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable
+from time import perf_counter
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser, parse_url
-
-from time import perf_counter
 
 from ..app import Request
 from ..errors import BadRequest, HeadersTooLarge, HTTPError, URITooLong
@@ -194,8 +195,8 @@ class HTTPProtocol(asyncio.Protocol):
             self._feed(data)
             if self._pipeline:
                 self._advance()
-            if self._read is not None:
-                self._read = None
+            self._read = None
+            if self._replay is not None:
                 self._remember(data)
             return
         self._feed(data)
@@ -425,21 +426,22 @@ class HTTPProtocol(asyncio.Protocol):
         replay = self._replays.get(data)
         if replay is None or self._stopping or self._exchange is not None or self._pipeline or self.flow.paused:  # type: ignore[union-attr]
             return False
-        # Counted, and recorded while observed, as the App does (a fixed answer has no record:
-        # it is never remembered while anything observes, and the App never counts it).
-        record = replay.record
+        if not replay.pins:  # a fixed answer (the health probe): nothing to check, count or record
+            self._transport.write(b"".join((replay.head, self.worker.date_line, CRLF, replay.body)))  # type: ignore[arg-type]
+            self.deadline = self.worker.idle_deadline
+            return True
+        # Counted, and recorded while observed, as the App does.
         records = self._records
-        observed = record is not None and records.wanted
+        observed = records.wanted
         if observed:
             started = perf_counter()
         if not self.writer.send_again(replay):  # type: ignore[union-attr]
             self._replays.forget(data)  # a file changed: answered anew (and counted) by the App
             return False
-        if record is not None:
-            next(records.begun)
-            if observed:
-                ended = perf_counter()
-                records.add_record(retimed(record, ended - started, ended))
+        next(records.begun)
+        if observed:
+            ended = perf_counter()
+            records.add_record(retimed(replay.record, ended - started, ended))  # type: ignore[arg-type]
         self.deadline = self.worker.idle_deadline
         return True
 
@@ -447,8 +449,6 @@ class HTTPProtocol(asyncio.Protocol):
         """After a read was answered: remember its answer if it held one request that may be
         answered again, answered whole and at once, with the parser left between requests."""
         replay, self._replay = self._replay, None
-        if replay is None:
-            return
         if (
             self._clean and self._completed == 1 and self.state is IDLE and self._task is None
             and not self._pipeline and not self._closing
@@ -519,11 +519,15 @@ class HTTPProtocol(asyncio.Protocol):
         if self._stopping:
             ex.keep_alive = False
         if response.repeatable and self._read is not None and self._may_repeat(ex) and self._replays.seen_before(self._read):
-            # Seen twice: remembered (see _remember) if it is now written whole, at once.
+            # Seen twice: remembered (see _remember) if respond_now writes it whole, now: at most
+            # one chunk to read, which is all that sending it again may hold in memory.
             self._replay = Replay.of(response, record_of(ex.request, response, 0.0, 0.0))  # type: ignore[arg-type]
         if self._respond_now(response, ex):
             self._finished(ex.keep_alive)
             return
+        replay, self._replay = self._replay, None
+        if replay is not None:
+            replay.release()
         coro = self._respond(response, ex, tried=True)
         try:
             awaited = coro.send(None)
