@@ -518,15 +518,18 @@ class HTTPProtocol(asyncio.Protocol):
     def _answer(self, ex: Exchange, response: Response) -> None:
         if self._stopping:
             ex.keep_alive = False
-        if response.repeatable and self._read is not None and self._may_repeat(ex) and self._replays.seen_before(self._read):
-            # Seen twice: remembered (see _remember) if respond_now writes it whole, now: at most
-            # one chunk to read, which is all that sending it again may hold in memory.
+        if (
+            response.repeatable and self._read is not None and self._may_repeat(ex)
+            and self.writer.fits_now(response) and self._replays.seen_before(self._read)  # type: ignore[union-attr]
+        ):
+            # Seen twice, and written whole now (at most one chunk to read: all that sending it
+            # again may hold in memory): remembered once written (see _remember).
             self._replay = Replay.of(response, record_of(ex.request, response, 0.0, 0.0))  # type: ignore[arg-type]
         if self._respond_now(response, ex):
             self._finished(ex.keep_alive)
             return
         replay, self._replay = self._replay, None
-        if replay is not None:
+        if replay is not None:  # not written now after all (a head that cannot be encoded)
             replay.release()
         coro = self._respond(response, ex, tried=True)
         try:

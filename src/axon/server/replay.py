@@ -27,6 +27,7 @@ descriptor it may read stays open until it is forgotten.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -117,10 +118,10 @@ class Replays:
 
     def __init__(self, size: int = REPLAYS) -> None:
         self.size = size
-        #: Read -> its answer (``get`` is the hot path's lookup).
-        self.answers: dict[bytes, Replay] = {}
+        #: Read -> its answer, oldest first (``get`` is the hot path's lookup).
+        self.answers: OrderedDict[bytes, Replay] = OrderedDict()
         self.get = self.answers.get
-        self._seen: dict[bytes, None] = {}  # reads of a repeatable response, seen once
+        self._seen: OrderedDict[bytes, None] = OrderedDict()  # reads of a repeatable response, seen once
 
     def __len__(self) -> int:
         return len(self.answers)
@@ -134,7 +135,7 @@ class Replays:
             del seen[read]
             return True
         if len(seen) >= self.size:
-            del seen[next(iter(seen))]
+            seen.popitem(last=False)
         seen[read] = None
         return False
 
@@ -147,8 +148,7 @@ class Replays:
         if old is not None:
             old.release()
         elif len(answers) >= self.size:  # bounded, whatever clients send: the oldest goes
-            oldest = next(iter(answers))
-            answers.pop(oldest).release()
+            answers.popitem(last=False)[1].release()
         answers[read] = replay
 
     def forget(self, read: bytes) -> None:

@@ -94,28 +94,34 @@ class ResponseWriter:
 
     # -- responses ------------------------------------------------------------------------------
 
+    def fits_now(self, response: Response) -> bool:
+        """Whether :meth:`respond_now` would write ``response`` now: no stream, the socket free,
+        and at most one chunk to read from files with the rest in memory already (at most
+        ``MEMORY_BODY_MAX``): fewer system calls than the async path, nothing to wait for while
+        the socket takes one chunk, and no more than that held for a slow reader."""
+        if response.stream is not None or self._flow.paused:
+            return False
+        body = response.body
+        if body and response.length > self._chunk:  # type: ignore[operator]
+            read = 0
+            for seg in body:
+                if type(seg) is not bytes:
+                    read += seg[2]  # type: ignore[index]
+            if read > self._chunk or response.length - read > MEMORY_BODY_MAX:  # type: ignore[operator]
+                return False
+        return True
+
     def respond_now(self, response: Response, exchange: Exchange) -> bool:
-        """Write a response that fits one write, and close it: health, errors, JSON, a body
-        already in memory (small files the open-file cache holds; up to ``MEMORY_BODY_MAX``), or
-        up to one chunk to read from files (:meth:`_write_now`). True once done with it:
-        written, or the connection cut because a file could not be read as planned or the client
-        went away (``exchange.keep_alive`` is then False). False, with nothing written, for
-        anything else (more to read than one chunk) or when the socket is not free:
-        :meth:`respond` then writes it."""
+        """Write a response that fits one write (:meth:`fits_now`), and close it: health, errors,
+        JSON, a body already in memory (small files the open-file cache holds), or up to one
+        chunk to read from files (:meth:`_write_now`). True once done with it: written, or the
+        connection cut because a file could not be read as planned or the client went away
+        (``exchange.keep_alive`` is then False). False, with nothing written, for anything
+        else: :meth:`respond` then writes it."""
         try:
-            if response.stream is not None or self._flow.paused:
+            if not self.fits_now(response):
                 return False
             body = response.body
-            if body and response.length > self._chunk:  # type: ignore[operator]
-                # Written now if what must be read from files fits one chunk and the rest is
-                # in memory already: fewer system calls than the async path, and nothing to wait
-                # for while the socket takes one chunk.
-                read = 0
-                for seg in body:
-                    if type(seg) is not bytes:
-                        read += seg[2]  # type: ignore[index]
-                if read > self._chunk or response.length - read > MEMORY_BODY_MAX:  # type: ignore[operator]
-                    return False  # more to read than one chunk (sendfile, by chunks), or much to hold
             tail = self._worker.date_line
             if not exchange.keep_alive:
                 tail += CLOSE
