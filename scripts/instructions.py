@@ -37,6 +37,10 @@ KINDS = {
 # The same batch as zip (CRCs known after the warm-up) and as tar, at their own URLs.
 KINDS["B32zip"] = KINDS["B32"].replace("stream-files?", "stream-files.zip?")
 KINDS["B32tar"] = KINDS["B32"].replace("stream-files?", "stream-files.tar?")
+# Requests that never repeat (a data loader's distinct batches): a header that changes with each
+# request makes every read new, so the server never answers one from a remembered answer.
+for _kind in ("file8k", "T1", "T3", "B32"):
+    KINDS[f"{_kind}_new"] = KINDS[_kind]
 
 
 def main() -> None:
@@ -74,14 +78,14 @@ def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] 
     try:
         sock = connect(port)
         buf = bytearray()
-        requests = {name: f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode() for name, target in kinds.items()}
-        for request in requests.values():  # warm: caches filled, code specialised
-            for _ in range(300):
-                exchange(sock, request, buf)
+        requests = {name: f"GET {target} HTTP/1.1\r\nHost: x\r\n".encode() for name, target in kinds.items()}
+        for name, request in requests.items():  # warm: caches filled, code specialised
+            for i in range(300):
+                exchange(sock, _read(name, request, i), buf)
         for name, request in requests.items():
             control(server.pid, "-z")
-            for _ in range(counts[name]):
-                exchange(sock, request, buf)
+            for i in range(counts[name]):
+                exchange(sock, _read(name, request, i), buf)
             control(server.pid, "-d", name)
         sock.close()
     finally:
@@ -95,6 +99,11 @@ def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] 
             name = re.search(r"^desc: Trigger: .*?(\w+)$", text, re.M).group(1)  # type: ignore[union-attr]
             totals[name] = int(re.search(r"^(?:summary|totals): (\d+)", text, re.M).group(1))  # type: ignore[union-attr]
     return {name: totals[name] / counts[name] for name in kinds if name in totals}
+
+
+def _read(name: str, request: bytes, i: int) -> bytes:
+    """The bytes of the ``i``-th request of a kind: the same each time, or new (``_new``)."""
+    return request + (b"X-Request: %d\r\n\r\n" % i if name.endswith("_new") else b"\r\n")
 
 
 def connect(port: int) -> socket.socket:

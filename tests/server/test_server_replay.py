@@ -238,8 +238,9 @@ def test_a_descriptor_the_cache_let_go_stays_open_while_a_replay_holds_it(tree) 
 
 def test_seen_once_is_bounded(tree) -> None:
     table = Replays(size=3)
-    assert [table.seen_before(b"%d" % i) for i in range(5)] == [False] * 5
-    assert table.seen_before(b"4") and not table.seen_before(b"0")  # the oldest were forgotten
+    assert [table.seen_before(b"%d" % i) for i in range(4)] == [False] * 4  # full at the 4th: emptied
+    assert table.seen_before(b"3") and not table.seen_before(b"0")  # the others were forgotten
+    assert not table.seen_before(b"3")  # seen twice: remembered by the caller, forgotten here
 
 
 # -- over real sockets, with sendfile ------------------------------------------------------------

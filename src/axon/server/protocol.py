@@ -190,7 +190,7 @@ class HTTPProtocol(asyncio.Protocol):
             self.state = HEAD
             self.deadline = self.worker.head_deadline
             self._completed = 0
-            if clean and len(data) <= READ_MAX:
+            if clean and len(data) <= READ_MAX and self._replays.size:
                 self._read = data
             self._feed(data)
             if self._pipeline:
@@ -519,8 +519,8 @@ class HTTPProtocol(asyncio.Protocol):
         if self._stopping:
             ex.keep_alive = False
         if (
-            response.repeatable and self._read is not None and self._may_repeat(ex)
-            and self.writer.fits_now(response) and self._replays.seen_before(self._read)  # type: ignore[union-attr]
+            response.repeatable and self._read is not None and self._replays.seen_before(self._read)
+            and self._may_repeat(ex) and self.writer.fits_now(response)  # type: ignore[union-attr]
         ):
             # Seen twice, and written whole now (at most one chunk to read: all that sending it
             # again may hold in memory): remembered once written (see _remember).

@@ -121,7 +121,9 @@ class Replays:
         #: Read -> its answer, oldest first (``get`` is the hot path's lookup).
         self.answers: OrderedDict[bytes, Replay] = OrderedDict()
         self.get = self.answers.get
-        self._seen: OrderedDict[bytes, None] = OrderedDict()  # reads of a repeatable response, seen once
+        # Reads of a repeatable response seen once; emptied when full (cheaper per read than a
+        # FIFO: a read seen once costs a set entry, and a hot one is soon seen twice again).
+        self._seen: set[bytes] = set()
 
     def __len__(self) -> int:
         return len(self.answers)
@@ -132,11 +134,11 @@ class Replays:
             return False
         seen = self._seen
         if read in seen:
-            del seen[read]
+            seen.discard(read)
             return True
         if len(seen) >= self.size:
-            seen.popitem(last=False)
-        seen[read] = None
+            seen.clear()
+        seen.add(read)
         return False
 
     def remember(self, read: bytes, replay: Replay) -> None:

@@ -101,15 +101,14 @@ class ResponseWriter:
         the socket takes one chunk, and no more than that held for a slow reader."""
         if response.stream is not None or self._flow.paused:
             return False
-        body = response.body
-        if body and response.length > self._chunk:  # type: ignore[operator]
-            read = 0
-            for seg in body:
-                if type(seg) is not bytes:
-                    read += seg[2]  # type: ignore[index]
-            if read > self._chunk or response.length - read > MEMORY_BODY_MAX:  # type: ignore[operator]
-                return False
-        return True
+        return response.length <= self._chunk or self._one_chunk_to_read(response)  # type: ignore[operator]
+
+    def _one_chunk_to_read(self, response: Response) -> bool:
+        read = 0
+        for seg in response.body:
+            if type(seg) is not bytes:
+                read += seg[2]  # type: ignore[index]
+        return read <= self._chunk and response.length - read <= MEMORY_BODY_MAX  # type: ignore[operator]
 
     def respond_now(self, response: Response, exchange: Exchange) -> bool:
         """Write a response that fits one write (:meth:`fits_now`), and close it: health, errors,
@@ -119,9 +118,11 @@ class ResponseWriter:
         (``exchange.keep_alive`` is then False). False, with nothing written, for anything
         else: :meth:`respond` then writes it."""
         try:
-            if not self.fits_now(response):
+            if response.stream is not None or self._flow.paused:
                 return False
             body = response.body
+            if response.length > self._chunk and not self._one_chunk_to_read(response):  # type: ignore[operator]
+                return False  # more to read than one chunk (sendfile, by chunks), or much to hold
             tail = self._worker.date_line
             if not exchange.keep_alive:
                 tail += CLOSE
@@ -185,17 +186,20 @@ class ResponseWriter:
         flow = self._flow
         transport = self.transport
         big = self._sendfile_min if self._sock_fd >= 0 else -1
+        size = 0
         for seg in body:
             if type(seg) is bytes:
                 out.append(seg)
+                size += len(seg)
                 continue
             fd, offset, count = seg
             if not 0 <= big <= count:
                 out.append(read_slice(fd, offset, count))
+                size += count
                 continue
             if out:
                 flow.send_more(out)
-                out = []
+                out, size = [], 0
             sent = 0
             if not flow.paused:  # else the transport holds bytes, which go first
                 try:
@@ -205,7 +209,7 @@ class ResponseWriter:
             if sent < count:  # a full socket, or the file shrank (read_slice raises FileChanged)
                 transport.write(read_slice(fd, offset + sent, count - sent))
         if out:
-            _write(transport, out, sum(map(len, out)))
+            _write(transport, out, size)  # the head not counted: the size only picks join or writev
 
     async def respond(self, response: Response, exchange: Exchange, tried: bool = False) -> bool:
         """Write ``response``, waiting for the client as needed, and close it; return whether the
