@@ -63,6 +63,19 @@ def big_content(root: Path) -> bytes:
     return (root / "big.bin").read_bytes()
 
 
+def counted(app: App) -> list[str]:
+    """Make ``app.handle`` record each path it answers (what a fixed answer or a replay skips)."""
+    called: list[str] = []
+    handle = app.handle
+
+    def counting(request):
+        called.append(request.path)
+        return handle(request)
+
+    app.handle = counting  # type: ignore[method-assign]
+    return called
+
+
 # --------------------------------------------------------------------------- raw HTTP client
 
 

@@ -11,7 +11,7 @@ import sys
 import threading
 
 import pytest
-from conftest import FILES
+from conftest import FILES, counted
 
 from axon.app import App, Request
 from axon.response import Response, stream_response
@@ -277,15 +277,7 @@ def test_a_small_response_longer_than_its_file_is_never_sent_short(harness, root
 def counting_app(root) -> tuple[App, list[str]]:
     """An App whose ``handle`` records each path it answers: what the fast path skips."""
     app = App(root)
-    called: list[str] = []
-    handle = app.handle
-
-    def counted(request: Request) -> Response:
-        called.append(request.path)
-        return handle(request)
-
-    app.handle = counted  # type: ignore[method-assign]
-    return app, called
+    return app, counted(app)
 
 
 def test_health_is_answered_from_bytes_exactly_as_the_app_would(harness, root) -> None:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Client, Resp, batch_target, parse_multipart
+from conftest import Client, Resp, batch_target, counted, parse_multipart
 
 from axon.app import App, Request
 from axon.response import Response
@@ -35,19 +35,6 @@ FILES = {"a.txt": b"alpha\n", "k64.bin": os.urandom(64 * 1024), "k20.bin": os.ur
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     return make_root(tmp_path, FILES)
-
-
-def counted(app: App) -> list[str]:
-    """Make ``app.handle`` record each path it answers: what a replay skips."""
-    called: list[str] = []
-    handle = app.handle
-
-    def counting(request: Request) -> Response:
-        called.append(request.path)
-        return handle(request)
-
-    app.handle = counting  # type: ignore[method-assign]
-    return called
 
 
 def read(target: str, extra: bytes = b"") -> bytes:
@@ -171,6 +158,7 @@ def test_replays_are_forgotten_when_a_route_is_added(harness, tree) -> None:
     h = harness(app)
     data = read("/files/a.txt")
     h.feed(data, data)
+    assert len(h.worker.replays) == 1 and called == ["/files/a.txt"] * 2
     app.add_route("/files/<path:path>", lambda request: "mine", blocking=False)
     h.worker._sweep()  # within a tick
     h.feed(data)
