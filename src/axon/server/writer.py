@@ -137,7 +137,7 @@ class ResponseWriter:
             elif len(body) == 1 and type(body[0]) is bytes:
                 self.transport.write(head + body[0])  # type: ignore[operator]
             else:
-                self._write_now([head], body)
+                self._write_now([head], body, response.length)  # type: ignore[arg-type]
         except (BrokenPipeError, ConnectionError):  # sendfile found the client gone
             self._cut(response, exchange)
             return True
@@ -168,7 +168,7 @@ class ResponseWriter:
             self.transport.write(b"".join((head, self._worker.date_line, CRLF, body)))
         else:
             try:
-                self._write_now([head, self._worker.date_line, CRLF], body)  # type: ignore[arg-type]
+                self._write_now([head, self._worker.date_line, CRLF], body, replay.length)  # type: ignore[arg-type]
             except (BrokenPipeError, ConnectionError):
                 self.transport.abort()
             except OSError as exc:  # FileChanged, or EIO: the answer cannot be what it claims
@@ -176,30 +176,28 @@ class ResponseWriter:
                 self.transport.abort()
         return True
 
-    def _write_now(self, out: list[bytes], body: list) -> None:
+    def _write_now(self, out: list[bytes], body: list, length: int) -> None:
         """Write ``out`` and then ``body`` (at most one chunk to read, see :meth:`respond_now`)
         now, without waiting: a slice by one ``pread`` into one ``writev`` with the rest, or,
         if it is at least ``sendfile_min``, by ``sendfile``, what precedes it with ``MSG_MORE``
         (as :meth:`write` does, but synchronously: a 64 KB file is not copied twice). What the
         socket does not take of such a slice is read and handed to the transport, which sends
-        it, and all that follows, in order; FileChanged if the file is shorter than planned."""
+        it, and all that follows, in order; FileChanged if the file is shorter than planned.
+        ``length``, the body's, only chooses between joining what is gathered and ``writev``."""
         flow = self._flow
         transport = self.transport
         big = self._sendfile_min if self._sock_fd >= 0 else -1
-        size = 0
         for seg in body:
             if type(seg) is bytes:
                 out.append(seg)
-                size += len(seg)
                 continue
             fd, offset, count = seg
             if not 0 <= big <= count:
                 out.append(read_slice(fd, offset, count))
-                size += count
                 continue
             if out:
                 flow.send_more(out)
-                out, size = [], 0
+                out = []
             sent = 0
             if not flow.paused:  # else the transport holds bytes, which go first
                 try:
@@ -209,7 +207,7 @@ class ResponseWriter:
             if sent < count:  # a full socket, or the file shrank (read_slice raises FileChanged)
                 transport.write(read_slice(fd, offset + sent, count - sent))
         if out:
-            _write(transport, out, size)  # the head not counted: the size only picks join or writev
+            _write(transport, out, length)
 
     async def respond(self, response: Response, exchange: Exchange, tried: bool = False) -> bool:
         """Write ``response``, waiting for the client as needed, and close it; return whether the
