@@ -138,7 +138,7 @@ class ResponseWriter:
                 self.transport.write(head + body[0])  # type: ignore[operator]
             else:
                 self._write_now([head], body, response.length)  # type: ignore[arg-type]
-        except (BrokenPipeError, ConnectionError):  # sendfile found the client gone
+        except (ClientGone, BrokenPipeError, ConnectionError):  # sending found the client gone
             self._cut(response, exchange)
             return True
         except OSError as exc:  # FileChanged, or reading a file failed (EIO)
@@ -169,7 +169,7 @@ class ResponseWriter:
         else:
             try:
                 self._write_now([head, self._worker.date_line, CRLF], body, replay.length)  # type: ignore[arg-type]
-            except (BrokenPipeError, ConnectionError):
+            except (ClientGone, BrokenPipeError, ConnectionError):  # the client is gone
                 self.transport.abort()
             except OSError as exc:  # FileChanged, or EIO: the answer cannot be what it claims
                 log.warning("aborting a response: %s", exc)
