@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Client, Resp, batch_target, counted, parse_multipart
+from conftest import Client, Resp, batch_target, counted, parse_multipart, slow_client
 
 from axon.app import App, Request
 from axon.response import Response
@@ -301,3 +301,21 @@ def test_more_than_one_chunk_to_read_is_never_remembered(serve, tree) -> None:
         answers = [c.get(t) for t in ["/files/k200.bin", batch_target(["k200.bin"])] for _ in range(3)]
     assert all(r.status == 200 for r in answers) and answers[-4].body == FILES["k200.bin"]
     assert len(server.worker.replays) == 0
+
+
+def test_a_slow_reader_gets_replayed_answers_whole(serve, tree) -> None:
+    # The client asks again and again without reading: the server's socket fills, a sendfile
+    # sends part of a 64 KiB file, the rest is read and queued in the transport, the closing
+    # boundary follows it in order, and the next reads are answered once it drained.
+    server = serve(App(tree))
+    c = slow_client(server.port, rcvbuf=4096)
+    request = f"GET {batch_target(['k64.bin'])} HTTP/1.1\r\nHost: t\r\n\r\n".encode()
+    asks = 120  # 7.5 MiB: more than the socket buffers hold
+    try:
+        for _ in range(asks):
+            c.send(request)
+            time.sleep(0.002)  # one request a read, as a client waiting on each would send them
+        parts = [parse_multipart(c.response()) for _ in range(asks)]
+    finally:
+        c.close()
+    assert all([part for _, part in p] == [FILES["k64.bin"]] for p in parts)
