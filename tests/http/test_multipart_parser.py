@@ -145,6 +145,46 @@ def test_generated_parts_round_trip_under_random_splits(parts: list, rng: random
     assert events[-1] == StreamEnd()
 
 
+# -- header lines, against RFC 9110 read independently of the parser's patterns
+
+TOKEN_CHARS = set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def expected_headers(lines: list[str]) -> tuple[tuple[str, str], ...] | None:
+    """A field line is a token, a colon, and a value of visible characters, spaces and tabs
+    (Latin-1 octets allowed) between optional whitespace; None when any line is not."""
+    headers = []
+    for line in lines:
+        name, colon, value = line.partition(":")
+        if not colon or not name or not set(name) <= TOKEN_CHARS:
+            return None
+        if any(c in "\x7f\r\n" or (c < " " and c != "\t") for c in value):
+            return None
+        headers.append((name, value.strip(" \t")))
+    return tuple(headers)
+
+
+# Names and values around the edges: whitespace to strip or keep, Latin-1, controls, colons.
+HEADER_NAMES = st.sampled_from(["Content-Type", "X-a.b", "x", "!#$%&'*+-.^_`|~", "", "Na me", "N\x00", "é", " X"])
+HEADER_VALUES = st.text(st.sampled_from(["a", " ", "\t", ":", "é", "\xff", "\x00", "\x1f", "\x7f", "\r", "%", '"']),
+                        max_size=8)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(st.tuples(HEADER_NAMES, HEADER_VALUES), max_size=4), st.booleans())
+def test_header_lines_are_read_as_rfc_9110_has_them(fields: list[tuple[str, str]], colon_space: bool) -> None:
+    lines = [f"{name}:{' ' if colon_space else ''}{value}" for name, value in fields]
+    body = (f"--{BOUNDARY}\r\n" + "".join(f"{line}\r\n" for line in lines) + f"\r\nxy\r\n--{BOUNDARY}--").encode("latin-1")
+    expected = expected_headers(lines)
+    for chunks in ([body], [body[i : i + 1] for i in range(len(body))]):
+        if expected is None:
+            with pytest.raises(MultipartError):
+                parse(chunks)
+        else:
+            start = parse(chunks)[0]
+            assert isinstance(start, PartStart) and start.headers == expected
+
+
 # -- streams written by the standard library's email package
 
 
