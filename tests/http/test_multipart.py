@@ -62,6 +62,13 @@ def test_ascii_fallback(name, expected):
     assert ascii_fallback(name) == expected
 
 
+
+@SETTINGS
+@given(st.text(st.characters(max_codepoint=127), max_size=30))
+def test_ascii_fallback_of_an_ascii_name_replaces_only_what_a_quoted_string_cannot_hold(name):
+    # Nothing to transliterate in ASCII: each character is kept if printable and not '"' or '\\'.
+    assert ascii_fallback(name) == "".join(c if c.isprintable() and c not in '"\\' else "_" for c in name)
+
 def _check_disposition(name: str, value: str) -> None:
     m = re.fullmatch(r"attachment; filename=\"(.*)\"; filename\*=UTF-8''(.*)", value)
     assert m, value

@@ -35,6 +35,8 @@ def ascii_fallback(name: str) -> str:
     spells out compatibility forms (ligatures, full-width letters); what it produces is checked
     like the rest, since full-width forms of quote and backslash decompose to the real ones.
     """
+    if name.isascii() and name.isprintable() and '"' not in name and "\\" not in name:
+        return name  # what the rest would give, character by character (NFKD keeps ASCII as it is)
     decomposed = unicodedata.normalize("NFKD", name)
     return "".join(
         c if " " <= c <= "~" and c not in '"\\' else "_" for c in decomposed if not unicodedata.combining(c)
