@@ -15,7 +15,7 @@ from email.parser import BytesParser
 from email.policy import HTTP
 
 import pytest
-from multipart_support import BOUNDARY, axon_body, axon_headers, build_body, parse, random_splits, rechunk
+from multipart_support import BOUNDARY, axon_body, axon_headers, build_body, merge_data, parse, random_splits, rechunk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +23,7 @@ from axon.http.multipart_parser import (
     ContentRange,
     MultipartError,
     MultipartParser,
+    Part,
     PartData,
     PartEnd,
     PartStart,
@@ -329,6 +330,52 @@ def test_epilogue_and_data_after_the_end_are_ignored() -> None:
     assert events[-1] == StreamEnd() and parser.state is State.DONE
     assert parser.feed(b"more epilogue") == []
     assert parser.close() == [] and parser.feed(b"") == []
+
+
+
+# -- whole parts: one event for a part that arrived in one feed
+
+
+def unfold(events: list) -> list:
+    """Each Part as the three events it stands for (no PartData for an empty part), merged."""
+    out: list = []
+    for event in events:
+        if isinstance(event, Part):
+            out += [event.start, PartData(event.data), PartEnd()] if event.data else [event.start, PartEnd()]
+        else:
+            out.append(event)
+    return merge_data(out)
+
+
+def test_whole_parts_come_as_one_event_each() -> None:
+    events = parse([TWO_FILES], whole_parts=True)
+    assert [type(e) for e in events] == [Part, Part, StreamEnd]
+    assert [(e.start.path, e.data) for e in events[:2]] == [(p.path, d) for p, d in zip(parse([TWO_FILES])[::3], payloads(parse([TWO_FILES])))]
+    # A part without Content-Length, or one whose delimiter is not yet followed by "--" or CRLF
+    # (padding after it, or the feed ends there), comes as before.
+    scanned = build_body([(no_length(axon_headers("s.bin", b"xy")), b"xy")])
+    assert [type(e) for e in parse([scanned], whole_parts=True)] == [PartStart, PartData, PartEnd, StreamEnd]
+    padded = TWO_FILES.replace(b"hello\r\n--" + BOUNDARY.encode() + b"\r\n", b"hello\r\n--" + BOUNDARY.encode() + b" \r\n")
+    assert [type(e) for e in parse([padded], whole_parts=True)][:4] == [PartStart, PartData, PartEnd, Part]
+    cut = TWO_FILES.index(b"hello") + len(b"hello\r\n--" + BOUNDARY.encode()) + 1
+    assert [type(e) for e in MultipartParser(BOUNDARY, whole_parts=True).feed(TWO_FILES[:cut])] == [PartStart, PartData]
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(st.sampled_from(range(len(SPLIT_CORPUS))), st.randoms(use_true_random=False))
+def test_whole_parts_stand_for_the_events_of_any_split(index: int, rng: random.Random) -> None:
+    body = SPLIT_CORPUS[index]
+    chunks = random_splits(body, rng, max_piece=rng.choice([1, 7, 64, 4096, len(body) or 1]))
+    assert unfold(parse(chunks, whole_parts=True)) == parse([body])
+
+
+@pytest.mark.parametrize("body", [*MALFORMED.values(), *(build_body([(axon_headers("a.bin", b"hello", length=n), b"hello")])
+                                                        for n in (4, 6, 100))])
+def test_whole_parts_refuse_what_parts_refuse(body: bytes) -> None:
+    with pytest.raises(MultipartError):
+        parse([body], whole_parts=True)
+    with pytest.raises(MultipartError, match="more than 1 parts"):
+        parse([TWO_FILES], whole_parts=True, max_parts=1)
 
 
 # -- limits

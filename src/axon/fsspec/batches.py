@@ -13,7 +13,7 @@ import json
 from collections.abc import AsyncIterable, Callable, Sequence
 from typing import Protocol
 
-from ..http.multipart_parser import ContentRange, MultipartError, MultipartParser, PartData, PartEnd, PartStart, StreamEnd
+from ..http.multipart_parser import ContentRange, MultipartError, MultipartParser, Part, PartData, PartEnd, PartStart, StreamEnd
 from .slices import Item, check_part
 
 __all__ = ["PartSink", "body", "pack", "read_parts"]
@@ -79,18 +79,28 @@ async def read_parts(
     of its first byte. Any mismatch, truncation or malformed framing is a :class:`MultipartError`
     naming the part, and the sink of the part under way is aborted.
     """
-    parser = MultipartParser.from_content_type(content_type, max_parts=len(items))
+    parser = MultipartParser.from_content_type(content_type, max_parts=len(items), whole_parts=True)
     sink: PartSink | None = None
     started = 0
+
+    def start(event: PartStart) -> PartSink:
+        content_range = event.content_range
+        _check(event, content_range, paths[started], items[started])
+        return open_sink(started, 0 if content_range is None else content_range.first)
+
     try:
         async for chunk in chunks:
             for event in parser.feed(chunk):
-                if isinstance(event, PartData):
+                if isinstance(event, Part):  # a part whole in one chunk (small files): one event
+                    sink = start(event.start)
+                    started += 1
+                    sink.write(event.data)
+                    sink.finish()
+                    sink = None
+                elif isinstance(event, PartData):
                     sink.write(event.data)  # type: ignore[union-attr]  # the parser starts a part first
                 elif isinstance(event, PartStart):
-                    content_range = event.content_range
-                    _check(event, content_range, paths[started], items[started])
-                    sink = open_sink(started, 0 if content_range is None else content_range.first)
+                    sink = start(event)
                     started += 1
                 elif isinstance(event, PartEnd):
                     sink.finish()  # type: ignore[union-attr]
