@@ -350,7 +350,10 @@ def unfold(events: list) -> list:
 def test_whole_parts_come_as_one_event_each() -> None:
     events = parse([TWO_FILES], whole_parts=True)
     assert [type(e) for e in events] == [Part, Part, StreamEnd]
-    assert [(e.start.path, e.data) for e in events[:2]] == [(p.path, d) for p, d in zip(parse([TWO_FILES])[::3], payloads(parse([TWO_FILES])))]
+    assert [(e.start.path, e.path, e.data) for e in events[:2]] == [
+        ("a.bin", "a.bin", b"hello"), ("dir/b b.bin", "dir/b b.bin", b"\r\n--" + BOUNDARY.encode()[:5] + b"world")]
+    ranged = parse([byteranges_body(b"0123456789", [(2, 4)], with_length=True)], whole_parts=True)[0]
+    assert isinstance(ranged, Part) and ranged.content_range == ContentRange(2, 4, 10) and ranged.data == b"234"
     # A part without Content-Length, or one whose delimiter is not yet followed by "--" or CRLF
     # (padding after it, or the feed ends there), comes as before.
     scanned = build_body([(no_length(axon_headers("s.bin", b"xy")), b"xy")])
@@ -366,7 +369,9 @@ def test_whole_parts_come_as_one_event_each() -> None:
 def test_whole_parts_stand_for_the_events_of_any_split(index: int, rng: random.Random) -> None:
     body = SPLIT_CORPUS[index]
     chunks = random_splits(body, rng, max_piece=rng.choice([1, 7, 64, 4096, len(body) or 1]))
-    assert unfold(parse(chunks, whole_parts=True)) == parse([body])
+    events = parse(chunks, whole_parts=True)
+    assert unfold(events) == parse([body])
+    assert all((e.path, e.content_range) == (e.start.path, e.start.content_range) for e in events if isinstance(e, Part))
 
 
 @pytest.mark.parametrize("body", [*MALFORMED.values(), *(build_body([(axon_headers("a.bin", b"hello", length=n), b"hello")])

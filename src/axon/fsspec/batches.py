@@ -83,16 +83,15 @@ async def read_parts(
     sink: PartSink | None = None
     started = 0
 
-    def start(event: PartStart) -> PartSink:
-        content_range = event.content_range
-        _check(event, content_range, paths[started], items[started])
+    def begin(index: int, path: str | None, content_range: ContentRange | None) -> PartSink:
+        _check(index, path, content_range, paths[started], items[started])
         return open_sink(started, 0 if content_range is None else content_range.first)
 
     try:
         async for chunk in chunks:
             for event in parser.feed(chunk):
                 if isinstance(event, Part):  # a part whole in one chunk (small files): one event
-                    sink = start(event.start)
+                    sink = begin(event.start.index, event.path, event.content_range)
                     started += 1
                     sink.write(event.data)
                     sink.finish()
@@ -100,7 +99,7 @@ async def read_parts(
                 elif isinstance(event, PartData):
                     sink.write(event.data)  # type: ignore[union-attr]  # the parser starts a part first
                 elif isinstance(event, PartStart):
-                    sink = start(event)
+                    sink = begin(event.index, event.path, event.content_range)
                     started += 1
                 elif isinstance(event, PartEnd):
                     sink.finish()  # type: ignore[union-attr]
@@ -116,9 +115,10 @@ async def read_parts(
         raise
 
 
-def _check(start: PartStart, content_range: ContentRange | None, path: str, item: Item) -> None:
-    if start.path != path:
-        raise MultipartError(f"Content-Location names {start.path!r}, not {path!r}", part_index=start.index, path=path)
+def _check(index: int, named: str | None, content_range: ContentRange | None, path: str, item: Item) -> None:
+    """Part ``index`` (its Content-Location ``named``) must answer ``item``, which asked for ``path``."""
+    if named != path:
+        raise MultipartError(f"Content-Location names {named!r}, not {path!r}", part_index=index, path=path)
     why = check_part(item, content_range)
     if why is not None:
-        raise MultipartError(why, part_index=start.index, path=path)
+        raise MultipartError(why, part_index=index, path=path)

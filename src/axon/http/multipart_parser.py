@@ -195,10 +195,14 @@ class PartEnd:
 class Part:
     """A whole part in one event, from a parser made with ``whole_parts=True``: it stands for
     PartStart, PartData and PartEnd when the part's headers, its Content-Length of bytes and the
-    delimiter after them arrived in the same feed (a part split across feeds comes as those three)."""
+    delimiter after them arrived in the same feed (a part split across feeds comes as those three).
+    ``path`` and ``content_range`` are ``start.path`` and ``start.content_range``, as the parser
+    read them to check the part: a reader of many parts need not read the headers again."""
 
     start: PartStart
     data: bytes
+    path: str | None
+    content_range: ContentRange | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,7 +458,7 @@ class MultipartParser:
         if block_end + 2 - pos > self.max_header_bytes:
             raise self._header_limit_error()
         start = PartStart(self._part_index, self._parse_headers(buf[pos:block_end]))
-        self._begin_part(start)
+        content_range = self._begin_part(start)
         body = block_end + 2
         if self.whole_parts and self._state is State.COUNTED_BODY:
             # The whole part is here if the delimiter follows its bytes, and then "--" or CRLF:
@@ -463,7 +467,7 @@ class MultipartParser:
             end = body + self._remaining
             after = buf[end : end + len(self._delimiter) + 2]
             if after[:-2] == self._delimiter and after[-2:] in (b"\r\n", b"--"):
-                events.append(Part(start, buf[body:end]))
+                events.append(Part(start, buf[body:end], self._part_path, content_range))
                 self._received, self._remaining, self._in_part = self._remaining, 0, False
                 self._state = State.AFTER_DELIMITER
                 return end + len(self._delimiter)
@@ -499,7 +503,8 @@ class MultipartParser:
                 return self._error(f"control character or folded line in header {name!r}")
         return self._error("malformed part headers")  # pragma: no cover - the block pattern is the lines'
 
-    def _begin_part(self, start: PartStart) -> None:
+    def _begin_part(self, start: PartStart) -> ContentRange | None:
+        """Check the part's headers and set the state to read its body; its Content-Range."""
         # One pass over the headers for the three this checks (PartStart.get would be one each).
         location = range_value = None
         lengths = set()
@@ -542,6 +547,7 @@ class MultipartParser:
         else:
             self._expected = None if content_range is None else content_range.span
             self._state = State.SCANNED_BODY
+        return content_range
 
     def _finish_part(self, events: list[Event]) -> None:
         if not self._in_part:
