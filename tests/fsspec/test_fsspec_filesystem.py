@@ -52,6 +52,15 @@ def test_cat_a_file_of_several_megabytes(served: Served, fs: AxonFileSystem):
     assert fs.cat([served.path("data/big.bin")])[served.path("data/big.bin")] == served.local("data/big.bin")
 
 
+@pytest.mark.parametrize("path", ["h:1/a.bin", "h:1/dir/", "h:1//", "/", "", "axon://h:1/a.bin/", "axon::h:1/a",
+                                  "axon:h:1/a", "axonx/a", "http://h/a", "h:1/axon://a", ["h:1/a/", "axon://h:1/b"]])
+def test_strip_protocol_is_fsspecs(path):
+    from fsspec.spec import AbstractFileSystem
+
+    generic = AbstractFileSystem._strip_protocol.__func__  # fsspec's own, with our protocol
+    assert AxonFileSystem._strip_protocol(path) == generic(AxonFileSystem, path)
+
+
 @pytest.mark.parametrize("path", ["/data/a.bin", "user@host:1/a.bin", "axon://user@host:1/a.bin", "axon:///a.bin"])
 def test_a_path_without_the_server_first_is_refused(path: str):
     """cat, cat_ranges and get take a path apart each its own way (cat after fsspec's expansion,

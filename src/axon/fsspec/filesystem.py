@@ -109,6 +109,15 @@ class AxonFileSystem(AsyncFileSystem):
                 weakref.finalize(self, HTTPFileSystem.close_session, self.loop, self._session)
         return self._session
 
+    @classmethod
+    def _strip_protocol(cls, path):
+        # fsspec's own, without its generic steps for a plain string naming no protocol (each path
+        # of a cat of many files, some microseconds apiece): for one, it gives the path without
+        # trailing slashes.
+        if type(path) is str and not path.startswith("axon:"):
+            return path.rstrip("/")
+        return super()._strip_protocol(path)
+
     def _split(self, path: str) -> tuple[str, str]:
         """``host:port/dir/file`` (or the full URL) -> ``("host:port", "dir/file")``."""
         return self._split_stripped(self._strip_protocol(path))
