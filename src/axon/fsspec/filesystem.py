@@ -111,9 +111,9 @@ class AxonFileSystem(AsyncFileSystem):
 
     @classmethod
     def _strip_protocol(cls, path):
-        # fsspec's own, without its generic steps for a plain string naming no protocol (each path
-        # of a cat of many files, some microseconds apiece): for one, it gives the path without
-        # trailing slashes.
+        # fsspec's own, without its generic steps for a plain string naming no protocol (they cost
+        # half a microsecond per path, 10,000 times before a cat of 10,000 files sends anything):
+        # for such a string fsspec's gives the path without trailing slashes.
         if type(path) is str and not path.startswith("axon:"):
             return path.rstrip("/")
         return super()._strip_protocol(path)
