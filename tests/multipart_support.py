@@ -55,10 +55,10 @@ def random_splits(data: bytes, rng: random.Random, max_piece: int = 64) -> list[
     return pieces
 
 
-def parse(chunks: Iterable[bytes], boundary: str = BOUNDARY, **limits: int) -> list[Event]:
+def parse(chunks: Iterable[bytes], boundary: str = BOUNDARY, **options: int | bool) -> list[Event]:
     """Feed ``chunks`` then end the input; consecutive PartData are merged so that events from
-    different splits of the same stream compare equal."""
-    parser = MultipartParser(boundary, **limits)
+    different splits of the same stream compare equal. ``options``: the parser's keywords."""
+    parser = MultipartParser(boundary, **options)  # type: ignore[arg-type]
     events: list[Event] = []
     for chunk in chunks:
         events += parser.feed(chunk)

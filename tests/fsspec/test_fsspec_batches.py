@@ -78,7 +78,7 @@ PATHS = ["a.bin", "d/b c.bin", "a.bin"]
 ITEMS = ["a.bin", {"path": "d/b c.bin", "offset": 3, "length": 2}, "a.bin"]
 
 
-@pytest.mark.parametrize("step", [None, 1, 7])
+@pytest.mark.parametrize("step", [None, 1, 7, 150])  # whole parts, parts in pieces, and both
 def test_parts_reach_their_sinks_in_order(step):
     assert run(GOOD, PATHS, ITEMS, step) == [
         ("done", 0, 0, b"AAAA"), ("done", 1, 3, b"bc"), ("done", 2, 0, b""),
@@ -92,9 +92,10 @@ def test_parts_reach_their_sinks_in_order(step):
     (part("a.bin", b"AAAA") + part("a.bin", b"AAAA") + part("a.bin", b"AAAA") + END, "more than"),
     (part("a.bin", b"AAAA")[:-5], "stream ended"),
 ])  # fmt: skip
-def test_an_answer_that_is_not_what_was_asked_is_an_error(stream, message):
+@pytest.mark.parametrize("step", [None, 1])
+def test_an_answer_that_is_not_what_was_asked_is_an_error(stream, message, step):
     with pytest.raises(MultipartError, match=message):
-        run(stream, ["a.bin", "a.bin"], ["a.bin", "a.bin"])
+        run(stream, ["a.bin", "a.bin"], ["a.bin", "a.bin"], step)
 
 
 def test_a_part_cut_short_aborts_its_sink():

@@ -52,6 +52,26 @@ def test_cat_a_file_of_several_megabytes(served: Served, fs: AxonFileSystem):
     assert fs.cat([served.path("data/big.bin")])[served.path("data/big.bin")] == served.local("data/big.bin")
 
 
+@pytest.mark.parametrize("path", ["h:1/a.bin", "h:1/dir/", "h:1//", "/", "", "axon://h:1/a.bin/", "axon::h:1/a",
+                                  "axon:h:1/a", "axonx/a", "http://h/a", "h:1/axon://a", ["h:1/a/", "axon://h:1/b"]])
+def test_strip_protocol_is_fsspecs(path):
+    from fsspec.spec import AbstractFileSystem
+
+    generic = AbstractFileSystem._strip_protocol.__func__  # fsspec's own, with our protocol
+    assert AxonFileSystem._strip_protocol(path) == generic(AxonFileSystem, path)
+
+
+@pytest.mark.parametrize("path", ["/data/a.bin", "user@host:1/a.bin", "axon://user@host:1/a.bin", "axon:///a.bin"])
+def test_a_path_without_the_server_first_is_refused(path: str):
+    """cat, cat_ranges and get take a path apart each its own way (cat after fsspec's expansion,
+    without stripping again): each refuses a path that does not begin with host:port."""
+    fs = AxonFileSystem(skip_instance_cache=True)
+    with pytest.raises(ValueError, match="starts with the server's host:port"):
+        fs.cat([path, "127.0.0.1:1/b.bin"])
+    with pytest.raises(ValueError, match="starts with the server's host:port"):
+        fs.cat_ranges([path], [0], [1])
+
+
 @pytest.mark.parametrize("on_error", ["raise", "omit", "return"])
 def test_a_missing_path_follows_on_error(served: Served, on_error: str):
     fs, seen = counting_fs()

@@ -6,7 +6,7 @@ import email.parser
 import email.policy
 import os
 import re
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import pytest
 from hypothesis import example, given, settings
@@ -62,6 +62,13 @@ def test_ascii_fallback(name, expected):
     assert ascii_fallback(name) == expected
 
 
+
+@SETTINGS
+@given(st.text(st.characters(max_codepoint=127), max_size=30))
+def test_ascii_fallback_of_an_ascii_name_replaces_only_what_a_quoted_string_cannot_hold(name):
+    # Nothing to transliterate in ASCII: each character is kept if printable and not '"' or '\\'.
+    assert ascii_fallback(name) == "".join(c if c.isprintable() and c not in '"\\' else "_" for c in name)
+
 def _check_disposition(name: str, value: str) -> None:
     m = re.fullmatch(r"attachment; filename=\"(.*)\"; filename\*=UTF-8''(.*)", value)
     assert m, value
@@ -92,6 +99,18 @@ def test_content_disposition_hostile(name):
 def test_content_disposition_property(name):
     _check_disposition(name, content_disposition(name))
 
+
+
+# Characters quote() keeps with one safe set and not the other, those it always keeps, and others.
+_QUOTING = st.text(st.sampled_from(list("aZ09_.-~/!#$&+^`|% :;=?@'\"\\é€\x00\x7f")), max_size=12)
+
+
+@SETTINGS
+@given(_QUOTING, _QUOTING)
+def test_part_headers_quote_as_urllib_quote_does(requested, name):
+    headers = file_part_headers(requested, name, "text/plain")
+    assert f"Content-Location: /files/{quote(requested, safe='/')}\r\n" in headers
+    assert f"filename*=UTF-8''{quote(name.rsplit('/', 1)[-1], safe='!#$&+^`|')}\r\n" in headers
 
 @pytest.mark.parametrize("name", HOSTILE[:-1])
 def test_file_part_headers(name):

@@ -15,7 +15,7 @@ from email.parser import BytesParser
 from email.policy import HTTP
 
 import pytest
-from multipart_support import BOUNDARY, axon_body, axon_headers, build_body, parse, random_splits, rechunk
+from multipart_support import BOUNDARY, axon_body, axon_headers, build_body, merge_data, parse, random_splits, rechunk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +23,7 @@ from axon.http.multipart_parser import (
     ContentRange,
     MultipartError,
     MultipartParser,
+    Part,
     PartData,
     PartEnd,
     PartStart,
@@ -143,6 +144,46 @@ def test_generated_parts_round_trip_under_random_splits(parts: list, rng: random
             got.append(current)
     assert got == [data for data, _ in parts]
     assert events[-1] == StreamEnd()
+
+
+# -- header lines, against RFC 9110 read independently of the parser's patterns
+
+TOKEN_CHARS = set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def expected_headers(lines: list[str]) -> tuple[tuple[str, str], ...] | None:
+    """A field line is a token, a colon, and a value of visible characters, spaces and tabs
+    (Latin-1 octets allowed) between optional whitespace; None when any line is not."""
+    headers = []
+    for line in lines:
+        name, colon, value = line.partition(":")
+        if not colon or not name or not set(name) <= TOKEN_CHARS:
+            return None
+        if any(c in "\x7f\r\n" or (c < " " and c != "\t") for c in value):
+            return None
+        headers.append((name, value.strip(" \t")))
+    return tuple(headers)
+
+
+# Names and values around the edges: whitespace to strip or keep, Latin-1, controls, colons.
+HEADER_NAMES = st.sampled_from(["Content-Type", "X-a.b", "x", "!#$%&'*+-.^_`|~", "", "Na me", "N\x00", "é", " X"])
+HEADER_VALUES = st.text(st.sampled_from(["a", " ", "\t", ":", "é", "\xff", "\x00", "\x1f", "\x7f", "\r", "%", '"']),
+                        max_size=8)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(st.tuples(HEADER_NAMES, HEADER_VALUES), max_size=4), st.booleans())
+def test_header_lines_are_read_as_rfc_9110_has_them(fields: list[tuple[str, str]], colon_space: bool) -> None:
+    lines = [f"{name}:{' ' if colon_space else ''}{value}" for name, value in fields]
+    body = (f"--{BOUNDARY}\r\n" + "".join(f"{line}\r\n" for line in lines) + f"\r\nxy\r\n--{BOUNDARY}--").encode("latin-1")
+    expected = expected_headers(lines)
+    for chunks in ([body], [body[i : i + 1] for i in range(len(body))]):
+        if expected is None:
+            with pytest.raises(MultipartError):
+                parse(chunks)
+        else:
+            start = parse(chunks)[0]
+            assert isinstance(start, PartStart) and start.headers == expected
 
 
 # -- streams written by the standard library's email package
@@ -289,6 +330,57 @@ def test_epilogue_and_data_after_the_end_are_ignored() -> None:
     assert events[-1] == StreamEnd() and parser.state is State.DONE
     assert parser.feed(b"more epilogue") == []
     assert parser.close() == [] and parser.feed(b"") == []
+
+
+
+# -- whole parts: one event for a part that arrived in one feed
+
+
+def unfold(events: list) -> list:
+    """Each Part as the three events it stands for (no PartData for an empty part), merged."""
+    out: list = []
+    for event in events:
+        if isinstance(event, Part):
+            out += [event.start, PartData(event.data), PartEnd()] if event.data else [event.start, PartEnd()]
+        else:
+            out.append(event)
+    return merge_data(out)
+
+
+def test_whole_parts_come_as_one_event_each() -> None:
+    events = parse([TWO_FILES], whole_parts=True)
+    assert [type(e) for e in events] == [Part, Part, StreamEnd]
+    assert [(e.start.path, e.path, e.data) for e in events[:2]] == [
+        ("a.bin", "a.bin", b"hello"), ("dir/b b.bin", "dir/b b.bin", b"\r\n--" + BOUNDARY.encode()[:5] + b"world")]
+    ranged = parse([byteranges_body(b"0123456789", [(2, 4)], with_length=True)], whole_parts=True)[0]
+    assert isinstance(ranged, Part) and ranged.content_range == ContentRange(2, 4, 10) and ranged.data == b"234"
+    # A part without Content-Length, or one whose delimiter is not yet followed by "--" or CRLF
+    # (padding after it, or the feed ends there), comes as before.
+    scanned = build_body([(no_length(axon_headers("s.bin", b"xy")), b"xy")])
+    assert [type(e) for e in parse([scanned], whole_parts=True)] == [PartStart, PartData, PartEnd, StreamEnd]
+    padded = TWO_FILES.replace(b"hello\r\n--" + BOUNDARY.encode() + b"\r\n", b"hello\r\n--" + BOUNDARY.encode() + b" \r\n")
+    assert [type(e) for e in parse([padded], whole_parts=True)][:4] == [PartStart, PartData, PartEnd, Part]
+    cut = TWO_FILES.index(b"hello") + len(b"hello\r\n--" + BOUNDARY.encode()) + 1
+    assert [type(e) for e in MultipartParser(BOUNDARY, whole_parts=True).feed(TWO_FILES[:cut])] == [PartStart, PartData]
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(st.sampled_from(range(len(SPLIT_CORPUS))), st.randoms(use_true_random=False))
+def test_whole_parts_stand_for_the_events_of_any_split(index: int, rng: random.Random) -> None:
+    body = SPLIT_CORPUS[index]
+    chunks = random_splits(body, rng, max_piece=rng.choice([1, 7, 64, 4096, len(body) or 1]))
+    events = parse(chunks, whole_parts=True)
+    assert unfold(events) == parse([body])
+    assert all((e.path, e.content_range) == (e.start.path, e.start.content_range) for e in events if isinstance(e, Part))
+
+
+@pytest.mark.parametrize("body", [*MALFORMED.values(), *(build_body([(axon_headers("a.bin", b"hello", length=n), b"hello")])
+                                                        for n in (4, 6, 100))])
+def test_whole_parts_refuse_what_parts_refuse(body: bytes) -> None:
+    with pytest.raises(MultipartError):
+        parse([body], whole_parts=True)
+    with pytest.raises(MultipartError, match="more than 1 parts"):
+        parse([TWO_FILES], whole_parts=True, max_parts=1)
 
 
 # -- limits

@@ -13,7 +13,7 @@ import json
 from collections.abc import AsyncIterable, Callable, Sequence
 from typing import Protocol
 
-from ..http.multipart_parser import ContentRange, MultipartError, MultipartParser, PartData, PartEnd, PartStart, StreamEnd
+from ..http.multipart_parser import ContentRange, MultipartError, MultipartParser, Part, PartData, PartEnd, PartStart, StreamEnd
 from .slices import Item, check_part
 
 __all__ = ["PartSink", "body", "pack", "read_parts"]
@@ -21,8 +21,13 @@ __all__ = ["PartSink", "body", "pack", "read_parts"]
 _ENVELOPE = len(b'{"files":[]}')
 
 
+# One encoder for every call: json.dumps with options other than its defaults builds a new one
+# each time, which costs more than encoding a path (pack encodes each item).
+_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+
+
 def _json(value: object) -> bytes:
-    return json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    return _ENCODER.encode(value).encode("ascii")
 
 
 def body(items: Sequence[Item]) -> bytes:
@@ -74,18 +79,27 @@ async def read_parts(
     of its first byte. Any mismatch, truncation or malformed framing is a :class:`MultipartError`
     naming the part, and the sink of the part under way is aborted.
     """
-    parser = MultipartParser.from_content_type(content_type, max_parts=len(items))
+    parser = MultipartParser.from_content_type(content_type, max_parts=len(items), whole_parts=True)
     sink: PartSink | None = None
     started = 0
+
+    def begin(index: int, path: str | None, content_range: ContentRange | None) -> PartSink:
+        _check(index, path, content_range, paths[started], items[started])
+        return open_sink(started, 0 if content_range is None else content_range.first)
+
     try:
         async for chunk in chunks:
             for event in parser.feed(chunk):
-                if isinstance(event, PartData):
+                if isinstance(event, Part):  # a part whole in one chunk (small files): one event
+                    sink = begin(event.start.index, event.path, event.content_range)
+                    started += 1
+                    sink.write(event.data)
+                    sink.finish()
+                    sink = None
+                elif isinstance(event, PartData):
                     sink.write(event.data)  # type: ignore[union-attr]  # the parser starts a part first
                 elif isinstance(event, PartStart):
-                    content_range = event.content_range
-                    _check(event, content_range, paths[started], items[started])
-                    sink = open_sink(started, 0 if content_range is None else content_range.first)
+                    sink = begin(event.index, event.path, event.content_range)
                     started += 1
                 elif isinstance(event, PartEnd):
                     sink.finish()  # type: ignore[union-attr]
@@ -101,9 +115,10 @@ async def read_parts(
         raise
 
 
-def _check(start: PartStart, content_range: ContentRange | None, path: str, item: Item) -> None:
-    if start.path != path:
-        raise MultipartError(f"Content-Location names {start.path!r}, not {path!r}", part_index=start.index, path=path)
+def _check(index: int, named: str | None, content_range: ContentRange | None, path: str, item: Item) -> None:
+    """Part ``index`` (its Content-Location ``named``) must answer ``item``, which asked for ``path``."""
+    if named != path:
+        raise MultipartError(f"Content-Location names {named!r}, not {path!r}", part_index=index, path=path)
     why = check_part(item, content_range)
     if why is not None:
-        raise MultipartError(why, part_index=start.index, path=path)
+        raise MultipartError(why, part_index=index, path=path)

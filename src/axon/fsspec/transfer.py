@@ -16,7 +16,7 @@ import os
 from collections import defaultdict
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import aiohttp
 
@@ -43,9 +43,9 @@ class ServerLimits:
     slices: bool
 
 
-@dataclass(frozen=True)
-class Want:
-    """``path[start:end]`` (Python's slice semantics) on the server at ``netloc``."""
+class Want(NamedTuple):
+    """``path[start:end]`` (Python's slice semantics) on the server at ``netloc``. A tuple: a
+    ``cat`` makes one per file, and a frozen dataclass takes three times as long to make."""
 
     netloc: str
     path: str  # relative to the server's root
