@@ -49,6 +49,9 @@ class Environment:
     browse: bool = False
     #: Seconds an object store may take to answer one request (``AXON_STORE_TIMEOUT``).
     store_timeout: float = 30.0
+    #: MiB each process may keep small objects' bytes in, by key and ETag (``AXON_OBJECT_CACHE``;
+    #: ``axon serve --object-cache``); 0 for none.
+    object_cache_mib: int = 64
     #: Keys batch identities without turning signing on (``AXON_IDENTITY_SECRET``): the secret
     #: every node serving the same content shares. None: ``secret``'s, else the host's own key.
     identity_secret: str | None = None
@@ -73,6 +76,7 @@ def environment(environ: Mapping[str, str] | None = None) -> Environment:
         replay=not flag("AXON_NO_REPLAY", env),
         browse=flag("AXON_BROWSE", env),
         store_timeout=float(variable("AXON_STORE_TIMEOUT", "30", env) or 30),
+        object_cache_mib=int(variable("AXON_OBJECT_CACHE", "64", env) or 64),
         identity_secret=variable("AXON_IDENTITY_SECRET", None, env),
         portable_identity=flag("AXON_PORTABLE_IDENTITY", env),
     )

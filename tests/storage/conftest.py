@@ -70,15 +70,16 @@ class Served:
                 self.proc.wait(5)
 
 
-def serve(runtime: str, url: str, store: seaweed.Seaweed, log_dir: Path, **env: str) -> Served:
-    """``runtime`` serving the objects under ``url``, started and healthy."""
+def serve(runtime: str, url: str, store: seaweed.Seaweed, log_dir: Path, *flags: str, **env: str) -> Served:
+    """``runtime`` serving the objects under ``url``, started and healthy (``flags`` appended
+    to its command line)."""
     import http.client
 
     environ = dict(os.environ, **store.env(), AXON_ROOT=url, AXON_STORE_TIMEOUT=STORE_TIMEOUT, **env)
     port = seaweed.free_port()
     log_path = log_dir / f"{runtime}.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(RUNTIMES[runtime](url, port), env=environ, stdin=subprocess.DEVNULL, stdout=log,
+        proc = subprocess.Popen([*RUNTIMES[runtime](url, port), *flags], env=environ, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     served = Served(runtime, port, proc, log_path)
     deadline = time.monotonic() + 30

@@ -23,6 +23,8 @@ MiB = 1 << 20
 #: The large batch: more than any prefetch plus socket buffers can hold ahead of the client.
 BIG_COUNT = 48
 OLD, NEW = b"\x01", b"\x02"
+#: A batch of small objects: enough of them to be listed (LIST_MIN).
+SMALL_COUNT = 20
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +35,8 @@ def prefix(weed) -> str:
     weed.put(f"{name}/.hidden", b"hidden\n")
     for i in range(BIG_COUNT):
         weed.put(f"{name}/big/{i:02d}.bin", OLD * MiB)
+    for i in range(SMALL_COUNT):
+        weed.put(f"{name}/small/{i:02d}.bin", b"%02d" % i * 1000)
     return name
 
 
@@ -169,3 +173,24 @@ def test_a_store_that_stops_answering_mid_batch_cuts_the_connection(server, weed
             break
         time.sleep(0.5)
     assert (status, got) == (200, b"hello, objects\n")
+
+
+@pytest.mark.parametrize("cache", ["1", "0"])
+def test_a_repeated_batch_costs_the_store_one_listing(weed, prefix, tmp_path, cache):
+    """``axon serve --object-cache MIB``: a worker keeps small objects' bytes, and a repeated
+    batch is then one listing and no GET, as the store's own metrics count them; with 0, every
+    object is asked again."""
+    served = serve("native", weed.url(prefix), weed, tmp_path, "--object-cache", cache)
+    try:
+        target = "/api/stream-files?" + "&".join(f"f=small/{i:02d}.bin" for i in range(SMALL_COUNT))
+        first = get(served, target)
+        before = weed.requests()
+        second = get(served, target)
+        time.sleep(0.2)  # the store counts a request once its answer is written
+        after = weed.requests()
+    finally:
+        served.stop()
+    assert first[0] == second[0] == 200 and second[2] == first[2]
+    assert b"%02d" % 7 * 1000 in second[2]
+    asked = {kind: after.get(kind, 0) - before.get(kind, 0) for kind in ("GET", "LIST")}
+    assert asked == {"GET": 0 if cache != "0" else SMALL_COUNT, "LIST": 1}

@@ -9,8 +9,13 @@ s3://bucket/prefix`` (one worker) next to the store; the client reaches both thr
 relay (:mod:`.relay`: ``delay`` each way, a ``2 x delay`` round trip), as a client across a WAN
 reaches a node next to its bucket. For each set of objects it times, best of ``rounds``:
 
-* ``axon batch``: one ``POST /api/stream-files`` naming every object, the body read whole and
-  its length checked;
+* ``axon batch, cold``: one ``POST /api/stream-files`` naming every object, the body read whole
+  and its length checked, as the first batch of a fresh ``axon serve`` (started for each round;
+  one unrelated object fetched first, so its store connection and loop are up): nothing of the
+  objects is known, so the store is listed and each small object fetched;
+* ``axon batch, warm``: the same batch repeated on one server: the listing finds the small
+  objects' bytes kept for their ETags (``--object-cache``), so the store answers one listing
+  page per thousand keys and no GET;
 * ``axon files``: every object as ``GET /files/KEY``, ``concurrency`` at a time (aiohttp);
 * ``store direct``: every object as a ``GET`` of the S3 API, ``concurrency`` at a time (obstore,
   signed as any S3 client signs);
@@ -43,6 +48,8 @@ PREFIX = "bench"
 START_TIMEOUT = 30.0
 #: GETs at once for the "store, no link" reference (as many as Axon's source opens at once).
 LOCAL_CONCURRENCY = 64
+#: An object outside the sets, fetched by each fresh server before its cold batch.
+WARMUP, WARMUP_BYTES = "warmup.bin", b"warm"
 
 
 @dataclass
@@ -122,12 +129,34 @@ async def via_store(client, keys: dict[str, bytes], concurrency: int) -> None:
     await asyncio.gather(*(one(k, d) for k, d in keys.items()))
 
 
-def best_of(rounds: int, run) -> float:
+def best_of(rounds: int, run, warmup: int = 0) -> float:
+    """The shortest of ``rounds`` runs, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        asyncio.run(run())
     times = []
     for _ in range(rounds):
         started = time.perf_counter()
         asyncio.run(run())
         times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def cold_batches(rounds: int, store: seaweed.Seaweed, log: Path, delay_ms: float, keys: dict[str, bytes]) -> float:
+    """The best of ``rounds`` first batches, each on a fresh server behind a fresh relay; the
+    server fetches :data:`WARMUP` first (untimed) so that what is timed is the batch, not the
+    server's first connection to the store."""
+    times = []
+    for _ in range(rounds):
+        axon, port = start_axon(store, log)
+        try:
+            with relay_module.start("127.0.0.1:0", ("127.0.0.1", port), delay_ms) as to_axon:
+                asyncio.run(via_files(to_axon.port, {WARMUP: WARMUP_BYTES}, 1))
+                started = time.perf_counter()
+                asyncio.run(via_batch(to_axon.port, keys))
+                times.append(time.perf_counter() - started)
+        finally:
+            axon.terminate()
+            axon.wait(10)
     return min(times)
 
 
@@ -168,6 +197,7 @@ def run(small: int, small_size: int, large: int, large_size: int, delay_ms: floa
             seaweed.running(Path(tmp) / "weed") as store:
         for _, keys in sets:
             asyncio.run(upload(store, keys))
+        asyncio.run(upload(store, {WARMUP: WARMUP_BYTES}))
         axon, axon_port = start_axon(store, Path(tmp) / "axon.log")
         store_port = int(store.endpoint.rsplit(":", 1)[1])
         try:
@@ -185,7 +215,8 @@ def run(small: int, small_size: int, large: int, large_size: int, delay_ms: floa
                     timed = {
                         "store direct": best_of(rounds, lambda: via_store(client, keys, concurrency)),
                         "store, no link": best_of(rounds, lambda: via_store(store.store, keys, LOCAL_CONCURRENCY)),
-                        "axon batch": best_of(rounds, lambda: via_batch(to_axon.port, keys)),
+                        "axon batch, cold": cold_batches(rounds, store, Path(tmp) / "axon-cold.log", delay_ms, keys),
+                        "axon batch, warm": best_of(rounds, lambda: via_batch(to_axon.port, keys), warmup=1),
                         "axon files": best_of(rounds, lambda: via_files(to_axon.port, keys, concurrency)),
                     }
                     for way, seconds in timed.items():
@@ -204,7 +235,7 @@ def table(rows: list[Row], delay_ms: float, concurrency: int) -> str:
     ]
     for r in rows:
         at_once = LOCAL_CONCURRENCY if r.way == "store, no link" else concurrency
-        way = r.way if r.way == "axon batch" else f"{r.way} ({at_once} at a time)"
+        way = f"**{r.way}**" if r.way.startswith("axon batch") else f"{r.way} ({at_once} at a time)"
         lines.append(f"| {r.objects} | {way} | {r.seconds:.3f} | {r.objects_per_second:,.0f} | "
                      f"{r.mb_per_second:.1f} | {r.vs_store:.2f}x |")
     return "\n".join(lines)

@@ -9,7 +9,9 @@
 ports (every port named, gRPC ones too: weed's default of port + 10000 may be taken or past
 65535), its data in a temporary directory, the extras it would start (Iceberg, Lance, telemetry)
 off. One identity with a fixed access key is configured (``-s3.config``); the bucket is made by
-a first upload (weed creates a bucket on an admin's upload) and that object removed. The object
+a first upload (weed creates a bucket on an admin's upload) and that object removed. Its
+Prometheus metrics listen on a port of their own too: :meth:`Seaweed.requests` counts the S3
+requests the store itself answered, by kind (what the tests count store requests with). The object
 benchmark (:mod:`axon.bench.objects`) and the tests (``tests/storage/seaweed.py`` re-exports
 this) share it.
 """
@@ -33,6 +35,9 @@ from .procs import free_port
 HOST = "127.0.0.1"
 ACCESS_KEY = "axon-test-key"
 SECRET_KEY = "axon-test-secret"
+#: A second identity that may read objects but not list them (as IAM often grants).
+READER_KEY = "axon-reader-key"
+READER_SECRET = "axon-reader-secret"
 REGION = "us-east-1"
 BUCKET = "axon-test"
 START_TIMEOUT = 60.0
@@ -51,6 +56,7 @@ class Seaweed:
     proc: subprocess.Popen
     directory: Path
     log_path: Path
+    metrics_url: str | None = None
     _store: Any = field(default=None, repr=False)
 
     def env(self, **extra: str) -> dict[str, str]:
@@ -85,6 +91,24 @@ class Seaweed:
         import obstore
 
         obstore.delete(self.store, key)
+
+    def requests(self) -> dict[str, int]:
+        """The S3 requests this store has answered to the bucket, by kind (``GET``, which counts
+        HEADs too, ``LIST``, ``PUT``, ``DELETE``), as its own metrics count them."""
+        import re
+        import urllib.request
+
+        if self.metrics_url is None:
+            raise RuntimeError("this store was started without metrics")
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as answer:
+            text = answer.read().decode()
+        counts: dict[str, int] = {}
+        for line in text.splitlines():
+            if line.startswith("SeaweedFS_s3_request_total{") and f'bucket="{self.bucket}"' in line:
+                kind = re.search(r'type="([^"]*)"', line)
+                if kind is not None:
+                    counts[kind.group(1)] = counts.get(kind.group(1), 0) + int(float(line.rsplit(" ", 1)[1]))
+        return counts
 
     def pause(self) -> None:
         """SIGSTOP: the store keeps its sockets (connections are accepted) but answers nothing."""
@@ -121,9 +145,12 @@ def start(directory: Path, bucket: str = BUCKET) -> Seaweed:
     config.write_text(json.dumps({"identities": [{
         "name": "axon", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
         "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+    }, {
+        "name": "reader", "credentials": [{"accessKey": READER_KEY, "secretKey": READER_SECRET}],
+        "actions": ["Read"],
     }]}))  # fmt: skip
     ports = {name: free_port() for name in (
-        "master", "master.grpc", "volume", "volume.grpc", "filer", "filer.grpc", "s3", "s3.grpc",
+        "master", "master.grpc", "volume", "volume.grpc", "filer", "filer.grpc", "s3", "s3.grpc", "metrics",
     )}  # fmt: skip
     data = directory / "data"
     data.mkdir(exist_ok=True)
@@ -137,12 +164,14 @@ def start(directory: Path, bucket: str = BUCKET) -> Seaweed:
         f"-filer.localSocket={directory / 'filer.sock'}", f"-s3.localSocket={directory / 's3.sock'}",
         # Small volumes, few of them: the default reserves 30 GB volumes, 8 of them.
         "-master.volumeSizeLimitMB=256", "-volume.max=8",
+        f"-metricsIp={HOST}", f"-metricsPort={ports['metrics']}",
     ]  # fmt: skip
     log_path = directory / "weed.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 cwd=directory)
-    store = Seaweed(f"http://{HOST}:{ports['s3']}", bucket, proc, directory, log_path)
+    store = Seaweed(f"http://{HOST}:{ports['s3']}", bucket, proc, directory, log_path,
+                    f"http://{HOST}:{ports['metrics']}/metrics")
     deadline = time.monotonic() + START_TIMEOUT
     last: Exception | None = None
     while time.monotonic() < deadline:

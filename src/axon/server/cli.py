@@ -58,6 +58,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="for ROOT s3://...: allow a plain http:// endpoint (AWS_ALLOW_HTTP)")
     p.add_argument("--store-timeout", type=float, default=None, metavar="SECONDS",
                    help="for ROOT s3://...: seconds one request to the store may take (AXON_STORE_TIMEOUT; default 30)")
+    p.add_argument("--object-cache", type=int, default=None, metavar="MIB",
+                   help="for ROOT s3://...: MiB of small objects' bytes (64 KiB or less) each worker keeps by key and "
+                        "ETag; a batch's listing tells whether they are current, so a repeated batch costs no GET "
+                        "(AXON_OBJECT_CACHE; default 64; 0: none)")
     p.add_argument("--host", default=_env("AXON_HOST", "127.0.0.1"),
                    help="address to listen on (AXON_HOST; default 127.0.0.1; 0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, default=_env("AXON_PORT", 8000), help="port (AXON_PORT; default 8000; 0: any free port)")
@@ -179,8 +183,9 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"axon serve: {exc}") from None
     # The object store's flags, as the variables they stand for: the source reads those.
     for value, name in ((args.endpoint_url, "AWS_ENDPOINT_URL"), (args.region, "AWS_REGION"),
-                        (args.allow_http and "true", "AWS_ALLOW_HTTP"), (args.store_timeout, "AXON_STORE_TIMEOUT")):
-        if value:
+                        (args.allow_http and "true", "AWS_ALLOW_HTTP"), (args.store_timeout, "AXON_STORE_TIMEOUT"),
+                        (args.object_cache, "AXON_OBJECT_CACHE")):
+        if value is not None and value is not False and value != "":
             os.environ[name] = str(value)
     try:
         app = load_app(args.app, args.root, args.cache_control, args.browse, args.portable_identity)

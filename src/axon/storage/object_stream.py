@@ -6,7 +6,8 @@ as for local files. The App hands such a body to :class:`ObjectBody`, which the 
 a stream with its ``Content-Length`` declared: WSGI iterates it, the async runtimes await it.
 
 Fetching: the bytes opening brought (an object's first bytes, ``ObjectFile.head``) are sent
-from memory; the rest of each slice is cut into pieces of at most :data:`PIECE` bytes, each a
+from memory, and so is a small object whose bytes the source keeps for the ETag it was opened
+or listed with (:mod:`.object_cache`); the rest of each slice is cut into pieces of at most :data:`PIECE` bytes, each a
 ranged ``GET`` with ``If-Match`` on the ETag the object was opened with. Pieces are requested ahead of the
 one being sent, in request order, as long as the bytes requested but not yet sent stay within
 ``prefetch_bytes`` (:data:`PREFETCH_BYTES` unless the source says otherwise) and at most
@@ -152,6 +153,13 @@ async def _chunks(source: ObjectSource, segments: list[Segment], chunk_size: int
 
 
 async def _fetch(source: ObjectSource, obj: ObjectFile, offset: int, count: int) -> Any:
+    # A small object whole: from the bytes kept for its ETag if there are (the listing that
+    # named it is the freshness check), else fetched and kept for the next batch.
+    cache = source.cache if offset == 0 and count == obj.size and obj.etag is not None else None
+    if cache is not None:
+        kept = cache.get(obj.key, obj.etag)
+        if kept is not None and len(kept) == count:
+            return kept
     options: dict[str, Any] = {"range": (offset, offset + count)}
     if obj.etag is not None:
         options["if_match"] = obj.etag
@@ -168,6 +176,9 @@ async def _fetch(source: ObjectSource, obj: ObjectFile, offset: int, count: int)
     meta, data = result
     if (obj.etag is not None and meta.get("e_tag") != obj.etag) or len(data) != count:
         raise ObjectStreamBroken(f"{obj.key} is no longer the version opened")
+    if cache is not None:
+        data = bytes(data)
+        cache.put(obj.key, obj.etag, data)
     return data
 
 

@@ -11,11 +11,17 @@ Opening an object asks for its size, ETag and modification time before any statu
 missing key is a JSON 404 naming it and every ``Content-Length`` is exact. It is a ranged ``GET``
 of the first :data:`OPEN_READ` bytes rather than a ``HEAD``: the answer carries the same facts,
 and a small object arrives whole with them (one request to the store, not two), a larger one's
-first bytes, sent from memory (a batch holds at most the source's ``prefetch_bytes`` of them). A batch's
-objects are opened concurrently (:meth:`ObjectSource.for_batch`, at most ``concurrency`` at a
-time). Its bytes are fetched later, with ``If-Match`` on that ETag, by
+first bytes, sent from memory (a batch holds at most the source's ``prefetch_bytes`` of them). A
+batch's objects are opened concurrently (:meth:`ObjectSource.for_batch`, at most ``concurrency``
+at a time). Its bytes are fetched later, with ``If-Match`` on that ETag, by
 :mod:`.object_stream`: an object replaced since it was opened fails its ``GET`` and the
 connection is cut, never serving another version's bytes.
+
+A batch of many keys is listed first (:mod:`.object_listing`: a page of the store's listing names
+a thousand keys' sizes and ETags in one request). A listed object larger than ``OPEN_READ`` is
+then not opened at all; a small one whose bytes are kept for the listed ETag
+(:mod:`.object_cache`, ``cache_bytes``) is sent from memory; any other is opened as above, which
+keeps its bytes for the next batch.
 
 obstore's calls run on one event loop per process, in a thread of its own: the synchronous
 callers (a handler in a thread, a WSGI body) wait on it, async runtimes await it, and no
@@ -31,6 +37,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 import zlib
 from collections import OrderedDict
 from datetime import timedelta
@@ -47,6 +54,8 @@ from . import Entry
 from .batch_key import _machine_id, derive_key
 from .crc_cache import FileChanged
 from .local import FileStore, normalize
+from .object_cache import ObjectCache
+from .object_listing import ListingRefused, list_runs, plan_runs
 
 T = TypeVar("T")
 log = logging.getLogger("axon.storage")
@@ -58,6 +67,9 @@ CONCURRENCY = 64
 OPEN_READ = 64 * 1024
 #: Checksums kept, by (key, ETag): a zip of the same objects is read once for its CRC-32s.
 CRC_CACHE = 65536
+#: Seconds batches are opened without listing after the store refused to list (credentials
+#: that may GET but not LIST are common): then it is asked again.
+LISTING_RETRY = 300.0
 
 
 class ObjectFile:
@@ -108,7 +120,9 @@ class ObjectSource:
     :func:`~axon.config.object_store_environment`) and the arguments. ``timeout`` (default
     ``$AXON_STORE_TIMEOUT``, else 30) is the seconds one request to the store may take, its
     retries included, before the object counts as unavailable: a 503 before the status line,
-    a cut connection after it."""
+    a cut connection after it. ``cache_bytes`` (default ``$AXON_OBJECT_CACHE`` MiB, else 64
+    MiB; 0 for none) bounds the memory each process keeps small objects' bytes in
+    (:mod:`.object_cache`); ``listing`` false opens every key of a batch one by one."""
 
     #: Opening is a request to the store: async runtimes call the App's handlers in their thread
     #: pool, never on their event loop.
@@ -125,6 +139,8 @@ class ObjectSource:
         timeout: float | None = None,
         concurrency: int = CONCURRENCY,
         prefetch_bytes: int | None = None,
+        cache_bytes: int | None = None,
+        listing: bool = True,
         store: Any = None,
     ) -> None:
         from .object_stream import PREFETCH_BYTES
@@ -134,14 +150,20 @@ class ObjectSource:
             raise ValueError(f"an object store URL names a bucket: s3://bucket/prefix, not {url!r}")
         if timeout is None:
             timeout = environment().store_timeout
-        if timeout <= 0 or concurrency < 1:
-            raise ValueError("timeout must be positive and concurrency at least 1")
+        if cache_bytes is None:
+            cache_bytes = environment().object_cache_mib << 20
+        if timeout <= 0 or concurrency < 1 or cache_bytes < 0:
+            raise ValueError("timeout must be positive, concurrency at least 1, cache_bytes not negative")
         self.root = url.rstrip("/")
         self.scheme = scheme.lower()
         self.allow_hidden = allow_hidden
         self.timeout = timeout
         self.concurrency = concurrency
         self.prefetch_bytes = PREFETCH_BYTES if prefetch_bytes is None else prefetch_bytes
+        self.cache_bytes = cache_bytes
+        self.listing = listing
+        self._cache: ObjectCache | None = None  # made per process, with the loop
+        self._listing_off_until = 0.0
         self._env = env if env is not None else object_store_environment()
         self._given_store = store
         self._store: Any = None
@@ -161,11 +183,19 @@ class ObjectSource:
         self._ensure()
         return self._store
 
+    @property
+    def cache(self) -> ObjectCache | None:
+        """This process's small objects' bytes (None when ``cache_bytes`` is 0)."""
+        self._ensure()
+        return self._cache
+
     def _ensure(self) -> asyncio.AbstractEventLoop:
         if self._pid != os.getpid():
             with self._lock:
                 if self._pid != os.getpid():
                     self._store = self._given_store if self._given_store is not None else self._build()
+                    # A worker's own: one made before a fork would start as the parent's copy.
+                    self._cache = ObjectCache(self.cache_bytes, OPEN_READ) if self.cache_bytes else None
                     loop = asyncio.new_event_loop()
                     threading.Thread(target=loop.run_forever, name="axon-objects", daemon=True).start()
                     self._loop, self._pid = loop, os.getpid()
@@ -224,12 +254,67 @@ class ObjectSource:
     async def _open_many(self, paths: list[str]) -> list[ObjectFile | HTTPError]:
         gate = asyncio.Semaphore(self.concurrency)
         room = [self.prefetch_bytes]  # the small objects' bytes this batch may hold from opening
+        listed = await self._listed(paths)
 
         async def one(path: str) -> ObjectFile | HTTPError:
+            if listed:
+                try:
+                    meta = listed.get(self.key(path))
+                except HTTPError:
+                    meta = None  # _open says why
+                if meta is not None:
+                    found = self._from_listing(path, meta, room)
+                    if found is not None:
+                        return found
             async with gate:
                 return await self._open(path, room)
 
         return list(await asyncio.gather(*map(one, paths)))
+
+    async def _listed(self, paths: list[str]) -> dict[str, dict[str, Any]]:
+        """What listings say of ``paths``' keys (key -> size, ETag, date); empty for a batch
+        too small to list, or while the store refuses to list."""
+        if not self.listing or time.monotonic() < self._listing_off_until:
+            return {}
+        keys = []
+        for path in paths:
+            try:
+                keys.append(self.key(path))
+            except HTTPError:
+                pass  # refused when opened, as before
+        runs = plan_runs(keys)
+        if not runs:
+            return {}
+        try:
+            return await list_runs(self._store, runs, self.concurrency, self.timeout)
+        except ListingRefused as exc:
+            log.warning("the object store refuses to list (%s): batches are opened key by key for %d s",
+                        exc, LISTING_RETRY)
+            self._listing_off_until = time.monotonic() + LISTING_RETRY
+            return {}
+
+    def _from_listing(self, requested: str, meta: dict[str, Any], room: list[int]) -> ObjectFile | None:
+        """The object a listing named, without a request: a large one (its bytes fetched with
+        ``If-Match`` as sent), an empty one, or a small one whose bytes are kept for the listed
+        ETag. None for a small object not kept: opening it brings it whole in one request,
+        which a GET of it after the status line would cost anyway."""
+        key, size, etag = meta["path"], meta["size"], meta.get("e_tag")
+        if etag is None:
+            return None  # nothing to fetch it by with If-Match: opened as before
+        data = None
+        if size == 0:
+            data = b""
+        elif size <= OPEN_READ:
+            kept = self._cache.get(key, etag) if self._cache is not None else None
+            if kept is None or len(kept) != size:
+                return None
+            if room[0] >= size:  # else sent from the cache, or fetched, as the stream reaches it
+                room[0] -= size
+                data = kept
+        return ObjectFile(
+            self, key, etag, requested, key, size, int(meta["last_modified"].timestamp()) * 1_000_000_000,
+            self.content_type(key), data,
+        )
 
     async def _open(self, requested: str, room: list[int] | None = None) -> ObjectFile | HTTPError:
         """Open with a ranged GET of the first :data:`OPEN_READ` bytes: its answer names the
@@ -250,10 +335,15 @@ class ObjectSource:
             except Exception:  # noqa: BLE001 - an empty object has no range to give: ask its HEAD
                 meta = await obstore.head_async(self._store, key)
         except (NotFoundError, FileNotFoundError):
+            if self._cache is not None:
+                self._cache.forget(key)
             return NotFound("no such object", paths=[requested])
         except Exception as exc:  # noqa: BLE001 - the store's failure is the client's 503
             return _unavailable(exc, requested)
         size = meta["size"]
+        if data is not None and 0 < size == len(data) and self._cache is not None:
+            data = bytes(data)
+            self._cache.put(key, meta.get("e_tag"), data)  # the next batch's listing finds it
         if data is not None and (room is None or room[0] >= len(data)):
             data = bytes(data)  # the object, or its first OPEN_READ bytes: sent without a request
             if room is not None:
@@ -282,6 +372,9 @@ class ObjectSource:
         ``read`` false, None rather than a request to the store."""
         if f.data is not None:
             return zlib.crc32(f.data)
+        kept = self._cache.get(f.key, f.etag) if self._cache is not None else None
+        if kept is not None and len(kept) == f.size:
+            return zlib.crc32(kept)
         version = (f.key, f.etag) if f.etag is not None else None
         if version is not None:
             with self._lock:

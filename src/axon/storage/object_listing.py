@@ -1,0 +1,122 @@
+"""A batch's objects named by listings rather than one request each: their sizes and ETags from
+S3's ListObjectsV2 (up to :data:`PAGE` keys an answer), before any status line.
+
+Opening an object is a request to the store, and a store answers a few thousand a second; a
+listing page is one request that names a thousand keys with their size, ETag and date. So a
+batch of many keys is listed first: its keys, sorted, are cut into *runs* of at most
+:data:`PAGE` keys, each listed from just before its first key (``start-after``, obstore's
+``offset``) under the directory its keys share, until a listed key passes its last one or after
+:data:`PAGES_PER_RUN` pages. Runs are listed concurrently. A batch whose keys are dense in their
+directories is named by a page per thousand keys; a sparse one costs at most that many pages
+more than before. Whatever a listing did not name (a key not there, past where the run
+stopped, or named in another spelling) is opened one by one as before, so a missing key is still
+a 404 naming it: a listing is only ever a shortcut, never the word that a key is absent.
+
+What the listing gives is trusted as a ``GET`` would be: its ETag is the store's ETag of the
+same object (the tests compare them on SeaweedFS, quotes included), and the bytes are then
+fetched with ``If-Match`` on it (:mod:`.object_stream`), or sent from the bytes kept for that
+ETag (:mod:`.object_cache`). A listing is as fresh as the store makes it; S3's has been strongly
+consistent since 2020, as SeaweedFS's filer is.
+
+:func:`plan_runs` is pure (keys in, runs out); :func:`list_runs` does the requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from os.path import commonprefix
+from typing import Any
+
+import obstore
+from obstore.exceptions import NotSupportedError, PermissionDeniedError, UnauthenticatedError
+
+log = logging.getLogger("axon.storage")
+
+#: The most keys one ListObjectsV2 answer names (S3's ``max-keys`` default and ceiling).
+PAGE = 1000
+#: Fewer distinct keys than this are opened as before: a listing page costs the store what
+#: some tens of ranged GETs cost (BENCHMARKS.md), and for a few keys their GETs overlap anyway.
+LIST_MIN = 16
+#: Pages one run may read: its keys may be spread over twice a page of other keys.
+PAGES_PER_RUN = 2
+
+
+class ListingRefused(Exception):
+    """The store does not let these credentials list (or does not list at all): open instead."""
+
+
+def refused(exc: Exception) -> bool:
+    """Whether ``exc`` says the store will not list for us, rather than that it failed once.
+    object_store reports S3's 403 on a listing as a generic error: its status is in the text."""
+    if isinstance(exc, (PermissionDeniedError, UnauthenticatedError, NotSupportedError)):
+        return True
+    text = str(exc)
+    return "status code: 403" in text or "status code: 401" in text
+
+
+@dataclass(frozen=True)
+class Run:
+    """Consecutive keys of a batch (sorted) and the one listing that may name them."""
+
+    prefix: str  # the directory the keys share ("" for the source's own prefix)
+    offset: str | None  # listed from just after this: strictly before the first key
+    last: str  # a listed key past this ends the run
+    keys: frozenset[str]
+    pages: int = PAGES_PER_RUN
+
+
+def plan_runs(keys: list[str], list_min: int = LIST_MIN, page: int = PAGE) -> list[Run]:
+    """The runs that list ``keys`` (jailed keys, any order, repeats allowed); none for fewer
+    than ``list_min`` distinct keys. Runs are of equal size, at most ``page`` keys each."""
+    distinct = sorted(set(keys))
+    if len(distinct) < max(list_min, 1):
+        return []
+    count = -(-len(distinct) // page)
+    size = -(-len(distinct) // count)
+    runs = []
+    for i in range(0, len(distinct), size):
+        chunk = distinct[i : i + size]
+        first, last = chunk[0], chunk[-1]
+        common = commonprefix([first, last])
+        prefix = common[: common.rfind("/")] if "/" in common else ""
+        # A proper prefix of the first key sorts before it (start-after excludes the offset).
+        runs.append(Run(prefix, first[:-1] or None, last, frozenset(chunk)))
+    return runs
+
+
+async def list_runs(store: Any, runs: list[Run], concurrency: int, timeout: float) -> dict[str, dict[str, Any]]:
+    """Each key of ``runs`` that the listings named: key -> obstore's ObjectMeta (path, size,
+    e_tag, last_modified). A run that fails names nothing (its keys are opened instead);
+    :class:`ListingRefused` when the store refuses to list."""
+    found: dict[str, dict[str, Any]] = {}
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(run: Run) -> None:
+        async with gate:
+            pages = 0
+            stream = obstore.list(store, run.prefix or None, offset=run.offset, chunk_size=PAGE)
+            async for chunk in stream:
+                for meta in chunk:
+                    if meta["path"] in run.keys:
+                        found[meta["path"]] = meta
+                pages += 1
+                # Leaving the loop drops the stream: no further page is asked for.
+                if not chunk or chunk[-1]["path"] >= run.last or pages >= run.pages:
+                    break
+
+    async def guarded(run: Run) -> str | None:
+        try:
+            await asyncio.wait_for(one(run), timeout)
+        except Exception as exc:  # noqa: BLE001 - the keys are opened one by one instead
+            said = str(exc).strip().split("\n", 1)[0] or type(exc).__name__
+            if refused(exc):
+                return said
+            log.warning("listing %r failed, opening its keys instead: %s", run.prefix, said)
+        return None
+
+    refusals = [r for r in await asyncio.gather(*map(guarded, runs)) if r is not None]
+    if refusals:
+        raise ListingRefused(refusals[0])
+    return found
