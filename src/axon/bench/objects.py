@@ -20,7 +20,12 @@ reaches a node next to its bucket. For each set of objects it times, best of ``r
 * ``store direct``: every object as a ``GET`` of the S3 API, ``concurrency`` at a time (obstore,
   signed as any S3 client signs);
 * ``store, no link``: the same straight to the store, without the relay, 64 at a time: what the
-  store itself can give, the bound of anything that fetches from it (Axon's batch included).
+  store itself can give, the bound of anything that fetches from it one GET each;
+* ``store listing, no link``: the set's keys listed (ListObjectsV2, every page), without the
+  relay: what a warm batch asks of the store.
+
+Each row also gives the requests the store answered per fetch (its own metrics: GET, which
+counts HEAD, and LIST).
 
 Every byte is checked against what was uploaded. The table it prints (and ``--json``) gives the
 seconds, objects/s and MB/s of each, and the ratio of the batch to the store's own API.
@@ -50,6 +55,8 @@ START_TIMEOUT = 30.0
 LOCAL_CONCURRENCY = 64
 #: An object outside the sets, fetched by each fresh server before its cold batch.
 WARMUP, WARMUP_BYTES = "warmup.bin", b"warm"
+WAYS = ("store direct", "store, no link", "store listing, no link", "axon batch, cold", "axon batch, warm",
+        "axon files")
 
 
 @dataclass
@@ -60,6 +67,7 @@ class Row:
     objects_per_second: float
     mb_per_second: float
     vs_store: float  # how many times faster than "store direct" (its own row: 1.0)
+    store_requests: str = ""  # per fetch, as the store counted them: "1 LIST + 0 GET"
 
 
 def payload(kind: str, i: int, size: int) -> bytes:
@@ -129,19 +137,52 @@ async def via_store(client, keys: dict[str, bytes], concurrency: int) -> None:
     await asyncio.gather(*(one(k, d) for k, d in keys.items()))
 
 
-def best_of(rounds: int, run, warmup: int = 0) -> float:
+async def via_listing(client, keys: dict[str, bytes]) -> None:
+    import obstore
+
+    directory = f"{PREFIX}/{next(iter(keys)).rsplit('/', 1)[0]}"
+    named = {m["path"] for chunk in obstore.list(client, directory, chunk_size=1000) for m in chunk}
+    assert named >= {f"{PREFIX}/{k}" for k in keys}, "the listing does not name every object"
+
+
+class Counter:
+    """The store's requests (its own metrics) over the timed runs of one way."""
+
+    def __init__(self, store: seaweed.Seaweed) -> None:
+        self.store = store
+        self.counts: dict[str, int] = {}
+        self.runs = 0
+
+    def __enter__(self) -> Counter:
+        self._before = self.store.requests()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(0.2)  # the store counts a request once its answer is written
+        after = self.store.requests()
+        for kind in ("LIST", "GET"):
+            self.counts[kind] = self.counts.get(kind, 0) + after.get(kind, 0) - self._before.get(kind, 0)
+        self.runs += 1
+
+    def per_run(self) -> str:
+        return " + ".join(f"{self.counts.get(kind, 0) / max(self.runs, 1):g} {kind}" for kind in ("LIST", "GET"))
+
+
+def best_of(rounds: int, run, counter: Counter, warmup: int = 0) -> float:
     """The shortest of ``rounds`` runs, after ``warmup`` untimed ones."""
     for _ in range(warmup):
         asyncio.run(run())
     times = []
     for _ in range(rounds):
-        started = time.perf_counter()
-        asyncio.run(run())
-        times.append(time.perf_counter() - started)
+        with counter:
+            started = time.perf_counter()
+            asyncio.run(run())
+            times.append(time.perf_counter() - started)
     return min(times)
 
 
-def cold_batches(rounds: int, store: seaweed.Seaweed, log: Path, delay_ms: float, keys: dict[str, bytes]) -> float:
+def cold_batches(rounds: int, store: seaweed.Seaweed, log: Path, delay_ms: float, keys: dict[str, bytes],
+                 counter: Counter) -> float:
     """The best of ``rounds`` first batches, each on a fresh server behind a fresh relay; the
     server fetches :data:`WARMUP` first (untimed) so that what is timed is the batch, not the
     server's first connection to the store."""
@@ -151,9 +192,10 @@ def cold_batches(rounds: int, store: seaweed.Seaweed, log: Path, delay_ms: float
         try:
             with relay_module.start("127.0.0.1:0", ("127.0.0.1", port), delay_ms) as to_axon:
                 asyncio.run(via_files(to_axon.port, {WARMUP: WARMUP_BYTES}, 1))
-                started = time.perf_counter()
-                asyncio.run(via_batch(to_axon.port, keys))
-                times.append(time.perf_counter() - started)
+                with counter:
+                    started = time.perf_counter()
+                    asyncio.run(via_batch(to_axon.port, keys))
+                    times.append(time.perf_counter() - started)
         finally:
             axon.terminate()
             axon.wait(10)
@@ -212,16 +254,25 @@ def run(small: int, small_size: int, large: int, large_size: int, delay_ms: floa
                     if not keys:
                         continue
                     total = sum(len(d) for d in keys.values())
+                    counters = {way: Counter(store) for way in WAYS}
                     timed = {
-                        "store direct": best_of(rounds, lambda: via_store(client, keys, concurrency)),
-                        "store, no link": best_of(rounds, lambda: via_store(store.store, keys, LOCAL_CONCURRENCY)),
-                        "axon batch, cold": cold_batches(rounds, store, Path(tmp) / "axon-cold.log", delay_ms, keys),
-                        "axon batch, warm": best_of(rounds, lambda: via_batch(to_axon.port, keys), warmup=1),
-                        "axon files": best_of(rounds, lambda: via_files(to_axon.port, keys, concurrency)),
+                        "store direct": best_of(rounds, lambda: via_store(client, keys, concurrency),
+                                                counters["store direct"]),
+                        "store, no link": best_of(rounds, lambda: via_store(store.store, keys, LOCAL_CONCURRENCY),
+                                                  counters["store, no link"]),
+                        "store listing, no link": best_of(rounds, lambda: via_listing(store.store, keys),
+                                                          counters["store listing, no link"]),
+                        "axon batch, cold": cold_batches(rounds, store, Path(tmp) / "axon-cold.log", delay_ms, keys,
+                                                         counters["axon batch, cold"]),
+                        "axon batch, warm": best_of(rounds, lambda: via_batch(to_axon.port, keys),
+                                                    counters["axon batch, warm"], warmup=1),
+                        "axon files": best_of(rounds, lambda: via_files(to_axon.port, keys, concurrency),
+                                              counters["axon files"]),
                     }
                     for way, seconds in timed.items():
                         rows.append(Row(label, way, round(seconds, 4), round(len(keys) / seconds, 1),
-                                        round(total / seconds / 1e6, 2), round(timed["store direct"] / seconds, 2)))
+                                        round(total / seconds / 1e6, 2), round(timed["store direct"] / seconds, 2),
+                                        counters[way].per_run()))
         finally:
             axon.terminate()
             axon.wait(10)
@@ -230,14 +281,20 @@ def run(small: int, small_size: int, large: int, large_size: int, delay_ms: floa
 
 def table(rows: list[Row], delay_ms: float, concurrency: int) -> str:
     lines = [
-        f"| objects | way (through the relay, {2 * delay_ms:g} ms round trip) | seconds | objects/s | MB/s | vs store direct |",
-        "|---|---|---:|---:|---:|---:|",
+        f"| objects | way (through the relay, {2 * delay_ms:g} ms round trip) | seconds | objects/s | MB/s "
+        "| vs store direct | store requests each |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         at_once = LOCAL_CONCURRENCY if r.way == "store, no link" else concurrency
-        way = f"**{r.way}**" if r.way.startswith("axon batch") else f"{r.way} ({at_once} at a time)"
+        if r.way.startswith("axon batch"):
+            way = f"**{r.way}**"
+        elif r.way.startswith("store listing"):
+            way = r.way
+        else:
+            way = f"{r.way} ({at_once} at a time)"
         lines.append(f"| {r.objects} | {way} | {r.seconds:.3f} | {r.objects_per_second:,.0f} | "
-                     f"{r.mb_per_second:.1f} | {r.vs_store:.2f}x |")
+                     f"{r.mb_per_second:.1f} | {r.vs_store:.2f}x | {r.store_requests} |")
     return "\n".join(lines)
 
 

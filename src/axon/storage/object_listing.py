@@ -88,8 +88,8 @@ def plan_runs(keys: list[str], list_min: int = LIST_MIN, page: int = PAGE) -> li
 
 async def list_runs(store: Any, runs: list[Run], concurrency: int, timeout: float) -> dict[str, dict[str, Any]]:
     """Each key of ``runs`` that the listings named: key -> obstore's ObjectMeta (path, size,
-    e_tag, last_modified). A run that fails names nothing (its keys are opened instead);
-    :class:`ListingRefused` when the store refuses to list."""
+    e_tag, last_modified). A run that fails names what it listed before (its other keys are
+    opened instead); :class:`ListingRefused` when the store refuses to list."""
     found: dict[str, dict[str, Any]] = {}
     gate = asyncio.Semaphore(concurrency)
 
