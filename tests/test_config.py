@@ -17,11 +17,11 @@ def test_every_variable():
         "AXON_ROOT": "/srv", "AXON_SECRET": "s", "AXON_CACHE_CONTROL": "", "AXON_NO_OPENAT2": "1",
         "AXON_METRICS_DIR": "/run/m", "AXON_LOOP": "AsyncIO", "AXON_NO_SENDFILE": "yes", "AXON_BROWSE": "on",
         "AXON_IDENTITY_SECRET": "i", "AXON_PORTABLE_IDENTITY": "1", "AXON_NO_REPLAY": "1",
-        "AXON_STORE_TIMEOUT": "2.5", "AXON_OBJECT_CACHE": "0",
+        "AXON_STORE_TIMEOUT": "2.5", "AXON_OBJECT_CACHE": "0", "AXON_NO_OBJECT_LISTING": "1",
     })
     assert env == Environment("/srv", "s", "", False, "/run/m", "asyncio", False, True,
                               identity_secret="i", portable_identity=True, replay=False, store_timeout=2.5,
-                              object_cache_mib=0)
+                              object_cache_mib=0, object_listing=False)
 
 
 def test_empty_is_unset_and_flags_take_true_words():

@@ -52,6 +52,9 @@ class Environment:
     #: MiB each process may keep small objects' bytes in, by key and ETag (``AXON_OBJECT_CACHE``;
     #: ``axon serve --object-cache``); 0 for none.
     object_cache_mib: int = 64
+    #: Name a batch's objects by listing them (``AXON_NO_OBJECT_LISTING=1`` opens each key:
+    #: for a store whose listings lag its writes).
+    object_listing: bool = True
     #: Keys batch identities without turning signing on (``AXON_IDENTITY_SECRET``): the secret
     #: every node serving the same content shares. None: ``secret``'s, else the host's own key.
     identity_secret: str | None = None
@@ -77,6 +80,7 @@ def environment(environ: Mapping[str, str] | None = None) -> Environment:
         browse=flag("AXON_BROWSE", env),
         store_timeout=float(variable("AXON_STORE_TIMEOUT", "30", env) or 30),
         object_cache_mib=int(variable("AXON_OBJECT_CACHE", "64", env) or 64),
+        object_listing=not flag("AXON_NO_OBJECT_LISTING", env),
         identity_secret=variable("AXON_IDENTITY_SECRET", None, env),
         portable_identity=flag("AXON_PORTABLE_IDENTITY", env),
     )

@@ -62,6 +62,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="for ROOT s3://...: MiB of small objects' bytes (64 KiB or less) each worker keeps by key and "
                         "ETag; a batch's listing tells whether they are current, so a repeated batch costs no GET "
                         "(AXON_OBJECT_CACHE; default 64; 0: none)")
+    p.add_argument("--object-listing", action=argparse.BooleanOptionalAction, default=None,
+                   help="for ROOT s3://...: name a batch of 16 keys or more by listing them (ListObjectsV2) rather "
+                        "than by a request each; --no-object-listing for a store whose listings lag its writes "
+                        "(AXON_NO_OBJECT_LISTING=1; default on)")
     p.add_argument("--host", default=_env("AXON_HOST", "127.0.0.1"),
                    help="address to listen on (AXON_HOST; default 127.0.0.1; 0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, default=_env("AXON_PORT", 8000), help="port (AXON_PORT; default 8000; 0: any free port)")
@@ -184,9 +188,12 @@ def run(args: argparse.Namespace) -> int:
     # The object store's flags, as the variables they stand for: the source reads those.
     for value, name in ((args.endpoint_url, "AWS_ENDPOINT_URL"), (args.region, "AWS_REGION"),
                         (args.allow_http and "true", "AWS_ALLOW_HTTP"), (args.store_timeout, "AXON_STORE_TIMEOUT"),
-                        (args.object_cache, "AXON_OBJECT_CACHE")):
+                        (args.object_cache, "AXON_OBJECT_CACHE"),
+                        (args.object_listing is False and "1", "AXON_NO_OBJECT_LISTING")):
         if value is not None and value is not False and value != "":
             os.environ[name] = str(value)
+    if args.object_listing:  # --object-listing wins over AXON_NO_OBJECT_LISTING
+        os.environ.pop("AXON_NO_OBJECT_LISTING", None)
     try:
         app = load_app(args.app, args.root, args.cache_control, args.browse, args.portable_identity)
     except ValueError as exc:  # e.g. the root is not a directory

@@ -122,7 +122,8 @@ class ObjectSource:
     retries included, before the object counts as unavailable: a 503 before the status line,
     a cut connection after it. ``cache_bytes`` (default ``$AXON_OBJECT_CACHE`` MiB, else 64
     MiB; 0 for none) bounds the memory each process keeps small objects' bytes in
-    (:mod:`.object_cache`); ``listing`` false opens every key of a batch one by one."""
+    (:mod:`.object_cache`); ``listing`` false (default: not ``$AXON_NO_OBJECT_LISTING``) opens
+    every key of a batch one by one."""
 
     #: Opening is a request to the store: async runtimes call the App's handlers in their thread
     #: pool, never on their event loop.
@@ -140,7 +141,7 @@ class ObjectSource:
         concurrency: int = CONCURRENCY,
         prefetch_bytes: int | None = None,
         cache_bytes: int | None = None,
-        listing: bool = True,
+        listing: bool | None = None,
         store: Any = None,
     ) -> None:
         from .object_stream import PREFETCH_BYTES
@@ -152,6 +153,8 @@ class ObjectSource:
             timeout = environment().store_timeout
         if cache_bytes is None:
             cache_bytes = environment().object_cache_mib << 20
+        if listing is None:
+            listing = environment().object_listing
         if timeout <= 0 or concurrency < 1 or cache_bytes < 0:
             raise ValueError("timeout must be positive, concurrency at least 1, cache_bytes not negative")
         self.root = url.rstrip("/")
