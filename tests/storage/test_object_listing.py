@@ -103,6 +103,17 @@ def test_runs_share_the_directory_their_keys_share():
     assert plan_runs([f"a/b{i:02d}" for i in range(20)], list_min=16)[0].prefix == "a"  # not "a/b"
 
 
+def test_far_apart_directories_are_listed_apart_and_small_ones_together():
+    far = plan_runs([f"a/{i:02d}" for i in range(20)] + [f"z/{i:02d}" for i in range(20)], list_min=16)
+    assert [(r.prefix, len(r.keys)) for r in far] == [("a", 20), ("z", 20)]
+    shards = plan_runs([f"data/shard-{s:03d}/{i}.jpg" for s in range(100) for i in range(5)], list_min=16)
+    assert [(r.prefix, len(r.keys)) for r in shards] == [("data", 500)]
+    # A directory too small to stand alone joins the next one.
+    mixed = plan_runs(["a/x", "b/00"] + [f"b/{i:02d}" for i in range(1, 20)] + [f"c/{i:02d}" for i in range(20)],
+                      list_min=16)
+    assert [(r.prefix, len(r.keys)) for r in mixed] == [("", 21), ("c", 20)]
+
+
 def test_a_small_batch_is_not_listed():
     assert plan_runs(["a", "b", "a"] * 10, list_min=16) == []
     assert plan_runs([f"k{i}" for i in range(16)], list_min=16) == [

@@ -4,7 +4,7 @@ S3's ListObjectsV2 (up to :data:`PAGE` keys an answer), before any status line.
 Opening an object is a request to the store, and a store answers a few thousand a second; a
 listing page is one request that names a thousand keys with their size, ETag and date. So a
 batch of many keys is listed first: its keys, sorted, are cut into *runs* of at most
-:data:`PAGE` keys, each listed from just before its first key (``start-after``, obstore's
+:data:`PAGE` keys (by directory: :func:`plan_runs`), each listed from just before its first key (``start-after``, obstore's
 ``offset``) under the directory its keys share, until a listed key passes its last one or after
 :data:`PAGES_PER_RUN` pages. Runs are listed concurrently. A batch whose keys are dense in their
 directories is named by a page per thousand keys; a sparse one costs at most that many pages
@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from itertools import groupby
 from os.path import commonprefix
 from typing import Any
 
@@ -69,21 +70,39 @@ class Run:
 
 def plan_runs(keys: list[str], list_min: int = LIST_MIN, page: int = PAGE) -> list[Run]:
     """The runs that list ``keys`` (jailed keys, any order, repeats allowed); none for fewer
-    than ``list_min`` distinct keys. Runs are of equal size, at most ``page`` keys each."""
+    than ``list_min`` distinct keys. Keys of one directory stay together; a directory of fewer
+    than ``list_min`` keys joins its neighbours (shards of a few keys each, listed as one
+    stretch of their parent), one of more starts a run of its own once the current one could
+    stand alone (two far-apart directories are not listed as one stretch of everything between
+    them). A run of more than ``page`` keys is cut into equal runs of at most ``page``."""
     distinct = sorted(set(keys))
     if len(distinct) < max(list_min, 1):
         return []
-    count = -(-len(distinct) // page)
-    size = -(-len(distinct) // count)
+    stretches: list[list[str]] = []
+    current: list[str] = []
+    for _, group in groupby(distinct, key=lambda k: k.rpartition("/")[0]):
+        members = list(group)
+        alone = len(current) >= list_min and len(members) >= list_min
+        if current and (alone or len(current) + len(members) > page):
+            stretches.append(current)
+            current = []
+        current.extend(members)
+    stretches.append(current)
     runs = []
-    for i in range(0, len(distinct), size):
-        chunk = distinct[i : i + size]
-        first, last = chunk[0], chunk[-1]
-        common = commonprefix([first, last])
-        prefix = common[: common.rfind("/")] if "/" in common else ""
-        # A proper prefix of the first key sorts before it (start-after excludes the offset).
-        runs.append(Run(prefix, first[:-1] or None, last, frozenset(chunk)))
+    for stretch in stretches:
+        count = -(-len(stretch) // page)
+        size = -(-len(stretch) // count)
+        for i in range(0, len(stretch), size):
+            runs.append(_run(stretch[i : i + size]))
     return runs
+
+
+def _run(chunk: list[str]) -> Run:
+    first, last = chunk[0], chunk[-1]
+    common = commonprefix([first, last])
+    prefix = common[: common.rfind("/")] if "/" in common else ""
+    # A proper prefix of the first key sorts before it (start-after excludes the offset).
+    return Run(prefix, first[:-1] or None, last, frozenset(chunk))
 
 
 async def list_runs(store: Any, runs: list[Run], concurrency: int, timeout: float) -> dict[str, dict[str, Any]]:
