@@ -296,6 +296,10 @@ def table(rows: list[Row], delay_ms: float, concurrency: int) -> str:
             way = r.way
         else:
             way = f"{r.way} ({at_once} at a time)"
+        if r.way.startswith("store listing"):  # names the objects, moves none of their bytes
+            lines.append(f"| {r.objects} | {way} | {r.seconds:.3f} | {r.objects_per_second:,.0f} | - | - | "
+                         f"{r.store_requests} |")
+            continue
         lines.append(f"| {r.objects} | {way} | {r.seconds:.3f} | {r.objects_per_second:,.0f} | "
                      f"{r.mb_per_second:.1f} | {r.vs_store:.2f}x | {r.store_requests} |")
     return "\n".join(lines)
