@@ -155,7 +155,9 @@ async def _chunks(source: ObjectSource, segments: list[Segment], chunk_size: int
 async def _fetch(source: ObjectSource, obj: ObjectFile, offset: int, count: int) -> Any:
     # A small object whole: from the bytes kept for its ETag if there are (the listing that
     # named it is the freshness check), else fetched and kept for the next batch.
-    cache = source.cache if offset == 0 and count == obj.size and obj.etag is not None else None
+    cache = source.cache
+    if cache is not None and not (offset == 0 and count == obj.size <= cache.largest and obj.etag is not None):
+        cache = None  # a slice, or an object too large to keep
     if cache is not None:
         kept = cache.get(obj.key, obj.etag)
         if kept is not None and len(kept) == count:
