@@ -24,6 +24,7 @@ from axon.config import object_store_environment  # noqa: E402
 from axon.storage.object_listing import PAGE, Run, plan_runs  # noqa: E402
 from axon.storage.object_stream import ObjectStreamBroken  # noqa: E402
 from axon.storage.objects import OPEN_READ, ObjectSource  # noqa: E402
+from test_objects import call  # noqa: E402  # one App call, its body read whole, for both files
 
 SMALL = 40  # more than LIST_MIN
 LARGE = 20
@@ -60,13 +61,7 @@ def source_of(weed, prefix: str, **options) -> ObjectSource:
 
 
 def batch(app: App, names: list[str], fmt: str = "") -> tuple[int, dict, bytes]:
-    body = json.dumps({"files": names}).encode()
-    response = app.handle(Request("POST", f"/api/stream-files{fmt}", "", {}, body))
-    try:
-        data = b"".join(response.stream) if response.stream is not None else b"".join(response.body)
-    finally:
-        response.close()
-    return response.status, dict(response.headers), data
+    return call(app, "POST", f"/api/stream-files{fmt}", body=json.dumps({"files": names}).encode())
 
 
 def counted(weed, action):
