@@ -69,11 +69,6 @@ def record_of(request: "Request", response: "Response", seconds: float, ended: f
     )
 
 
-def retimed(record: Record, seconds: float, ended: float) -> Record:
-    """``record`` for the same response made again: its ``seconds`` and ``ended`` replaced."""
-    return (ended, *record[1:7], seconds, *record[8:])
-
-
 class Reader(Protocol):
     """Takes records in batches (axon.metrics.Metrics, axon.log.AccessLog); must not raise."""
 
@@ -137,11 +132,14 @@ class Records:
 
     def add(self, request: "Request", response: "Response", seconds: float, ended: float) -> None:
         """Record a planned response: ``seconds`` it took, ``ended`` by ``time.perf_counter()``."""
-        self.add_record(record_of(request, response, seconds, ended))
+        self._queue(record_of(request, response, seconds, ended))
 
-    def add_record(self, record: Record) -> None:
-        """Record a response by its record: :meth:`add`'s, or a remembered one :func:`retimed`
-        (a server that answers a repeated request again from the bytes it sent)."""
+    def add_again(self, record: Record, seconds: float, ended: float) -> None:
+        """Record the response ``record`` (:func:`record_of`) describes, made again: a server
+        that answers a repeated request from the bytes it sent; its own ``seconds`` and ``ended``."""
+        self._queue((ended, *record[1:7], seconds, *record[8:]))
+
+    def _queue(self, record: Record) -> None:
         queue = self.queue
         queue.append(record)
         if len(queue) >= BATCH:

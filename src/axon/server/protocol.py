@@ -47,7 +47,7 @@ from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser, par
 
 from ..app import Request
 from ..errors import BadRequest, HeadersTooLarge, HTTPError, URITooLong
-from ..records import record_of, retimed
+from ..records import record_of
 from ..response import Response, error_response
 from .eager import resume
 from .exchange import Exchange
@@ -441,7 +441,7 @@ class HTTPProtocol(asyncio.Protocol):
         next(records.begun)
         if observed:
             ended = perf_counter()
-            records.add_record(retimed(replay.record, ended - started, ended))  # type: ignore[arg-type]
+            records.add_again(replay.record, ended - started, ended)  # type: ignore[arg-type]
         self.deadline = self.worker.idle_deadline
         return True
 
