@@ -41,12 +41,7 @@ async def call(asgi, scope, inbox, on_send=None):
     return sent
 
 
-def open_fds():
-    gc.collect()  # a FileStore left by an earlier test closes its root descriptor when collected
-    return len(os.listdir("/proc/self/fd"))
-
-
-def test_zerocopysend_hands_over_the_checked_descriptor(files):
+def test_zerocopysend_hands_over_the_checked_descriptor(files, open_fds):
     asgi = create_app(files)
     received = bytearray()
 
@@ -72,10 +67,11 @@ def test_zerocopysend_hands_over_the_checked_descriptor(files):
     a, b = (files / "a.bin").read_bytes(), (files / "b.bin").read_bytes()
     assert received.count(a) == 2 and b in received
     assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
-    assert open_fds() == before
+    gc.collect()  # what the run left to the collector closes its descriptors now
+    assert open_fds() <= before  # no new descriptor (another may close meanwhile)
 
 
-def test_disconnect_stops_reading_and_releases_files(files):
+def test_disconnect_stops_reading_and_releases_files(files, open_fds):
     (files / "big.bin").write_bytes(b"x" * (8 * 1024 * 1024))
     asgi = create_app(files, limits=Limits(chunk_size=64 * 1024))
     chunks = 0
@@ -97,7 +93,8 @@ def test_disconnect_stops_reading_and_releases_files(files):
     before = open_fds()
     asyncio.run(run())
     assert 3 <= chunks < 10, "reading went on after the client left"
-    assert open_fds() == before
+    gc.collect()  # what the run left to the collector closes its descriptors now
+    assert open_fds() <= before  # no new descriptor (another may close meanwhile)
 
 
 def test_lifespan_is_answered(files):
