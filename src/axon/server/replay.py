@@ -67,6 +67,12 @@ class Replay:
         self.record = record  # the request's record, for the observers (axon.records)
 
     @classmethod
+    def fixed(cls, response: Response) -> Replay:
+        """One of the App's fixed answers (a body of bytes, no files), to send as it is."""
+        body = b"".join(response.body)  # type: ignore[arg-type]
+        return cls(_head(response), body, len(body))
+
+    @classmethod
     def of(cls, response: Response, record: Record) -> Replay | None:
         """``response`` (not yet sent, its files still held) as an answer to send again, holding
         its files' descriptors; None if it cannot be (a file of its own, not the open-file
@@ -75,7 +81,7 @@ class Replay:
         if not files or len(files) > REPLAY_FILES or response.stream is not None:
             return None
         try:
-            head = encode_head(response.status, response.reason, response.headers, b"")[:-2]
+            head = _head(response)
         except (UnsafeHeader, UnicodeError, TypeError, ValueError):
             return None
         pins: list[Pin] = []
@@ -110,6 +116,11 @@ class Replay:
         pins, self.pins = self.pins, ()
         for entry, _ in pins:
             entry.release()
+
+
+def _head(response: Response) -> bytes:
+    """The status line and headers, without the blank line (``Date`` and ``Server`` go before it)."""
+    return encode_head(response.status, response.reason, response.headers, b"")[:-2]
 
 
 class Replays:

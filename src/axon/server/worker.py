@@ -80,9 +80,7 @@ class Worker:
             if encoded is None or encoded[0] is not response:
                 if response.stream is not None or not all(type(seg) is bytes for seg in response.body):
                     continue
-                head = encode_head(response.status, response.reason, response.headers, b"")[:-2]  # without the blank line
-                body = b"".join(response.body)  # type: ignore[arg-type]
-                encoded = self._encoded[path] = (response, Replay(head, body, len(body)))
+                encoded = self._encoded[path] = (response, Replay.fixed(response))
             table[path.encode("utf-8")] = encoded[1]
         routes_version = self.app.routes_version
         if table != self.fixed or routes_version != self._routes_version:

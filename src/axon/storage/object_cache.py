@@ -60,22 +60,27 @@ class ObjectCache:
     def put(self, key: str, etag: str | None, data: bytes) -> None:
         """Keep ``data`` as ``key`` at version ``etag`` (replacing any other version of it);
         nothing for an object without an ETag or larger than ``largest``."""
-        cost = len(data) + len(key) + ENTRY_OVERHEAD
+        cost = _cost(key, data)
         if etag is None or len(data) > self.largest or cost > self.capacity:
             return
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self.used -= len(old[1]) + len(key) + ENTRY_OVERHEAD
+                self.used -= _cost(key, old[1])
             self._entries[key] = (etag, data)
             self.used += cost
             while self.used > self.capacity:
                 gone, (_, payload) = self._entries.popitem(last=False)
-                self.used -= len(payload) + len(gone) + ENTRY_OVERHEAD
+                self.used -= _cost(gone, payload)
 
     def forget(self, key: str) -> None:
         """Drop ``key`` (it was found deleted)."""
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self.used -= len(old[1]) + len(key) + ENTRY_OVERHEAD
+                self.used -= _cost(key, old[1])
+
+
+def _cost(key: str, data: bytes) -> int:
+    """What an entry is charged against the bound: its bytes, its key and ENTRY_OVERHEAD."""
+    return len(data) + len(key) + ENTRY_OVERHEAD
