@@ -116,7 +116,8 @@ def test_async_generator_stream_and_body_limit(files):
 
         async def numbers():
             for i in range(3):
-                yield f"{i}\n".encode()
+                data = f"{i}\n".encode()
+                yield memoryview(data) if i == 1 else data  # an object body gives views
 
         return stream_response(numbers(), content_type="text/plain")
 
@@ -130,6 +131,7 @@ def test_async_generator_stream_and_body_limit(files):
 
     sent = asyncio.run(run(http_scope("/count"), []))
     assert b"".join(m.get("body", b"") for m in sent[1:]) == b"0\n1\n2\n"
+    assert all(type(m["body"]) is bytes for m in sent[1:])  # a view a stream gave is sent as bytes
     assert b"content-length" not in dict(sent[0]["headers"])
 
     too_big = [{"type": "http.request", "body": b"x" * 6, "more_body": True}, {"type": "http.request", "body": b"x" * 6}]

@@ -153,6 +153,8 @@ async def _wait_disconnect(receive: Receive) -> None:
 
 async def send_stream(response: Response, send: Send, app: App) -> None:
     async for chunk in aiter_stream(response.stream, app.executor):  # type: ignore[arg-type]
+        if type(chunk) is not bytes:
+            chunk = bytes(chunk)  # ASGI's body is bytes; a stream may give a view (object bodies)
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -23,7 +23,7 @@ from conftest import (
 )
 
 from axon.app import App, Request
-from axon.response import stream_response
+from axon.response import Response, stream_response
 from axon.server.protocol import HTTPProtocol
 
 
@@ -119,6 +119,36 @@ def test_chunked_response_for_a_generator(serve, root) -> None:
         assert resp.header("transfer-encoding") == "chunked"
         assert resp.body == b"".join(f"{i}\n".encode() for i in range(1000))
         assert c.get("/api/health").status == 200  # the connection is still usable
+
+
+def test_a_streamed_buffer_is_sent_as_it_was_when_yielded(serve, root) -> None:
+    """Chunks larger than the socket takes at once, to a slow client, arrive as they were when
+    yielded: a writable view of a buffer the stream then reuses, and read-only views (how an
+    object body hands over the store's buffers, uncopied)."""
+    app = App(root)
+    size = 8 << 20  # past what the socket takes at once: the transport must queue the rest
+
+    @app.route("/reused")
+    def reused(request: Request):
+        def chunks():
+            buffer = bytearray(size)
+            for byte in b"abc":
+                buffer[:] = bytes([byte]) * size
+                yield memoryview(buffer)  # then overwritten for the next chunk, as readinto does
+
+        return Response(200, [("Content-Length", str(3 * size))], stream=chunks())
+
+    @app.route("/views")
+    def views(request: Request):
+        return Response(200, [("Content-Length", str(2 * size))],
+                        stream=iter([memoryview(b"v" * size), memoryview(b"w" * size)]))
+
+    server = serve(app)
+    for target, expected in (("/reused", b"a" * size + b"b" * size + b"c" * size),
+                             ("/views", b"v" * size + b"w" * size)):
+        with slow_client(server.port) as c:
+            resp = c.get(target)
+            assert resp.status == 200 and resp.body == expected, target
 
 
 def test_files_and_batches_arrive_intact(serve, root, mode) -> None:

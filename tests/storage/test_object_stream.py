@@ -49,6 +49,7 @@ def test_bytes_in_order_for_wsgi(source, small_pieces):
     finally:
         stream.close()
     assert b"".join(chunks) == EXPECTED
+    assert all(type(c) is bytes for c in chunks)  # WSGI's chunks are bytes, never a view
     # A chunk and at most one piece (or the head opening brought) more.
     assert max(map(len, chunks)) < 65536 + max(16_384, OPEN_READ)
 
@@ -61,6 +62,19 @@ def test_bytes_in_order_for_async_runtimes(source, small_pieces):
         return bytes(out)
 
     assert asyncio.run(read()) == EXPECTED
+
+
+def test_a_whole_piece_goes_out_as_a_read_only_view_of_the_stores_buffer(source, small_pieces):
+    async def read() -> list:
+        return [chunk async for chunk in ObjectBody(source, body(source), 4096)]
+
+    chunks = asyncio.run(read())
+    assert b"".join(chunks) == EXPECTED
+    views = [c for c in chunks if type(c) is memoryview]
+    # Past what opening brought, each whole piece of x and y is one view, not a copy (the short
+    # last pieces, under a chunk, are joined to the bytes around them).
+    assert len(views) == 2 * ((SIZE - OPEN_READ) // 16_384)
+    assert all(v.readonly and len(v) == 16_384 for v in views)
 
 
 def test_pieces_in_flight_stay_within_the_prefetch_budget(source, small_pieces, monkeypatch):

@@ -9,10 +9,11 @@ s3://bucket/prefix`` (one worker) next to the store; the client reaches both thr
 relay (:mod:`.relay`: ``delay`` each way, a ``2 x delay`` round trip), as a client across a WAN
 reaches a node next to its bucket. For each set of objects it times, best of ``rounds``:
 
-* ``axon batch, cold``: one ``POST /api/stream-files`` naming every object, the body read whole
-  and its length checked, as the first batch of a fresh ``axon serve`` (started for each round;
-  one unrelated object fetched first, so its store connection and loop are up): nothing of the
-  objects is known, so the store is listed and each small object fetched;
+* ``axon batch, cold``: one ``POST /api/stream-files`` naming every object, sent and read by
+  the axon:// filesystem (``fs.cat(paths)``: a ``bytes`` per object, as obstore gives the direct
+  way), as the first batch of a fresh ``axon serve`` (started for each round; one unrelated
+  object fetched first, so its store connection and loop, and the client's connection, are up):
+  nothing of the objects is known, so the store is listed and each small object fetched;
 * ``axon batch, warm``: the same batch repeated on one server: the listing finds the small
   objects' bytes kept for their ETags (``--object-cache``), so the store answers one listing
   page per thousand keys and no GET;
@@ -43,6 +44,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from . import relay as relay_module
 from . import seaweed
@@ -88,26 +90,35 @@ async def upload(store: seaweed.Seaweed, keys: dict[str, bytes], concurrency: in
     await asyncio.gather(*(one(k, d) for k, d in keys.items()))
 
 
-async def via_batch(port: int, keys: dict[str, bytes]) -> None:
+def batch_client() -> tuple[Any, list[int]]:
+    """The client a Python program reads objects into memory with through Axon: the axon://
+    filesystem (:mod:`axon.fsspec`), whose ``cat(paths)`` is one ``POST /api/stream-files`` for up
+    to the server's ``max_files`` paths, its parts read as they arrive, one ``bytes`` per path, as
+    the direct way's obstore gives. With it, the list of requests it sent (a count, reset by
+    :func:`via_batch`) of batch requests it sent."""
     import aiohttp
 
-    body = json.dumps({"files": list(keys)}).encode()
-    expected = sum(len(d) for d in keys.values())
-    async with aiohttp.ClientSession() as session:
-        async with session.post(f"http://127.0.0.1:{port}/api/stream-files", data=body,
-                                headers={"Content-Type": "application/json"}) as response:
-            got = await response.read()
-            assert response.status == 200, (response.status, got[:300])
-    length = int(response.headers["Content-Length"])
-    assert len(got) == length and length > expected, (len(got), length, expected)
-    # Every object's bytes, in order, each right after its part's headers: a comparison of
-    # bytes, as the other ways make (searching the body for each object instead cost ~60 ms of
-    # the client's CPU for 64 x 512 KiB, counted against the batch alone).
-    position = 0
-    for data in keys.values():
-        start = got.find(b"\r\n\r\n", position) + 4
-        assert start >= 4 and got.startswith(data, start), "an object's bytes are not where its part is"
-        position = start + len(data)
+    from ..fsspec import AxonFileSystem
+
+    sent = [0]
+
+    async def count(session, context, params) -> None:
+        sent[0] += params.method == "POST"  # not the one GET /api/limits of a first call
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_start.append(count)
+    return AxonFileSystem(skip_instance_cache=True, client_kwargs={"trace_configs": [trace]}), sent
+
+
+def via_batch(client: tuple[Any, list[int]], port: int, keys: dict[str, bytes]) -> None:
+    """Every object of ``keys`` in one batch request, each one's bytes checked."""
+    fs, sent = client
+    urls = [f"127.0.0.1:{port}/{k}" for k in keys]
+    sent[0] = 0
+    got = fs.cat(urls)
+    assert sent[0] == 1, f"{sent[0]} batch requests for one batch"
+    for url, data in zip(urls, keys.values()):
+        assert got[fs._strip_protocol(url)] == data, f"{url}: other bytes than uploaded"
 
 
 async def via_files(port: int, keys: dict[str, bytes], concurrency: int) -> None:
@@ -173,12 +184,12 @@ class Counter:
 def best_of(rounds: int, run, counter: Counter, warmup: int = 0) -> float:
     """The shortest of ``rounds`` runs, after ``warmup`` untimed ones."""
     for _ in range(warmup):
-        asyncio.run(run())
+        run()
     times = []
     for _ in range(rounds):
         with counter:
             started = time.perf_counter()
-            asyncio.run(run())
+            run()
             times.append(time.perf_counter() - started)
     return min(times)
 
@@ -193,10 +204,11 @@ def cold_batches(rounds: int, store: seaweed.Seaweed, log: Path, delay_ms: float
         axon, port = start_axon(store, log, flags)
         try:
             with relay_module.start("127.0.0.1:0", ("127.0.0.1", port), delay_ms) as to_axon:
-                asyncio.run(via_files(to_axon.port, {WARMUP: WARMUP_BYTES}, 1))
+                client = batch_client()
+                via_batch(client, to_axon.port, {WARMUP: WARMUP_BYTES})
                 with counter:
                     started = time.perf_counter()
-                    asyncio.run(via_batch(to_axon.port, keys))
+                    via_batch(client, to_axon.port, keys)
                     times.append(time.perf_counter() - started)
         finally:
             axon.terminate()
@@ -253,23 +265,24 @@ def run(small: int, small_size: int, large: int, large_size: int, delay_ms: floa
                     secret_access_key=seaweed.SECRET_KEY, region=seaweed.REGION,
                     client_options={"allow_http": True, "pool_max_idle_per_host": str(concurrency)},
                 )
+                batch = batch_client()
                 for label, keys in sets:
                     if not keys:
                         continue
                     total = sum(len(d) for d in keys.values())
                     counters = {way: Counter(store) for way in WAYS}
                     timed = {
-                        "store direct": best_of(rounds, lambda: via_store(client, keys, concurrency),
+                        "store direct": best_of(rounds, lambda: asyncio.run(via_store(client, keys, concurrency)),
                                                 counters["store direct"]),
-                        "store, no link": best_of(rounds, lambda: via_store(store.store, keys, LOCAL_CONCURRENCY),
+                        "store, no link": best_of(rounds, lambda: asyncio.run(via_store(store.store, keys, LOCAL_CONCURRENCY)),
                                                   counters["store, no link"]),
-                        "store listing, no link": best_of(rounds, lambda: via_listing(store.store, keys),
+                        "store listing, no link": best_of(rounds, lambda: asyncio.run(via_listing(store.store, keys)),
                                                           counters["store listing, no link"]),
                         "axon batch, cold": cold_batches(rounds, store, Path(tmp) / "axon-cold.log", delay_ms, keys,
                                                          counters["axon batch, cold"], flags),
-                        "axon batch, warm": best_of(rounds, lambda: via_batch(to_axon.port, keys),
+                        "axon batch, warm": best_of(rounds, lambda: via_batch(batch, to_axon.port, keys),
                                                     counters["axon batch, warm"], warmup=1),
-                        "axon files": best_of(rounds, lambda: via_files(to_axon.port, keys, concurrency),
+                        "axon files": best_of(rounds, lambda: asyncio.run(via_files(to_axon.port, keys, concurrency)),
                                               counters["axon files"]),
                     }
                     for way, seconds in timed.items():

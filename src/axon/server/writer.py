@@ -385,7 +385,7 @@ class ResponseWriter:
             if flow.gone():
                 raise ClientGone()
             if type(data) is not bytes:
-                data = bytes(data)
+                data = _unchanging(data)
             sent += len(data)
             if declared is not None and sent > declared:
                 raise BodyLengthMismatch(f"stream longer than its Content-Length {declared}")
@@ -399,6 +399,15 @@ class ResponseWriter:
             raise BodyLengthMismatch(f"stream sent {sent} bytes of its Content-Length {declared}")
         if chunked:
             transport.write(LAST_CHUNK)
+
+
+def _unchanging(data: Any) -> bytes | memoryview:
+    """A stream's chunk as the transport may keep it until sent: a read-only, contiguous view of
+    bytes as it is (an object body hands the store's buffer so, uncopied); anything else copied,
+    since its owner may change it after it is queued."""
+    if type(data) is memoryview and data.readonly and data.contiguous and data.itemsize == 1 and data.ndim == 1:
+        return data
+    return bytes(data)
 
 
 def _close_quietly(response: Response) -> None:

@@ -69,15 +69,16 @@ class ObjectBody:
         gen = self._start()
         while True:
             try:
-                yield self._source.run(gen.__anext__())
+                yield bytes(self._source.run(gen.__anext__()))  # WSGI wants bytes, not a view
             except StopAsyncIteration:
                 return
 
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        """For the async runtimes: each chunk awaited without blocking their loop."""
+    def __aiter__(self) -> AsyncIterator[bytes | memoryview]:
+        """For the async runtimes: each chunk awaited without blocking their loop; a chunk may
+        be a read-only memoryview of the store's buffer (the runtimes that need bytes copy it)."""
         return self._async_iter()
 
-    async def _async_iter(self) -> AsyncIterator[bytes]:
+    async def _async_iter(self) -> AsyncIterator[bytes | memoryview]:
         gen = self._start()
         while True:
             try:
@@ -115,7 +116,7 @@ def _pieces(segments: list[Segment]) -> Iterator[bytes | tuple[ObjectFile, int, 
             count -= take
 
 
-async def _chunks(source: ObjectSource, segments: list[Segment], chunk_size: int) -> AsyncIterator[bytes]:
+async def _chunks(source: ObjectSource, segments: list[Segment], chunk_size: int) -> AsyncIterator[bytes | memoryview]:
     budget = source.prefetch_bytes
     todo = deque(_pieces(segments))
     window: deque[tuple[Any, int]] = deque()  # (bytes or a fetch task, bytes it holds ahead)
@@ -138,7 +139,9 @@ async def _chunks(source: ObjectSource, segments: list[Segment], chunk_size: int
             data = first if count == 0 and type(first) is bytes else await first
             ahead -= count
             if not pending and len(data) >= chunk_size:
-                yield bytes(data)  # a whole piece goes out as it came, copied once
+                # A whole piece goes out as the store gave it: a read-only view of obstore's
+                # buffer, not a copy (a copy of each piece cost ~15 ms of CPU per 32 MiB).
+                yield memoryview(data)
                 continue
             pending += data
             if len(pending) >= chunk_size:
