@@ -8,6 +8,11 @@ machine-id of its own, as separate hosts do), and nginx in the root namespace wi
 rendered from ``deploy/templates/nginx-cluster.conf.in``. :meth:`Cluster.close` removes every
 process, namespace, link and file it made, whatever state the test left them in.
 
+A test process killed outright (SIGKILL, a CI timeout) cannot close its cluster: its nodes run in
+sessions of their own and outlive it. So each cluster keeps a record under :data:`OWNERS` (its
+owner's pid, the process groups it started), and every new cluster first sweeps away what the
+records of dead owners name (:func:`sweep_stale`).
+
 Namespaces need root (CAP_SYS_ADMIN and CAP_NET_ADMIN); :func:`namespaces_refused` says why not
 where the kernel or the container refuses them, for the tests to skip with that reason.
 """
@@ -28,6 +33,9 @@ from urllib.parse import urlsplit
 from deploy_rig import REPO, nginx_binary
 
 PORT = 8000
+#: One file per live cluster, named by its tag: "owner PID", then "group PGID CMDLINE" per process
+#: group it started (the command line checked before a sweep kills it: a pid may be reused).
+OWNERS = Path("/run/axon-test-clusters")
 RENDER = REPO / "deploy" / "render.sh"
 TEMPLATES = REPO / "deploy" / "templates"
 
@@ -111,6 +119,9 @@ class Cluster:
 
     def network(self) -> None:
         """The bridge, the namespaces and their links: what :meth:`start_all` starts nodes in."""
+        sweep_stale()
+        OWNERS.mkdir(parents=True, exist_ok=True)
+        self._record(f"owner {os.getpid()}")
         _ip("link", "add", self.bridge, "type", "bridge")
         self._links.append(self.bridge)
         _ip("addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
@@ -157,6 +168,7 @@ class Cluster:
                                  str(listen), "127.0.0.1", str(port)], stdout=subprocess.PIPE,
                                 start_new_session=True)  # fmt: skip
         self._helpers.append(proc)
+        self._started(proc)
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready", "the relay did not start"
         return listen
 
@@ -168,6 +180,7 @@ class Cluster:
         with open(node.log, "ab") as out:
             node.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env={**os.environ, **self.env}, start_new_session=True)  # fmt: skip
+        self._started(node.proc)
         if wait:
             self.wait_node(node)
 
@@ -210,6 +223,7 @@ class Cluster:
         with open(self.work / "nginx.log", "ab") as out:
             self.nginx = subprocess.Popen([nginx, "-c", str(conf), "-g", "daemon off;"], stdout=out,
                                           stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        self._started(self.nginx)
         deadline = time.monotonic() + 10
         while not _answers(f"{self.url}/api/health"):
             assert self.nginx.poll() is None and time.monotonic() < deadline, (self.work / "nginx.log").read_text()
@@ -224,6 +238,13 @@ class Cluster:
         return self.work / "nginx/var/log/nginx/axon.log"
 
     # -- cleaning up ----------------------------------------------------------------------
+
+    def _record(self, line: str) -> None:
+        with open(OWNERS / self.tag, "a") as record:
+            record.write(line + "\n")
+
+    def _started(self, proc: subprocess.Popen) -> None:
+        self._record(f"group {proc.pid} {_cmdline(proc.pid)}")
 
     def close(self) -> None:
         """Everything made, removed: safe to call after any failure, and more than once."""
@@ -246,9 +267,68 @@ class Cluster:
                 pass
         for link in reversed(self._links):
             _ip("link", "del", link, check=False)
+        (OWNERS / self.tag).unlink(missing_ok=True)
         self._netns.clear()
         self._links.clear()
         self._helpers.clear()
+
+
+def sweep_stale() -> list[str]:
+    """Remove what clusters of test processes that died without closing left behind: their
+    process groups (if still the commands recorded), the processes in their namespaces, the
+    namespaces, links and /etc/netns files. The tags swept."""
+    swept = []
+    for record in sorted(OWNERS.glob("*")) if OWNERS.is_dir() else []:
+        lines = record.read_text().splitlines()
+        owner = int(lines[0].split()[1]) if lines and lines[0].startswith("owner ") else 0
+        if owner and _alive(owner):
+            continue
+        tag = record.name
+        for line in lines[1:]:
+            _, pgid, cmdline = line.split(" ", 2)
+            if _cmdline(int(pgid)) == cmdline:
+                _killpg(int(pgid), signal.SIGKILL)
+        for netns in _ip("netns", "list").stdout.split():
+            if netns.startswith(f"axon-{tag}-"):
+                for pid in _ip("netns", "pids", netns, check=False).stdout.split():
+                    _kill(int(pid))
+                _ip("netns", "del", netns, check=False)
+                etc = Path("/etc/netns") / netns
+                (etc / "machine-id").unlink(missing_ok=True)
+                if etc.is_dir():
+                    etc.rmdir()
+        for link in _ip("-o", "link", "show").stdout.splitlines():
+            name = link.split(":")[1].strip().split("@")[0]
+            if name in (f"axb{tag}",) or (name.startswith(f"axh{tag}") and name[len(f"axh{tag}"):].isdigit()):
+                _ip("link", "del", name, check=False)
+        record.unlink(missing_ok=True)
+        swept.append(tag)
+    return swept
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _cmdline(pid: int) -> str:
+    """The process's command line, NULs as spaces, or "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _killpg(pgid: int, sig: int) -> None:
