@@ -4,6 +4,7 @@ that repeats on a busy machine, where timings do not.
 
     scripts/instructions.py                      # the axon on PYTHONPATH, 20,000 requests a kind
     scripts/instructions.py --src /other/src -n 5000
+    scripts/instructions.py --kinds T1 --observe both     # with --metrics and a JSON access log
 
 One worker (``--workers 0``) under ``valgrind --tool=callgrind``; one keep-alive connection, one
 request at a time, so that each read of the server holds exactly one request. After a warm-up
@@ -48,6 +49,8 @@ def main() -> None:
     parser.add_argument("--src", help="the src directory to measure (default: the axon on PYTHONPATH)")
     parser.add_argument("-n", type=int, default=20000, help="requests of each kind (B32s: a quarter)")
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma list of {', '.join(KINDS)} (default: all)")
+    parser.add_argument("--observe", choices=tuple(OBSERVE), default="none",
+                        help="what observes the requests: none (default), metrics, log (JSON access log), both")
     args = parser.parse_args()
     kinds = {name: KINDS[name] for name in args.kinds.split(",")}
     with tempfile.TemporaryDirectory() as tmp:
@@ -59,11 +62,21 @@ def main() -> None:
         for i in range(1, 33):
             with open(os.path.join(root, f"s{i:02d}.bin"), "wb") as f:
                 f.write(os.urandom(4096))
-        for name, per_request in measure(root, tmp, args.src, args.n, kinds).items():
+        for name, per_request in measure(root, tmp, args.src, args.n, kinds, OBSERVE[args.observe]).items():
             print(f"{name:9s} {per_request:10.0f} instructions a request")
 
 
-def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] = KINDS) -> dict[str, float]:
+#: ``axon serve`` flags for each ``--observe``: the access log goes to the server's stdout, /dev/null.
+OBSERVE = {
+    "none": ["--no-access-log"],
+    "metrics": ["--no-access-log", "--metrics"],
+    "log": ["--access-log", "--json-logs"],
+    "both": ["--access-log", "--json-logs", "--metrics"],
+}
+
+
+def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] = KINDS,
+            observe: list[str] = OBSERVE["none"]) -> dict[str, float]:
     env = dict(os.environ)
     if src:
         env["PYTHONPATH"] = src
@@ -72,7 +85,7 @@ def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] 
         port = probe.getsockname()[1]
     server = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p", sys.executable, "-m", "axon.cli",
-         "serve", root, "--port", str(port), "--workers", "0", "--log-level", "warning", "--no-access-log"],
+         "serve", root, "--port", str(port), "--workers", "0", "--log-level", "warning", *observe],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     counts = {name: n // 4 if name.startswith("B32") else n for name in kinds}
     try:
