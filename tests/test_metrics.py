@@ -470,3 +470,39 @@ def test_a_forked_child_counts_its_own_without_a_directory():
         assert parent.recv() == 3
         process.join()
         process.close()
+
+
+def test_a_snapshot_and_a_drain_at_once_never_deadlock():
+    """A drain holds the records' lock while it calls the metrics' read (which takes theirs); a
+    snapshot (the publisher's, every second, or a scrape's) must not hold the metrics' lock while
+    it asks the records for the requests begun. Switching threads as often as the interpreter
+    can, a second of both at once hung for good when it did."""
+    import sys
+    import threading
+
+    records = Records()
+    metrics = Metrics(records, directory=None)
+    records.attach(metrics)
+    record = (time.perf_counter(), "GET", "/p", "", 200, 1, 1, 0.001, None, None, None)
+    until = time.monotonic() + 1.5
+
+    def snapshots() -> None:
+        while time.monotonic() < until:
+            metrics.snapshot()
+
+    def drains() -> None:
+        while time.monotonic() < until:
+            records._queue(record)
+            records.drain()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=f, daemon=True) for f in (snapshots, drains)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not any(thread.is_alive() for thread in threads), "a snapshot and a drain deadlocked"

@@ -154,7 +154,7 @@ class Metrics:
             with self._lock:
                 self._scrapes += scrapes
             return
-        _, methods, _, _, statuses, nbytes, files, seconds, _, errors = zip(*traffic)
+        _, methods, _, _, statuses, nbytes, files, seconds, _, errors, _ = zip(*traffic)
         tally = Counter(zip(methods, statuses, map(bisect.bisect_left, itertools.repeat(self.buckets), seconds)))
         with self._lock:
             self._scrapes += scrapes
@@ -209,8 +209,11 @@ class Metrics:
         with self._lock:
             counts = list(self._counts)
             keys = list(self._block_keys)
-            # Begun, less what is not traffic: requests in flight = started - counted.
-            started = self.records.begun_count() - self._before - self._scrapes - self._rendering
+            not_traffic = self._before + self._scrapes + self._rendering
+        # Begun, less what is not traffic: requests in flight = started - counted. Asked after
+        # our lock is let go: a drain holds the records' lock while it calls read(), which takes
+        # ours, so taking theirs inside ours could deadlock with it (a worker hung for good).
+        started = self.records.begun_count() - not_traffic
         out = {_BYTES: counts[0], _FILES: counts[1], _SUM: counts[2], _STARTED: started}
         width = len(self.buckets) + 1
         for index, key in keys:

@@ -175,7 +175,10 @@ def test_replayed_requests_are_recorded_as_the_app_records_them(harness, tree) -
     h.feed(data, data, data, data)
     app.records.drain()
     assert len(called) == 2 and len(seen) == 4  # two answered by the App, two again
-    assert {r[1:7] + r[8:] for r in seen} == {seen[0][1:7] + seen[0][8:]}  # the same fields
+    assert {r[1:7] + r[8:10] for r in seen} == {seen[0][1:7] + seen[0][8:10]}  # the same fields
+    # Each replayed record names the one record it repeats (what the log keeps its text by).
+    assert [r[10] is None for r in seen] == [True, True, False, False] and seen[2][10] is seen[3][10]
+    assert seen[2][10][1:7] + seen[2][10][8:10] == seen[0][1:7] + seen[0][8:10]
     method, path, query, status, nbytes, nfiles, client = seen[-1][1:7] + seen[-1][8:9]
     assert (method, path, status, nfiles, client) == ("GET", "/api/stream-files", 200, 2, "10.1.2.3")
     assert nbytes == len(h.responses()[-1].body) and seen[-1][0] > seen[0][0]
