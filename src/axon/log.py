@@ -151,21 +151,23 @@ class AccessLog(logging.Handler):
             return self._json_lines_anew(records)
         # Replays among them: their lines differ from their first record's only in the time and
         # the milliseconds, so the rest of the text is made once per first record and kept.
-        stamps, offset = self._stamps, time.time() - time.perf_counter()
-        lines = []
+        stamps, middles, offset = self._stamps, self._middles, time.time() - time.perf_counter()
+        lines: list[str] = []
+        add = lines.append
+        last = parts = None  # the replay before, and its kept text: most of a batch repeats a few
         for record in records:
             again = record[10]
             if again is None:
-                lines.append(self._json_lines_anew([record]))
+                add(self._json_lines_anew([record]))
                 continue
-            parts = self._middles.get(id(again))
-            if parts is None or parts[0] is not again:
-                parts = self._parts(record)
-            us = int(record[7] * 1_000_000)
-            lines.append(
-                f'{{"time":"{stamps.get(ms := int((record[0] + offset) * 1000)) or self._stamp(ms)}",{parts[1]}'
-                f'"ms":{_SUB_MS[us] if 0 <= us < 1000 else _ms(us)},{parts[2]}'
-            )
+            if again is not last:
+                parts = middles.get(id(again))
+                if parts is None or parts[0] is not again:
+                    parts = self._parts(record)
+                last = again
+            ms, us = int((record[0] + offset) * 1000), int(record[7] * 1_000_000)
+            add(f'{{"time":"{stamps.get(ms) or self._stamp(ms)}",{parts[1]}'  # type: ignore[index]
+                f'"ms":{_SUB_MS[us] if 0 <= us < 1000 else _ms(us)},{parts[2]}')  # type: ignore[index]
         return "".join(lines)
 
     def _json_lines_anew(self, records: list[tuple]) -> str:
