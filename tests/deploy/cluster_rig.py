@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import psutil
 from deploy_rig import REPO, nginx_binary
 
 PORT = 8000
@@ -281,7 +282,7 @@ def sweep_stale() -> list[str]:
     for record in sorted(OWNERS.glob("*")) if OWNERS.is_dir() else []:
         lines = record.read_text().splitlines()
         owner = int(lines[0].split()[1]) if lines and lines[0].startswith("owner ") else 0
-        if owner and _alive(owner):
+        if owner and psutil.pid_exists(owner):
             continue
         tag = record.name
         for line in lines[1:]:
@@ -304,16 +305,6 @@ def sweep_stale() -> list[str]:
         record.unlink(missing_ok=True)
         swept.append(tag)
     return swept
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _cmdline(pid: int) -> str:
