@@ -17,7 +17,7 @@ from .errors import HTTPError
 from .storage import File
 from .http.segments import Segment, body_length
 
-Stream = Union[Iterable[bytes], AsyncIterable[bytes]]
+Stream = Union[Iterable[bytes], AsyncIterable[bytes]]  # an object body's may give read-only memoryviews
 
 _JSON = ("Content-Type", "application/json")
 #: Errors and the health probe describe a moment, not a resource: no cache may keep them.

@@ -34,8 +34,9 @@ import psutil
 from deploy_rig import REPO, nginx_binary
 
 PORT = 8000
-#: One file per live cluster, named by its tag: "owner PID", then "group PGID CMDLINE" per process
-#: group it started (the command line checked before a sweep kills it: a pid may be reused).
+#: One file per live cluster, named by its tag: "owner PID STARTED", then "group PGID STARTED" per
+#: process group it started. STARTED is the process's start time (psutil), checked before a sweep
+#: believes a pid is still that process, or kills it: pids are reused.
 OWNERS = Path("/run/axon-test-clusters")
 RENDER = REPO / "deploy" / "render.sh"
 TEMPLATES = REPO / "deploy" / "templates"
@@ -122,7 +123,10 @@ class Cluster:
         """The bridge, the namespaces and their links: what :meth:`start_all` starts nodes in."""
         sweep_stale()
         OWNERS.mkdir(parents=True, exist_ok=True)
-        self._record(f"owner {os.getpid()}")
+        # Whole at once (written aside, then renamed): a sweep never reads a record without its owner.
+        aside = OWNERS / f".{self.tag}"
+        aside.write_text(f"owner {_identity(os.getpid())}\n")
+        aside.rename(OWNERS / self.tag)
         _ip("link", "add", self.bridge, "type", "bridge")
         self._links.append(self.bridge)
         _ip("addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
@@ -240,12 +244,14 @@ class Cluster:
 
     # -- cleaning up ----------------------------------------------------------------------
 
-    def _record(self, line: str) -> None:
-        with open(OWNERS / self.tag, "a") as record:
-            record.write(line + "\n")
-
     def _started(self, proc: subprocess.Popen) -> None:
-        self._record(f"group {proc.pid} {_cmdline(proc.pid)}")
+        """Note a process group this cluster started, for a sweep after this process is killed."""
+        try:  # never made anew (no O_CREAT): a record removed has been closed or swept
+            fd = os.open(OWNERS / self.tag, os.O_WRONLY | os.O_APPEND)
+        except FileNotFoundError:
+            return
+        with os.fdopen(fd, "w") as record:
+            record.write(f"group {_identity(proc.pid)}\n")
 
     def close(self) -> None:
         """Everything made, removed: safe to call after any failure, and more than once."""
@@ -276,18 +282,21 @@ class Cluster:
 
 def sweep_stale() -> list[str]:
     """Remove what clusters of test processes that died without closing left behind: their
-    process groups (if still the commands recorded), the processes in their namespaces, the
+    process groups (if still the processes recorded), the processes in their namespaces, the
     namespaces, links and /etc/netns files. The tags swept."""
     swept = []
-    for record in sorted(OWNERS.glob("*")) if OWNERS.is_dir() else []:
-        lines = record.read_text().splitlines()
-        owner = int(lines[0].split()[1]) if lines and lines[0].startswith("owner ") else 0
-        if owner and psutil.pid_exists(owner):
-            continue
+    for record in sorted(OWNERS.glob("[!.]*")) if OWNERS.is_dir() else []:
+        try:
+            lines = record.read_text().splitlines()
+        except FileNotFoundError:
+            continue  # closed or swept meanwhile
+        owner = lines[0].split()[1:] if lines and lines[0].startswith("owner ") else None
+        if owner is None or _is(*owner):
+            continue  # alive (a record without its owner line is never one: they are written whole)
         tag = record.name
         for line in lines[1:]:
-            _, pgid, cmdline = line.split(" ", 2)
-            if _cmdline(int(pgid)) == cmdline:
+            _, pgid, started = line.split()
+            if _is(pgid, started):
                 _killpg(int(pgid), signal.SIGKILL)
         for netns in _ip("netns", "list").stdout.split():
             if netns.startswith(f"axon-{tag}-"):
@@ -307,12 +316,18 @@ def sweep_stale() -> list[str]:
     return swept
 
 
-def _cmdline(pid: int) -> str:
-    """The process's command line, NULs as spaces, or "" once it is gone."""
+def _identity(pid: int) -> str:
+    """``PID STARTED``: the pid and the start time that tell this process from a later one with
+    its pid."""
+    return f"{pid} {psutil.Process(pid).create_time()!r}"
+
+
+def _is(pid: str, started: str) -> bool:
+    """Whether the process recorded as ``pid`` started at ``started`` is still running."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
+        return repr(psutil.Process(int(pid)).create_time()) == started
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _kill(pid: int) -> None:

@@ -262,34 +262,40 @@ def _served_after(cluster: Cluster, address: str, since: float) -> bool:
 
 
 def test_a_cluster_left_by_a_killed_test_is_swept_by_the_next(tmp_path: Path) -> None:
-    """A test process killed outright leaves its nodes running in their namespaces: the next
-    cluster removes them, and nothing of a live owner's cluster."""
+    """A test process killed outright leaves its nodes running in their namespaces, and the
+    processes it started (nginx) in sessions of their own: the next cluster removes them, and
+    nothing of a live owner's cluster."""
     import subprocess
 
     from cluster_rig import OWNERS, _ip, sweep_stale
 
     left, live = Cluster(tmp_path / "left", [tmp_path], {}), Cluster(tmp_path / "live", [tmp_path], {})
+    kept = OWNERS / "written-by-halves"  # a record without its owner line: never taken for dead
     try:
         left.network()
         live.network()
         (netns,) = left._netns
         node = subprocess.Popen(["ip", "netns", "exec", netns, "sleep", "60"], start_new_session=True)
+        outside = subprocess.Popen(["sleep", "60"], start_new_session=True)  # as nginx is
         left._started(node)
+        left._started(outside)
         # Its owner dies without closing: a pid that was a process and is no more.
         gone = subprocess.Popen(["true"])
         gone.wait()
         record = OWNERS / left.tag
         lines = record.read_text().splitlines()
-        record.write_text("\n".join([f"owner {gone.pid}", *lines[1:]]) + "\n")
+        record.write_text("\n".join([f"owner {gone.pid} 0.0", *lines[1:]]) + "\n")
+        kept.write_text("")
 
         assert sweep_stale() == [left.tag]
-        assert node.wait(5) == -9
+        assert node.wait(5) == -9 and outside.wait(5) == -9
         names = _ip("netns", "list").stdout + _ip("-o", "link", "show").stdout
         assert f"axon-{left.tag}-" not in names and f"axb{left.tag}" not in names and not record.exists()
-        assert not (Path("/etc/netns") / netns).exists()
+        assert not (Path("/etc/netns") / netns).exists() and kept.exists()
         # The live owner's (this test's) cluster is untouched.
         assert f"axon-{live.tag}-1" in names and f"axb{live.tag}" in names and (OWNERS / live.tag).exists()
     finally:
+        kept.unlink(missing_ok=True)
         left.close()
         live.close()
     assert not (OWNERS / live.tag).exists()

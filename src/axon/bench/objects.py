@@ -333,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.small * args.small_size + args.large * args.large_size > Limits().max_batch_bytes:
         parser.error("the objects exceed one batch's max_batch_bytes")
+    if max(args.small, args.large) > Limits().max_files:
+        parser.error(f"a set of more than max_files ({Limits().max_files}) objects is not one batch")
     rows = run(args.small, args.small_size, args.large, args.large_size, args.delay_ms, args.concurrency,
                args.rounds, args.serve_args.split())
     print(json.dumps([asdict(r) for r in rows]) if args.json else table(rows, args.delay_ms, args.concurrency))

@@ -404,7 +404,9 @@ class ResponseWriter:
 def _unchanging(data: Any) -> bytes | memoryview:
     """A stream's chunk as the transport may keep it until sent: a read-only, contiguous view of
     bytes as it is (an object body hands the store's buffer so, uncopied); anything else copied,
-    since its owner may change it after it is queued."""
+    since its owner may change it after it is queued. (The write buffer's high-water mark of 0
+    means a stream is not asked for its next chunk before the last one left, so even a view
+    whose memory changes later is sent as yielded; the copy is for a writer that stops waiting.)"""
     if type(data) is memoryview and data.readonly and data.contiguous and data.itemsize == 1 and data.ndim == 1:
         return data
     return bytes(data)
