@@ -94,8 +94,8 @@ def batch_client() -> tuple[Any, list[int]]:
     """The client a Python program reads objects into memory with through Axon: the axon://
     filesystem (:mod:`axon.fsspec`), whose ``cat(paths)`` is one ``POST /api/stream-files`` for up
     to the server's ``max_files`` paths, its parts read as they arrive, one ``bytes`` per path, as
-    the direct way's obstore gives. With it, the list of requests it sent (a count, reset by
-    :func:`via_batch`) of batch requests it sent."""
+    the direct way's obstore gives. With it, a one-item list counting the batch requests it sent
+    (reset by :func:`via_batch`)."""
     import aiohttp
 
     from ..fsspec import AxonFileSystem
