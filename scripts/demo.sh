@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install Axon and serve the article's sample files on http://127.0.0.1:8000 (Ctrl-C stops it).
+# Install Axon (into .venv) and serve the article's sample files on http://127.0.0.1:8000
+# (Ctrl-C stops it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-exec axon demo "$@"
+exec .venv/bin/axon demo "$@"

@@ -4,4 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --all
-exec python3 -m pytest "$@"
+# The suite starts its peers as sys.executable -m ..., and finds the rest (uwsgi, lint-imports,
+# weed, hadolint) on PATH: both must be the venv's.
+export VIRTUAL_ENV="$PWD/.venv"
+export PATH="$VIRTUAL_ENV/bin:$PATH"
+exec "$VIRTUAL_ENV/bin/python" -m pytest "$@"

@@ -16,11 +16,11 @@ def test_every_variable():
     env = environment({
         "AXON_ROOT": "/srv", "AXON_SECRET": "s", "AXON_CACHE_CONTROL": "", "AXON_NO_OPENAT2": "1",
         "AXON_METRICS_DIR": "/run/m", "AXON_LOOP": "AsyncIO", "AXON_NO_SENDFILE": "yes", "AXON_BROWSE": "on",
-        "AXON_IDENTITY_SECRET": "i", "AXON_PORTABLE_IDENTITY": "1", "AXON_NO_REPLAY": "1",
+        "AXON_IDENTITY_SECRET": "i", "AXON_PORTABLE_IDENTITY": "1",
         "AXON_STORE_TIMEOUT": "2.5", "AXON_OBJECT_CACHE": "0", "AXON_NO_OBJECT_LISTING": "1",
     })
     assert env == Environment("/srv", "s", "", False, "/run/m", "asyncio", False, True,
-                              identity_secret="i", portable_identity=True, replay=False, store_timeout=2.5,
+                              identity_secret="i", portable_identity=True, store_timeout=2.5,
                               object_cache_mib=0, object_listing=False)
 
 
@@ -45,3 +45,27 @@ def test_the_app_and_the_store_take_their_defaults_from_it(tmp_path, monkeypatch
     assert app.verifier is None and app.cache_control == "no-store"
     monkeypatch.delenv("AXON_NO_OPENAT2")
     assert FileStore(tmp_path, openat2=False)._openat2 is None
+
+
+def test_a_switch_set_to_no_known_word_is_an_error_naming_it():
+    import pytest
+
+    for word in ("0", "false", "No", "OFF", ""):
+        assert flag("AXON_BROWSE", {"AXON_BROWSE": word}) is False
+    with pytest.raises(ValueError, match="AXON_BROWSE must be 1, true, yes or on .* not 'maybe'"):
+        environment({"AXON_BROWSE": "maybe"})
+
+
+def test_a_number_that_is_not_one_is_an_error_naming_it():
+    import pytest
+
+    assert environment({"AXON_STORE_TIMEOUT": "2.5", "AXON_OBJECT_CACHE": "0"}).object_cache_mib == 0
+    for env, said in [
+        ({"AXON_STORE_TIMEOUT": "soon"}, "AXON_STORE_TIMEOUT must be a number, not 'soon'"),
+        ({"AXON_STORE_TIMEOUT": "0"}, "AXON_STORE_TIMEOUT must be more than 0, not '0'"),
+        ({"AXON_OBJECT_CACHE": "-1"}, "AXON_OBJECT_CACHE must be 0 or more, not '-1'"),
+        ({"AXON_OBJECT_CACHE": "1.5"}, "AXON_OBJECT_CACHE must be a whole number, not '1.5'"),
+    ]:
+        with pytest.raises(ValueError) as caught:
+            environment(env)
+        assert str(caught.value) == said

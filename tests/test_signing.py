@@ -218,10 +218,11 @@ def test_axon_sign(monkeypatch, capsys):
     assert run_sign("files/a.bin", "--expires-in", "60") == 0
     url = capsys.readouterr().out.strip()
     assert url.startswith("/files/a.bin?expires=") and code_of(url, now=time.time()) == "ok"
-    assert run_sign("http://h:1/base", "a b.bin", "dir/c.bin", "--expires-at", str(LATER)) == 0
+    future = int(time.time()) + 600  # --expires-at refuses a time already past
+    assert run_sign("http://h:1/base", "a b.bin", "dir/c.bin", "--expires-at", str(future)) == 0
     url = capsys.readouterr().out.strip()
     assert url.startswith("http://h:1/base/api/stream-files?file1=a+b.bin&file2=dir/c.bin&expires=")
-    assert verify(request_for(url[len("http://h:1"):]), SECRET, NOW) == [("file1", "a b.bin"), ("file2", "dir/c.bin")]
+    assert verify(request_for(url[len("http://h:1"):]), SECRET, future - 60) == [("file1", "a b.bin"), ("file2", "dir/c.bin")]
     assert run_sign("--token", "--expires-in", "60") == 0
     token = capsys.readouterr().out.strip()
     assert code_of("/x", now=time.time(), authorization=f"Bearer {token}") == "ok"

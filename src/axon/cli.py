@@ -7,6 +7,8 @@ import importlib
 import importlib.util
 import sys
 
+from . import __version__
+
 # subcommand -> module with ``add_parser(subparsers)``; the parser's ``func(args) -> int`` runs it.
 SUBCOMMANDS = {
     "serve": "axon.server.cli",
@@ -19,6 +21,7 @@ SUBCOMMANDS = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="axon", description="Serve files in batches over HTTP.")
+    parser.add_argument("--version", action="version", version=f"axon {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module_name in SUBCOMMANDS.values():
         if importlib.util.find_spec(module_name) is None:

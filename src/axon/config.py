@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 _TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
 
 
 def variable(name: str, default: str | None = None, environ: Mapping[str, str] | None = None) -> str | None:
@@ -22,8 +23,31 @@ def variable(name: str, default: str | None = None, environ: Mapping[str, str] |
 
 
 def flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
-    """Whether ``AXON_...`` is set to a true word (1, true, yes, on)."""
-    return str((os.environ if environ is None else environ).get(name, "")).strip().lower() in _TRUE
+    """Whether ``AXON_...`` is set to a true word (1, true, yes, on); unset or a false word (0,
+    false, no, off, empty) is False; any other word is a ValueError naming the variable, not a
+    silent "off" (``AXON_BROWSE=maybe`` is a typo to report)."""
+    word = str((os.environ if environ is None else environ).get(name, "")).strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise ValueError(f"{name} must be 1, true, yes or on (or 0, false, no, off), not {word!r}")
+
+
+def number(name: str, default: float, environ: Mapping[str, str] | None = None, *, positive: bool = False,
+           whole: bool = False) -> float:
+    """``AXON_...`` as a number, 0 or more (more than 0 if ``positive``; a whole one if
+    ``whole``), or ``default`` when unset or empty; a ValueError naming the variable otherwise."""
+    text = variable(name, None, environ)
+    if text is None:
+        return default
+    try:
+        value = int(text) if whole else float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a {'whole ' if whole else ''}number, not {text!r}") from None
+    if not 0 <= value < float("inf") or (positive and value == 0):  # NaN fails too
+        raise ValueError(f"{name} must be {'more than 0' if positive else '0 or more'}, not {text!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -61,8 +85,6 @@ class Environment:
     #: Name files by what every host serving copies of them sees alike (path, size, mtime),
     #: not by inode, device and ctime (``AXON_PORTABLE_IDENTITY=1``; ``--portable-identity``).
     portable_identity: bool = False
-    #: Answer a repeated request again from its answer (``AXON_NO_REPLAY=1`` turns it off).
-    replay: bool = True
 
 
 def environment(environ: Mapping[str, str] | None = None) -> Environment:
@@ -76,10 +98,9 @@ def environment(environ: Mapping[str, str] | None = None) -> Environment:
         metrics_dir=variable("AXON_METRICS_DIR", None, env),
         loop=(variable("AXON_LOOP", "auto", env) or "auto").lower(),
         sendfile=not flag("AXON_NO_SENDFILE", env),
-        replay=not flag("AXON_NO_REPLAY", env),
         browse=flag("AXON_BROWSE", env),
-        store_timeout=float(variable("AXON_STORE_TIMEOUT", "30", env) or 30),
-        object_cache_mib=int(variable("AXON_OBJECT_CACHE", "64", env) or 64),
+        store_timeout=number("AXON_STORE_TIMEOUT", 30.0, env, positive=True),
+        object_cache_mib=int(number("AXON_OBJECT_CACHE", 64, env, whole=True)),
         object_listing=not flag("AXON_NO_OBJECT_LISTING", env),
         identity_secret=variable("AXON_IDENTITY_SECRET", None, env),
         portable_identity=flag("AXON_PORTABLE_IDENTITY", env),

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from axon.bench.observe_cost import STATES, summarize
+from axon.bench import observe_cost
+from axon.bench.observe_cost import FLOOR, STATES, _wait_for_load, summarize
 
 
 def _cycle(n: int, **rates: float) -> list[dict]:
@@ -37,6 +38,36 @@ def test_ratios_are_per_cycle_medians():
 def test_no_cycle_under_load_is_an_error():
     with pytest.raises(SystemExit, match="no whole cycle"):
         summarize(_cycle(0, nothing=1), floor=50)
+
+
+def _timed(rows: list[dict], start: float) -> list[dict]:
+    return [{**row, "start": start + i, "end": start + i + 1.0} for i, row in enumerate(rows)]
+
+
+def test_a_short_run_on_a_busy_machine_keeps_its_cycle():
+    """9 s of wrk at 10,000 req/s overall: the first cycle has a second a neighbour's burst
+    slowed to 3,500, the second is cut by wrk's stop. The slowed cycle counts; the cut one not,
+    though every second of it passes the floor."""
+    rows = _timed([*_cycle(0, nothing=12_000, metrics=3_500, json_log=11_000, both=10_500),
+                   *_cycle(1, nothing=12_000, metrics=11_000, json_log=10_000, both=9_000)], start=100.2)
+    table = summarize(rows, floor=FLOOR * 10_000, window=(100.0, 107.9))
+    assert table["nothing"][4] == 1 and table["metrics"][0] == 3_500
+    assert summarize(rows, floor=FLOOR * 10_000, window=(100.0, 108.3))["nothing"][4] == 2
+    with pytest.raises(SystemExit, match="no whole cycle"):  # a second with no load to speak of
+        summarize(_timed(_cycle(0, nothing=12_000, both=900), start=100.2), floor=FLOOR * 10_000, window=(100.0, 110.0))
+
+
+def test_cycles_wait_for_the_load_not_for_health_checks(monkeypatch):
+    monkeypatch.setattr(observe_cost, "_LOOK", 0.0)
+    arrivals = iter([0, 1, 1, 2, 2, 3, 3, 40])  # counts before and after each look: health checks, then wrk
+    looked = []
+
+    def begun_count() -> int:
+        looked.append(count := next(arrivals))
+        return count
+
+    _wait_for_load(begun_count)
+    assert looked == [0, 1, 1, 2, 2, 3, 3, 40]
 
 
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is installed by scripts/setup.sh --all")

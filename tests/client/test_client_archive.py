@@ -15,6 +15,7 @@ from cut_proxy import CutProxy
 from live_server import LiveAxon, make_files
 
 from axon.client import FetchError, UnsafePathError
+from axon.client.errors import BatchTooLarge
 from axon.client import cli as fetch_cli
 from axon.client.archive import PARTIAL, fetch_archive, unpack
 
@@ -57,7 +58,9 @@ def test_an_archive_cut_short_resumes_to_the_same_bytes(live_axon: LiveAxon, tmp
     whole = fetch_archive(live_axon.url, names, tmp_path / f"whole.{fmt}", fmt, secret=live_axon.secret)
     target = tmp_path / f"batch.{fmt}"
     with CutProxy(live_axon.url) as proxy:
-        proxy.cuts = [123_456, 100_000]  # the second cut is inside the resumed answer
+        # Each fetch asks for the server's limits first (a connection the proxy passes whole);
+        # the second cut is inside the resumed answer.
+        proxy.cuts = [None, 123_456, None, 100_000]
         for _ in range(2):
             with pytest.raises(FetchError, match="stopped after"):
                 fetch_archive(proxy.url, names, target, fmt, secret=live_axon.secret)
@@ -75,7 +78,7 @@ def test_a_changed_file_brings_the_whole_new_archive(live_axon: LiveAxon, tmp_pa
     names = list(files)
     target = tmp_path / "batch.zip"
     with CutProxy(live_axon.url) as proxy:
-        proxy.cuts = [50_000]
+        proxy.cuts = [None, 50_000]  # the limits, then the archive cut short
         with pytest.raises(FetchError):
             fetch_archive(proxy.url, names, target, "zip", secret=live_axon.secret)
         files[names[0]] = os.urandom(300_000)  # the same size, new bytes: a new ETag
@@ -88,7 +91,7 @@ def test_a_changed_file_brings_the_whole_new_archive(live_axon: LiveAxon, tmp_pa
 def test_without_resume_nothing_is_kept(live_axon: LiveAxon, tmp_path: Path) -> None:
     names = list(make_files(live_axon, "noresume"))
     with CutProxy(live_axon.url) as proxy:
-        proxy.cuts = [10_000]
+        proxy.cuts = [None, 10_000]  # the limits, then the archive cut short
         with pytest.raises(FetchError):
             fetch_archive(proxy.url, names, tmp_path / "b.tar", "tar", secret=live_axon.secret, resume=False)
     assert os.listdir(tmp_path) == []
@@ -98,6 +101,31 @@ def test_a_refused_batch_writes_nothing(live_axon: LiveAxon, tmp_path: Path) -> 
     with pytest.raises(FetchError) as refused:
         fetch_archive(live_axon.url, ["no/such.bin"], tmp_path / "b.zip", "zip", secret=live_axon.secret)
     assert refused.value.status == 404
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_a_list_longer_than_the_server_takes_is_refused_before_sending(
+    live_axon: LiveAxon, tmp_path: Path, capsys, method: str
+) -> None:
+    """One archive is one request: past the server's max_files (1,000, from its /api/limits) it
+    is refused up front, naming the limit and what works instead, not answered with a 413."""
+    names = [f"many/{i}.bin" for i in range(1001)]
+    with pytest.raises(BatchTooLarge, match=r"1001 files do not fit in one archive: .* at most 1000 files"):
+        fetch_archive(live_axon.url, names, tmp_path / "b.zip", "zip", method=method, secret=live_axon.secret)
+    listing = tmp_path / "paths.txt"
+    listing.write_text("".join(f"{n}\n" for n in names), encoding="utf-8")
+    assert run_cli(live_axon.url, "--from-list", str(listing), "--tar", str(tmp_path / "b.tar"),
+                   "--no-progress", "--secret", live_axon.secret) == 2
+    err = capsys.readouterr().err
+    assert "at most 1000 files" in err and "/api/limits" in err and "without --zip/--tar" in err
+    assert sorted(os.listdir(tmp_path)) == ["paths.txt"]  # no archive, no partial, no note
+
+
+def test_a_list_too_long_as_json_is_refused_before_sending(live_axon: LiveAxon, tmp_path: Path) -> None:
+    names = [("abcdefghij" * 25 + "/") * 5 + str(i) for i in range(900)]  # 900 files, over 1 MiB as JSON
+    with pytest.raises(BatchTooLarge, match=r"as JSON it is \d+ bytes, .* at most 1048576 \(max_body_bytes"):
+        fetch_archive(live_axon.url, names, tmp_path / "b.zip", "zip", secret=live_axon.secret)
     assert os.listdir(tmp_path) == []
 
 

@@ -158,3 +158,28 @@ def test_list_from_stdin(
     monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(NAMES[:2]) + "\n"))
     assert run_cli(http_server.url, "--from-list", "-", "-o", str(tmp_path / "out"), "--no-progress") == 0
     assert [r.files for r in http_server.requests] == [NAMES[:2]]
+
+
+@pytest.mark.parametrize("live_axon", ["native"], indirect=True)
+def test_the_real_command_counts_in_words_and_keeps_progress_off_a_pipe(live_axon, tmp_path: Path) -> None:
+    """``axon fetch`` run as a user runs it, its stderr a pipe (not a terminal): no progress
+    lines unless asked for; one file is "1 file"."""
+    import os
+    import subprocess
+    import sys
+
+    live_axon.put("words/one.bin", b"x" * 100_000)
+    env = {**os.environ, "AXON_SECRET": live_axon.secret}
+
+    def fetch(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "axon.cli", "fetch", live_axon.url, "words/one.bin", *argv],
+                              capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+
+    done = fetch("--zip", str(tmp_path / "one.zip"), "--unpack", "-o", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"saved 1 file as {tmp_path / 'one.zip'}") and "unpacked 1 file into" in done.stdout
+    assert done.stderr == ""  # no progress into a pipe
+    done = fetch("-o", str(tmp_path / "multi"))
+    assert done.returncode == 0 and done.stdout.startswith("fetched 1 of 1 file (") and done.stderr == ""
+    done = fetch("-o", str(tmp_path / "shown"), "--progress")
+    assert done.returncode == 0 and "1/1 files" in done.stderr  # asked for: shown on the pipe

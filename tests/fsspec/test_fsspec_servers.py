@@ -1,6 +1,7 @@
 """axon:// against servers unlike the default one, under uvicorn: one whose batches hold fewer
-bytes than the files asked (a 413 halves the batch until it passes), and one from before
-``/api/limits`` (its 404 means Limits' defaults, and ranges go as ranged GETs)."""
+bytes than the files asked (a 413 halves the batch until it passes), one from before
+``/api/limits`` (its 404 means Limits' defaults, and ranges go as ranged GETs; a listing it lacks
+is said to be off), and one whose listing fails (an error, never an empty directory)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ import pytest
 from fsspec_served import SMALL_FILES, counting_fs
 from live_server import free_port, healthy
 
+from axon.fsspec.errors import ListingOff
+
 APPS = '''
 from axon import App, Limits
 from axon.asgi import create_app
-from axon.errors import NotFound
+from axon.errors import NotFound, ServiceUnavailable
 
 small = create_app(app=App(limits=Limits(max_batch_bytes=20_000)))
 
@@ -32,6 +35,14 @@ def no_limits(request):
     raise NotFound("no such endpoint", code="no_route")  # as a server from before /api/limits
 
 before_limits = create_app(app=before_limits)
+
+failing_listing = App(browse=True)
+
+@failing_listing.route("/browse/<path:path>", blocking=False)
+def unavailable(request):
+    raise ServiceUnavailable("the listing is down")
+
+failing_listing = create_app(app=failing_listing)
 '''
 
 
@@ -88,3 +99,23 @@ def test_a_server_from_before_the_limits_gets_defaults_and_ranged_gets(corpus: P
     assert seen.count(("POST", "/api/stream-files")) == 1  # the whole files, in one batch
     assert sorted(path for method, path in seen if method == "GET" and path != "/api/limits") == sorted(
         f"/files/{n}" for n in names)  # one ranged GET per range
+
+
+def test_a_server_that_does_not_say_and_has_no_listing_is_said_to_list_none(corpus: Path, app_dir: Path):
+    with uvicorn("before_limits", corpus, app_dir) as netloc:
+        fs, seen = counting_fs()
+        with pytest.raises(ListingOff, match="axon serve --browse"):
+            fs.find(f"{netloc}/data/tree")
+        with pytest.raises(ListingOff, match="axon serve --browse"):
+            fs.exists(f"{netloc}/data/tree")
+        assert fs.exists(f"{netloc}/data/tree/top.txt") and not fs.exists(f"{netloc}/data/nope")
+    assert ("GET", "/browse/data/tree/") in seen  # asked: its /api/limits did not say
+
+
+def test_a_failing_listing_is_an_error_not_an_empty_directory(corpus: Path, app_dir: Path):
+    with uvicorn("failing_listing", corpus, app_dir) as netloc:
+        fs, _ = counting_fs()
+        for call in (fs.find, fs.glob, fs.ls, fs.walk):
+            path = f"{netloc}/data/small" + ("/*.bin" if call == fs.glob else "")
+            with pytest.raises(ConnectionError, match="503: the listing is down"):
+                list(call(path))

@@ -14,9 +14,14 @@ from axon.http.archive import (
 def zip64_field(record: bytes, fixed: int, name_len_at: int) -> bytes:
     """The Zip64 extra field (header id 1) of a local (30 bytes fixed) or central (46) record."""
     name_len, extra_len = struct.unpack_from("<HH", record, name_len_at)
-    extra = record[fixed + name_len : fixed + name_len + extra_len]
-    assert extra[:2] in (b"", b"\x01\x00")
-    return extra
+    extra, at, found = record[fixed + name_len : fixed + name_len + extra_len], 0, b""
+    while at < len(extra):  # fields by id, in any order (the UT time field is there too)
+        tag, size = struct.unpack_from("<HH", extra, at)
+        if tag == 1:
+            found = extra[at : at + 4 + size]
+        at += 4 + size
+    assert at == len(extra)
+    return found
 
 
 def test_zip64_only_from_0xffffffff():

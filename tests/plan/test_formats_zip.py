@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
+import struct
+import subprocess
 import time
 import zipfile
 import zlib
@@ -78,6 +81,7 @@ def test_same_bytes_as_zipfile_writes(root, store):
         for info in zipfile.ZipFile(io.BytesIO(ours)).infolist():
             fresh = zipfile.ZipInfo(info.filename, info.date_time)
             fresh.external_attr, fresh.create_system = info.external_attr, info.create_system
+            fresh.extra = info.extra  # the UT time field
             archive.writestr(fresh, (root / info.filename).read_bytes())
     assert ours == reference.getvalue()
 
@@ -209,3 +213,71 @@ def test_on_the_loop_a_short_crc_read_stays_inline(root, store):
     assert (root / "a.txt").stat().st_size == 12 and store.crcs.computed == 3
     with zipfile.ZipFile(io.BytesIO(body)) as archive:
         assert archive.testzip() is None and archive.namelist() == paths
+
+
+# An odd second (a DOS time holds even ones only) in November, when New York is UTC-5.
+ODD_MTIME = 1_700_000_001  # 2023-11-14 22:13:21 UTC, 17:13:21 in New York
+
+
+def _in_new_york(*argv: str, cwd=None) -> str:
+    assert shutil.which(argv[0]), f"{argv[0]} is not installed: scripts/setup.sh --all installs it"
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=60,
+                          env={**os.environ, "TZ": "America/New_York"})
+    assert done.returncode == 0, (argv, done.stdout, done.stderr)
+    return done.stdout
+
+
+def _zip_of_odd_mtime(root, tmp_path):
+    os.utime(root / "a.txt", (ODD_MTIME, ODD_MTIME))
+    path = tmp_path / "times.zip"
+    path.write_bytes(render(plan_batch(FileStore(root), ["a.txt"], LIMITS, key=KEY, headers={}, fmt=zip_stored)))
+    return path
+
+
+def _ut_fields(extra: bytes) -> list[bytes]:
+    found, at = [], 0
+    while at + 4 <= len(extra):
+        tag, size = struct.unpack_from("<HH", extra, at)
+        if tag == 0x5455:
+            found.append(extra[at + 4 : at + 4 + size])
+        at += 4 + size
+    return found
+
+
+def test_zip_times_carry_the_ut_field_in_local_and_central_records(root, tmp_path):
+    path = _zip_of_odd_mtime(root, tmp_path)
+    data = path.read_bytes()
+    with zipfile.ZipFile(path) as archive:
+        info = archive.infolist()[0]
+        # The central record's: flags 1 (mtime), then the mtime as unix seconds.
+        assert _ut_fields(info.extra) == [struct.pack("<BL", 1, ODD_MTIME)]
+        assert info.date_time == (2023, 11, 14, 22, 13, 20)  # the DOS time: UTC, as before
+    name_len, extra_len = struct.unpack_from("<HH", data, 26)  # the local header's
+    assert _ut_fields(data[30 + name_len : 30 + name_len + extra_len]) == [struct.pack("<BL", 1, ODD_MTIME)]
+
+
+def test_zip_times_are_right_in_another_time_zone(root, tmp_path):
+    path = _zip_of_odd_mtime(root, tmp_path)
+    # zipinfo's decimal time, local to the reader: 17:13:21 in New York, not 22:13:20.
+    assert "20231114.171321" in _in_new_york("zipinfo", "-T", str(path))
+    assert "2023-11-14 17:13" in _in_new_york("unzip", "-l", str(path))
+    for extractor in (["unzip", "-q", str(path), "-d"], ["bsdtar", "-xf", str(path), "-C"]):
+        out = tmp_path / extractor[0]
+        out.mkdir()
+        _in_new_york(*extractor, str(out))
+        assert os.stat(out / "a.txt").st_mtime == ODD_MTIME, extractor[0]
+
+
+def test_ut_time_is_clamped_to_32_unsigned_bits(tmp_path):
+    from axon.http.archive import zip_entry
+
+    assert _ut_fields(zip_entry("a", 0, -5 * 10**9, 0).extra) == [struct.pack("<BL", 1, 0)]
+    assert _ut_fields(zip_entry("a", 0, 2**33 * 10**9, 0).extra) == [struct.pack("<BL", 1, 0xFFFFFFFF)]
+
+
+def test_the_zip_etag_changed_with_its_bytes():
+    # A resume (If-Range) from a zip made before the UT field must not splice in the new bytes.
+    from axon.http.batch_identity import identity_of
+
+    a = ("a.txt", "text/plain; charset=utf-8", 12, 1, 2, 3, 4, "a.txt")
+    assert zip_stored(KEY, None, (a,), (0,))[0] != identity_of(KEY, (a,), None, "zip").etag

@@ -1,6 +1,8 @@
 """A real browser on the listing: Debian's chromium, driven by chromedriver through selenium,
-opens the page a real ``axon serve --browse`` serves, ticks three files, presses a download
-button, and what the browser saved is compared with the files, byte for byte.
+opens the page a real ``axon serve --browse`` serves, ticks files (three by hand, or 400 by
+select-all), presses a download button, and what the browser saved is compared with the files,
+byte for byte; pressed with nothing ticked, the page says so (with script) or the server answers
+a page a person reads (without).
 
 Installed by ``scripts/setup.sh --all`` (chromium, chromium-driver; selenium from the test extra).
 Where they are missing the tests skip, except under CI, where that is a failure. A screenshot of
@@ -13,6 +15,7 @@ import email.parser
 import email.policy
 import os
 import shutil
+import tarfile
 import time
 import zipfile
 from pathlib import Path
@@ -36,6 +39,9 @@ FILES = {
     "sub/c.json": b'{"c": 3}\n',
 }
 TICKED = ["a.txt", "mid.bin", 'quo"te & \u00fcn\u00ef #1%.bin']
+#: A directory of 400 files: ticked all at once, they made a 25 KB GET (a 414) before the form posted.
+MANY_DIR = "summer trip \u00e9"
+MANY = {f"{MANY_DIR}/photo {i:03d} & co.bin": i.to_bytes(2, "big") * (50 + i) for i in range(400)}
 
 
 def _tools_or_skip() -> None:
@@ -54,7 +60,7 @@ def _tools_or_skip() -> None:
 @pytest.fixture
 def root(tmp_path: Path) -> Path:  # the root ``spawn`` serves, for these tests only
     base = tmp_path / "root"
-    for name, data in FILES.items():
+    for name, data in {**FILES, **MANY}.items():
         (base / name).parent.mkdir(parents=True, exist_ok=True)
         (base / name).write_bytes(data)
     return base
@@ -151,3 +157,79 @@ def test_browser_downloads_a_zip(spawn, browser, tmp_path):
         assert archive.namelist() == sorted(TICKED)
         for name in TICKED:
             assert archive.read(name) == FILES[name], name
+
+
+def _ticked(driver) -> int:
+    return driver.execute_script("""return document.querySelectorAll('input[name="f"]:checked').length""")
+
+
+def test_browser_selects_all_400_files_and_saves_a_zip_named_after_the_directory(spawn, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    server = spawn("--workers", "1", "--browse")
+    browser.get(f"http://127.0.0.1:{server.port}/browse/{quote(MANY_DIR)}/")
+    assert browser.title == f"Index of /{MANY_DIR}/"
+    boxes = browser.find_elements(By.CSS_SELECTOR, 'input[type="checkbox"][name="f"]')
+    assert len(boxes) == 400 and _ticked(browser) == 0
+    select_all = browser.find_element(By.ID, "all")
+    assert select_all.is_displayed()  # the script ran: the page's policy allows it by its hash
+    assert browser.execute_script("return getComputedStyle(document.body).marginTop") == "24px"  # and the style
+    select_all.click()
+    assert _ticked(browser) == 400
+    boxes[7].click()  # one unticked: select-all is neither ticked nor unticked
+    assert _ticked(browser) == 399 and not select_all.is_selected()
+    assert browser.execute_script("return document.getElementById('all').indeterminate") is True
+    select_all.click()
+    assert _ticked(browser) == 400 and select_all.is_selected()
+    browser.save_screenshot(str(tmp_path / "listing-400.png"))
+    browser.find_element(By.CSS_SELECTOR, 'button[formaction="/api/stream-files.zip"]').click()
+    saved = _saved(browser.downloads, timeout=60)
+    assert saved.name == f"{MANY_DIR}.zip"  # Content-Disposition's filename*, not batch.zip
+    with zipfile.ZipFile(saved) as archive:
+        assert archive.testzip() is None
+        assert archive.namelist() == sorted(MANY)
+        for name, data in MANY.items():
+            assert archive.read(name) == data, name
+    assert browser.title == f"Index of /{MANY_DIR}/"  # the download left the page where it was
+
+
+def test_browser_says_so_when_nothing_is_ticked(spawn, browser):
+    from selenium.webdriver.common.by import By
+
+    server = spawn("--workers", "1", "--browse")
+    browser.get(f"http://127.0.0.1:{server.port}/browse/")
+    note = browser.find_element(By.ID, "note")
+    assert note.text == ""
+    browser.find_element(By.CSS_SELECTOR, 'button[formaction="/api/stream-files.zip"]').click()
+    assert note.text.startswith("Nothing is ticked")  # on the page, not a JSON error
+    assert browser.title == "Index of /"
+    browser.find_element(By.CSS_SELECTOR, 'input[name="f"][value="a.txt"]').click()
+    assert note.text == ""  # ticking clears it
+    time.sleep(0.5)
+    assert list(browser.downloads.iterdir()) == []
+
+
+def test_browser_without_script_gets_a_page_it_can_read(spawn, browser, tmp_path):
+    """With script off the form still posts (no select-all), and a refusal is a page."""
+    from selenium.webdriver.common.by import By
+
+    server = spawn("--workers", "1", "--browse")
+    browser.execute_cdp_cmd("Emulation.setScriptExecutionDisabled", {"value": True})
+    browser.get(f"http://127.0.0.1:{server.port}/browse/{quote(MANY_DIR)}/")
+    assert not browser.find_element(By.ID, "all").is_displayed()
+    browser.find_element(By.CSS_SELECTOR, 'button[formaction="/api/stream-files.tar"]').click()
+    assert browser.title == "Nothing was downloaded"
+    text = browser.find_element(By.TAG_NAME, "body").text
+    assert "Nothing is ticked" in text and "400 Bad Request" in text and '"error"' not in text
+    browser.save_screenshot(str(tmp_path / "refused.png"))
+    browser.find_element(By.LINK_TEXT, "Back to the listing").click()
+    assert browser.title == f"Index of /{MANY_DIR}/"
+    first, second = sorted(MANY)[:2]
+    for name in (first, second):
+        browser.find_element(By.CSS_SELECTOR, f'input[name="f"][value="{name}"]').click()
+    browser.find_element(By.CSS_SELECTOR, 'button[formaction="/api/stream-files.tar"]').click()
+    saved = _saved(browser.downloads)
+    assert saved.name == f"{MANY_DIR}.tar"
+    with tarfile.open(saved) as archive:
+        assert [(m.name, archive.extractfile(m).read()) for m in archive.getmembers()] == [
+            (first, MANY[first]), (second, MANY[second])]

@@ -109,7 +109,9 @@ def test_an_object_replaced_after_opening_breaks_the_stream(source, weed, small_
             got += chunk
     stream.close()
     assert b"Y" not in got and len(got) < len(EXPECTED)
-    assert not issubclass(ObjectStreamBroken, OSError)  # runtimes read OSError as "client gone"
+    # An OSError, as a file failing midway: Axon's server logs one line and cuts the connection;
+    # that every runtime cuts it is test_objects_served's (uvicorn, gunicorn, native).
+    assert issubclass(ObjectStreamBroken, OSError)
 
 
 def test_closing_early_stops_fetching(source, small_pieces):
@@ -118,3 +120,18 @@ def test_closing_early_stops_fetching(source, small_pieces):
     stream.close()
     assert first.startswith(b"<x")
     stream.close()  # twice is fine
+
+
+def test_a_store_failing_midway_is_one_line_and_an_os_error(source, weed, small_pieces):
+    """The store refusing a piece (here: the keys it is fetched with are wrong) ends the stream
+    with one line naming the object, without obstore's debug dump; an OSError, which Axon's
+    server logs as one warning line rather than a traceback."""
+    refused = ObjectSource(source.root, env=object_store_environment(weed.env(AWS_SECRET_ACCESS_KEY="wrong")),
+                           timeout=5, check=False)
+    stream = ObjectBody(refused, body(source), 16_384)
+    with pytest.raises(ObjectStreamBroken) as caught:
+        b"".join(stream)
+    stream.close()
+    said = str(caught.value)
+    assert isinstance(caught.value, OSError)
+    assert "\n" not in said and "Debug" not in said and "x.bin" in said and "403" in said

@@ -234,3 +234,75 @@ def test_slices_of_objects_in_a_batch(app, parse_multipart):
     assert [p.get_payload(decode=True) for p in parts] == [
         OBJECTS["big.bin"][70_000:71_000], OBJECTS["b.bin"][-16:], OBJECTS["a.txt"]]
     assert parts[0]["Content-Range"] == f"bytes 70000-70999/{len(OBJECTS['big.bin'])}"
+
+
+# -- misconfiguration is not an outage ----------------------------------------------------------
+
+
+def _env(weed, **extra):
+    from axon.config import object_store_environment
+
+    return object_store_environment(weed.env(**extra))
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    ({"AWS_ACCESS_KEY_ID": "no-such-key"}, "refuses the server's credentials (InvalidAccessKeyId)"),
+    ({"AWS_SECRET_ACCESS_KEY": "wrong"}, "refuses the server's credentials (SignatureDoesNotMatch)"),
+])  # fmt: skip
+def test_wrong_keys_fail_at_start_saying_so(weed, prefix, extra, said):
+    from axon.storage.objects import StoreMisconfigured
+
+    with pytest.raises(StoreMisconfigured) as caught:
+        ObjectSource(weed.url(prefix), env=_env(weed, **extra), timeout=5)
+    assert said in str(caught.value) and weed.url(prefix) in str(caught.value)
+
+
+def test_a_missing_bucket_fails_at_start_saying_so(weed):
+    from axon.storage.objects import StoreMisconfigured
+
+    with pytest.raises(StoreMisconfigured, match="has no bucket 'no-such-bucket'"):
+        ObjectSource("s3://no-such-bucket/p", env=_env(weed), timeout=5)
+
+
+def test_a_reader_and_a_silent_store_still_start(weed, prefix, caplog):
+    import seaweed
+
+    # May read, not list: the probe's missing key is still a 404 on SeaweedFS.
+    ObjectSource(weed.url(prefix), env=_env(weed, AWS_ACCESS_KEY_ID=seaweed.READER_KEY,
+                                            AWS_SECRET_ACCESS_KEY=seaweed.READER_SECRET), timeout=5)
+    # A store that does not answer is an outage, not a setting: a warning, and 503s.
+    ObjectSource(weed.url(prefix), env=_env(weed, AWS_ENDPOINT_URL="http://127.0.0.1:9"), timeout=2)
+    said = [r.getMessage() for r in caplog.records if r.name == "axon.storage"]
+    assert len(said) == 1 and "did not answer at start" in said[0] and "\n" not in said[0]
+
+
+def test_a_store_refusing_the_keys_later_is_a_502_not_a_503(weed, prefix):
+    """Keys rotated after the start: every request says the store refused them, not that it
+    did not answer; a key the store denies is a 403."""
+    app = App(store=ObjectSource(weed.url(prefix), env=_env(weed, AWS_SECRET_ACCESS_KEY="rotated"), timeout=5,
+                                 check=False))
+    status, headers, body = call(app, "GET", "/files/a.txt")
+    error = json.loads(body)["error"]
+    assert (status, error["code"], error["paths"]) == (502, "store_credentials_refused", ["a.txt"])
+    assert "SignatureDoesNotMatch" in error["message"] and "Retry-After" not in headers
+    status, _, body = call(app, "GET", "/api/stream-files", "f=a.txt&f=b.bin")
+    assert status == 502 and {d["code"] for d in json.loads(body)["error"]["details"]} == {"store_credentials_refused"}
+    gone = App(store=ObjectSource("s3://no-such-bucket/p", env=_env(weed), timeout=5, check=False))
+    status, _, body = call(gone, "GET", "/files/a.txt")
+    assert (status, json.loads(body)["error"]["code"]) == (502, "store_no_bucket")
+
+
+def test_a_batch_the_store_did_not_answer_says_when_to_retry(weed):
+    gone = App(store=ObjectSource(weed.url("x"), env=_env(weed, AWS_ENDPOINT_URL="http://127.0.0.1:9"), timeout=2,
+                                  check=False))
+    status, headers, body = call(gone, "GET", "/api/stream-files", "f=a.txt&f=b.bin")
+    assert (status, json.loads(body)["error"]["code"]) == (503, "batch_refused")
+    assert headers.get("Retry-After") == "1"
+
+
+def test_directories_in_a_listing_have_no_made_up_time(app):
+    status, _, body = call(app, "GET", "/browse/", headers={"accept": "application/json"})
+    entries = {e["name"]: e for e in json.loads(body)["entries"]}
+    assert status == 200 and entries["sub"]["mtime"] is None and entries["a.txt"]["mtime"] > 1.6e9
+    status, _, page = call(app, "GET", "/browse/")
+    assert status == 200 and b"1970-01-01" not in page

@@ -8,7 +8,8 @@ Two servers run one after the other on a shared machine differ by 5% from noise 
 of a few percent cannot be read from two runs. Here one worker serves T1 (one 8 KiB file, the
 article's smallest request) under ``wrk`` for the whole run, while a thread in it switches every
 second between four states: nothing on, ``--metrics``, ``--access-log --json-logs``, both. It
-counts the requests begun and the CPU time used in each second. A state's cost is its rate as a
+counts the requests begun and the CPU time used in each second, the first cycle starting when the
+load does; cycles not wholly inside wrk's run are left out. A state's cost is its rate as a
 ratio to the rate with nothing on in the same 4-second cycle, the median over the cycles: the
 noise falls on every state alike. With ``--rate`` the load is the same in every state, and the
 cost is read from the CPU time per request instead (what a server below saturation pays). The server is pinned
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..app import App
@@ -34,6 +36,21 @@ from .scenarios import AXON, ensure_files, request_for, select
 
 STATES = ("nothing", "metrics", "json-log", "both")
 _OUT = "AXON_OBSERVE_OUT"  # where the worker writes a row per second
+# The load has begun when this many requests begin within one look (wait_ready's health checks
+# come one at a time): cycles are counted from there, not from the worker's start.
+_LOAD_BEGUN, _LOOK = 10, 0.05
+# A second counts if it served this share of wrk's overall rate: only one with next to no load is
+# left out (wrk's start and stop are left out by time), never one a neighbour's burst slowed.
+FLOOR = 0.1
+
+
+def _wait_for_load(begun_count: Callable[[], int]) -> None:
+    """Return once requests arrive as a load sends them, not as health checks do."""
+    while True:
+        before = begun_count()
+        time.sleep(_LOOK)
+        if begun_count() - before >= _LOAD_BEGUN:
+            return
 
 
 def app() -> App:
@@ -50,6 +67,7 @@ def app() -> App:
     records = served.records
 
     def cycle() -> None:
+        _wait_for_load(records.begun_count)
         with open(out, "a") as rows:
             for second in itertools.count():
                 state = STATES[second % len(STATES)]
@@ -59,12 +77,14 @@ def app() -> App:
                     records.attach(reader)
                 # As axon.log.connect leaves an App built with the access log on: no logger to ask.
                 records.logger = None if access in readers[state] else log.access_logger
-                begun, start, cpu = records.begun_count(), time.perf_counter(), time.process_time()
+                begun, start, cpu = records.begun_count(), time.monotonic(), time.process_time()
                 time.sleep(1.0)
-                requests = records.begun_count() - begun
-                rate = requests / (time.perf_counter() - start)
+                requests, end = records.begun_count() - begun, time.monotonic()
+                rate = requests / (end - start)
                 cpu_us = (time.process_time() - cpu) / max(requests, 1) * 1e6  # user + system, all threads
-                row = {"cycle": second // len(STATES), "state": state, "rps": rate, "cpu_us": cpu_us}
+                # start and end on the system-wide monotonic clock: main() compares them with wrk's run.
+                row = {"cycle": second // len(STATES), "state": state, "rps": rate, "cpu_us": cpu_us,
+                       "start": start, "end": end}
                 rows.write(json.dumps(row) + "\n")
                 rows.flush()
 
@@ -73,15 +93,22 @@ def app() -> App:
     return served
 
 
-def summarize(rows: list[dict], floor: float) -> dict[str, tuple[float, float, float, float, int]]:
+def summarize(rows: list[dict], floor: float,
+              window: tuple[float, float] | None = None) -> dict[str, tuple[float, float, float, float, int]]:
     """State -> (median req/s, median ratio of req/s to nothing's in the same 4-second cycle, the
-    same of CPU time per request, median CPU µs per request, cycles counted). A neighbour's burst on a shared machine slows a
-    second or two: cycles with a second under ``floor`` req/s (wrk starting, stopping) are left
-    out, and medians shrug off the rest."""
+    same of CPU time per request, median CPU µs per request, cycles counted). Cycles with a second
+    outside ``window`` (wrk's run, monotonic seconds: its start and stop) or under ``floor`` req/s
+    (no load to speak of) are left out. A neighbour's burst on a shared machine slows a second or
+    two: the medians shrug it off, and leaving out its cycle would leave a short run none."""
     cycles: dict[int, dict[str, dict]] = {}
     for row in rows:
         cycles.setdefault(row["cycle"], {})[row["state"]] = row
-    whole = [c for c in cycles.values() if len(c) == len(STATES) and min(r["rps"] for r in c.values()) >= floor]
+
+    def counted(c: dict[str, dict]) -> bool:
+        inside = window is None or all(window[0] <= r["start"] and r["end"] <= window[1] for r in c.values())
+        return len(c) == len(STATES) and inside and min(r["rps"] for r in c.values()) >= floor
+
+    whole = [c for c in cycles.values() if counted(c)]
     if not whole:
         raise SystemExit("no whole cycle under load: is wrk installed, and did the server start?")
     return {
@@ -123,9 +150,11 @@ def main(argv: list[str] | None = None) -> None:
             group.start(command)
             procs.wait_ready(f"http://127.0.0.1:{port}/api/health", group)
             load = wrk.Load(args.seconds, connections=50, threads=1, rate=args.rate)
+            began = time.monotonic()
             result = wrk.run(f"http://127.0.0.1:{port}", request, load, args.load_cpus)
+            ended = time.monotonic()
         rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-    table = summarize(rows, floor=0.5 * result.rps)
+    table = summarize(rows, floor=FLOOR * result.rps, window=(began, ended))
     paced = f"paced at {args.rate:,.0f} req/s" if args.rate else "as fast as it answers"
     print(f"{scenario.name} under wrk -t1 -c50, {paced}, for {args.seconds:g} s: {result.rps:,.0f} req/s overall")
     print(f"{'state':10} {'req/s':>9} {'ratio':>7} {'CPU/req':>8} {'CPU µs':>7}   (medians over {next(iter(table.values()))[4]} cycles)")

@@ -11,6 +11,11 @@ or the server sends the whole new archive (200) and the file starts over. Unlike
 batch (:mod:`.journal`), an archive needs no parser state to resume: its offset is the partial
 file's size, since every byte before it was written in order.
 
+An archive is one request, so a list cannot be cut into batches as a multipart fetch's is: one
+longer than the server takes (its ``/api/limits``: ``max_files``, ``max_body_bytes`` for a POST)
+is refused before it is sent (:class:`~.errors.BatchTooLarge`, naming the limit), rather than
+answered with a 413 or silently split into several archives where one file was asked for.
+
 ``unpack`` extracts a saved archive into a directory with the standard library's ``zipfile``
 and ``tarfile``, refusing the whole archive before writing anything if any entry's name would
 land outside the directory (absolute, ``..``, a backslash, through a symlink already there: the
@@ -30,12 +35,14 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 from .download import Progress, prepare_destination
-from .errors import FetchError, UnsafePathError
+from .errors import BatchTooLarge, FetchError, UnsafePathError
 from .fetch import DEFAULT_CHUNK_SIZE, DEFAULT_TIMEOUT, _connection, _content_length, _network_errors
 from .paths import ensure_parent, resolve_destination
-from .protocol import MAX_ERROR_BODY, build_request, error_from_response
+from .protocol import MAX_ERROR_BODY, BatchRequest, build_request, error_from_response
 
 __all__ = ["ARCHIVE_FORMATS", "ArchiveResult", "fetch_archive", "unpack"]
 
@@ -83,6 +90,7 @@ def fetch_archive(
     if offset:
         extra.update({"Range": f"bytes={offset}-", "If-Range": etag})  # type: ignore[dict-item]
     request = build_request(base_url, files, method=method, headers=extra, secret=secret, fmt=fmt)
+    _check_fits(request, len(files), _server_limits(base_url, request, timeout, headers))
     connection = _connection(request, timeout)
     try:
         with _network_errors(request, "sending the request"):
@@ -131,6 +139,44 @@ def fetch_archive(
         return ArchiveResult(path, total, received, start)
     finally:
         connection.close()
+
+
+def _server_limits(
+    base_url: str, request: BatchRequest, timeout: float | None, headers: Mapping[str, str] | None
+) -> dict[str, Any] | None:
+    """The server's ``GET /api/limits`` (open without a signature), or None if it has none."""
+    connection = _connection(request, timeout)
+    target = urlsplit(base_url).path.rstrip("/") + "/api/limits"
+    try:
+        with _network_errors(request, "asking for its limits"):
+            connection.request("GET", target, headers={**(headers or {}), "Accept": "application/json"})
+            response = connection.getresponse()
+            body = response.read(MAX_ERROR_BODY)
+    finally:
+        connection.close()
+    if response.status != 200:
+        return None  # a server from before /api/limits (404): the batch's own answer will say
+    try:
+        limits = json.loads(body)
+    except ValueError:
+        return None
+    return limits if isinstance(limits, dict) else None
+
+
+def _check_fits(request: BatchRequest, count: int, limits: dict[str, Any] | None) -> None:
+    if limits is None:
+        return
+    max_files, max_body = limits.get("max_files"), limits.get("max_body_bytes")
+    if type(max_files) is int and count > max_files:
+        raise BatchTooLarge(
+            f"{count} files do not fit in one archive: {request.origin} takes at most {max_files} files "
+            "a request (max_files in its /api/limits)"
+        )
+    if request.method == "POST" and type(max_body) is int and len(request.body) > max_body:
+        raise BatchTooLarge(
+            f"the list of {count} files does not fit in one archive: as JSON it is {len(request.body)} bytes, "
+            f"and {request.origin} takes at most {max_body} (max_body_bytes in its /api/limits)"
+        )
 
 
 def _saved(partial: Path, note: Path, batch: dict) -> tuple[int, str | None]:

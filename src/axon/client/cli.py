@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import threading
 import time
@@ -27,8 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .archive import PARTIAL, fetch_archive, unpack
+from .cancel import Cancel
 from .download import FetchedFile
-from .errors import FetchError
+from .errors import BatchTooLarge, FetchError
 from .fetch import DEFAULT_TIMEOUT, fetch
 from .paths import check_path_shape
 from .progress import ProgressTracker, format_bytes
@@ -61,12 +63,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--parallel", type=_positive_int, default=1, metavar="N", help="connections at once")
     parser.add_argument(
-        "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per network operation"
+        "--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT, help="seconds per network operation"
     )
     parser.add_argument(
         "-H", "--header", action="append", default=[], metavar="'NAME: VALUE'", help="extra request header"
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress display")
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show progress on stderr (default: only when stderr is a terminal)",
+    )
     archive = parser.add_mutually_exclusive_group()
     archive.add_argument("--zip", metavar="FILE", help="save the batch as one zip file (one request for the whole list)")
     archive.add_argument("--tar", metavar="FILE", help="save the batch as one tar file (one request for the whole list)")
@@ -103,11 +110,12 @@ def run(args: argparse.Namespace) -> int:
     batches = [paths[i : i + args.batch_size] for i in range(0, len(paths), args.batch_size)]
     method = "POST" if args.from_list else None
     # Also counts what was written when nothing is shown: a failed batch keeps its whole files.
-    tracker = ProgressTracker(len(paths), show=not args.no_progress)
+    tracker = ProgressTracker(len(paths), show=_show_progress(args))
     stop = threading.Event()
+    cancel = Cancel()  # Ctrl-C: the batches running stop now (saved to resume), not when done
 
     def fetch_batch(batch: list[str]) -> None:
-        if stop.is_set():
+        if stop.is_set() or cancel.is_set():
             return
         try:
             fetch(
@@ -120,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
                 progress=tracker.for_batch(len(batch)),
                 resume=args.resume,
                 secret=args.secret,
+                cancel=cancel,
             )
         except BaseException:
             stop.set()
@@ -136,26 +145,52 @@ def run(args: argparse.Namespace) -> int:
                 error = failure
     except KeyboardInterrupt:
         error = KeyboardInterrupt()
+        _hold_interrupts()
+        cancel.set()
     finally:
         stop.set()  # before waiting: batches not yet started must not start
-        pool.shutdown(wait=True, cancel_futures=True)
+        if _wait_for(pool, cancel):
+            error = KeyboardInterrupt()
+            _hold_interrupts()
         tracker.close()
     elapsed = time.monotonic() - started
-    done = f"{tracker.files_done} of {len(paths)} files ({format_bytes(tracker.bytes_written)})"
+    done = f"{tracker.files_done} of {_files(len(paths))} ({format_bytes(tracker.bytes_written)})"
     if error is None:
         rate = format_bytes(tracker.bytes_written / max(elapsed, 1e-9))
         print(f"fetched {done} into {args.output} in {elapsed:.1f} s, {rate}/s")
         return 0
     if isinstance(error, KeyboardInterrupt):
-        return _fail(f"interrupted after {done}", code=130)
+        again = "; run the same command again to resume" if args.resume else ""
+        return _fail(f"interrupted after {done}{again}", code=130)
     if not isinstance(error, (FetchError, OSError, ValueError)):
         raise error
     return _fail(f"{error} (fetched {done} before stopping)")
 
 
+def _hold_interrupts() -> None:
+    """Ignore Ctrl-C from the first one on, in the main thread: what is left is moments of saving
+    where each batch stood and saying so, which a second Ctrl-C must not cut short (a traceback,
+    or the interpreter's default action as it exits). Not restored: the command ends."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _wait_for(pool: ThreadPoolExecutor, cancel: Cancel) -> bool:
+    """Wait for the batches running to end; True if Ctrl-C came meanwhile. Another Ctrl-C while
+    they save where they stood (moments, once cancelled) must not cut that short."""
+    interrupted = False
+    while True:
+        try:
+            pool.shutdown(wait=True, cancel_futures=True)
+            return interrupted
+        except KeyboardInterrupt:
+            interrupted = True
+            cancel.set()
+
+
 def _run_archive(args: argparse.Namespace, paths: list[str], headers: dict[str, str]) -> int:
     fmt, path = ("zip", args.zip) if args.zip else ("tar", args.tar)
-    tracker = ProgressTracker(1, show=not args.no_progress)  # one file: the archive
+    tracker = ProgressTracker(1, show=_show_progress(args))  # one file: the archive
     progress = tracker.for_batch(1)
     started = time.monotonic()
     try:
@@ -167,15 +202,18 @@ def _run_archive(args: argparse.Namespace, paths: list[str], headers: dict[str, 
         unpacked = unpack(result.path, args.output) if args.unpack else None
     except KeyboardInterrupt:
         return _fail("interrupted" + _resumable(path), code=130)
+    except BatchTooLarge as exc:  # nothing sent: the list, not the server, is the problem
+        return _fail(f"{exc}; without --zip/--tar, axon fetch cuts the list into batches (--batch-size), "
+                     "or split it into several archives", code=2)
     except (FetchError, OSError, ValueError) as exc:
         return _fail(str(exc) + _resumable(path))
     finally:
         tracker.close()
     elapsed = time.monotonic() - started
     resumed = f", resumed at byte {result.resumed_from}" if result.resumed_from else ""
-    print(f"saved {len(paths)} files as {result.path} ({format_bytes(result.size)}{resumed}) in {elapsed:.1f} s")
+    print(f"saved {_files(len(paths))} as {result.path} ({format_bytes(result.size)}{resumed}) in {elapsed:.1f} s")
     if unpacked is not None:
-        print(f"unpacked {len(unpacked)} files into {args.output}")
+        print(f"unpacked {_files(len(unpacked))} into {args.output}")
     return 0
 
 
@@ -214,10 +252,33 @@ def _parse_headers(values: Sequence[str]) -> dict[str, str]:
     return headers
 
 
+def _show_progress(args: argparse.Namespace) -> bool:
+    """Progress lines are for a person watching: by default only on a terminal, never into a
+    log file or a pipe."""
+    return args.progress if args.progress is not None else sys.stderr.isatty()
+
+
+def _files(count: int) -> str:
+    return f"{count} file" if count == 1 else f"{count} files"
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, not {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, not {text}")
     return value
 
 

@@ -40,9 +40,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("files", metavar="FILE", nargs="*", help="sign the batch URL for these files")
     parser.add_argument("--token", action="store_true", help="print a bearer token instead of a URL")
     parser.add_argument(
-        "--expires-in", type=int, default=DEFAULT_LIFETIME, metavar="SECONDS", help="lifetime (default: 3600)"
+        "--expires-in", type=_lifetime, default=DEFAULT_LIFETIME, metavar="SECONDS", help="lifetime (default: 3600)"
     )
-    parser.add_argument("--expires-at", type=int, metavar="UNIX", help="absolute expiry, in unix seconds")
+    parser.add_argument("--expires-at", type=_whole, metavar="UNIX", help="absolute expiry, in unix seconds")
     parser.add_argument("--secret", default=None, help="the server's secret (default: $AXON_SECRET)")
     parser.set_defaults(func=run)
     return parser
@@ -52,7 +52,10 @@ def run(args: argparse.Namespace) -> int:
     secret = args.secret or os.environ.get("AXON_SECRET")
     if not secret:
         return _fail("no secret: set AXON_SECRET (or pass --secret)")
-    expires = args.expires_at if args.expires_at is not None else int(time.time()) + args.expires_in
+    now = int(time.time())
+    if args.expires_at is not None and args.expires_at <= now:
+        return _fail(f"--expires-at {args.expires_at} is not in the future (now: {now}): that would be expired already")
+    expires = args.expires_at if args.expires_at is not None else now + args.expires_in
     if args.token:
         if args.target or args.files:
             return _fail("--token takes no URL or files")
@@ -70,6 +73,20 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(str(exc))
     return 0
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of seconds, not {text!r}") from None
+
+
+def _lifetime(text: str) -> int:
+    value = _whole(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 second or more, not {value}: a URL signed so would be expired already")
+    return value
 
 
 def _fail(message: str) -> int:

@@ -88,17 +88,25 @@ def prepare_destination(dest: str | os.PathLike[str]) -> Path:
 
 
 class _PartFile:
-    """The temporary file of the part being received."""
+    """The temporary file of the part being received.
 
-    def __init__(self, path: str, target: Path, declared: int) -> None:
+    Its name is random, unless the download is journaled: then ``token`` names it after the
+    batch and the part's place in it, so that a process killed before its journal mentions the
+    part leaves a file the next run of the same batch writes over (resuming or starting again),
+    instead of one that nothing ever removes.
+    """
+
+    def __init__(self, path: str, target: Path, declared: int, token: str | None = None) -> None:
         self.path = path
         self.target = target
         self.declared = declared
         self.written = 0
         # Not tempfile.mkstemp: it makes 0600 files, and a download should get the umask's
-        # permissions like any other new file. O_EXCL makes the random name ours alone.
-        self.temp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.part")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+        # permissions like any other new file. O_EXCL makes a random name ours alone; a name
+        # of the batch's is ours already, and O_NOFOLLOW keeps a symlink there from redirecting it.
+        self.temp = target.with_name(f".{target.name}.{token or secrets.token_hex(6)}.part")
+        flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_BINARY", 0)
+        flags |= os.O_EXCL if token is None else os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
         self.file: BinaryIO = os.fdopen(os.open(self.temp, flags, 0o666), "wb")
 
     @classmethod
@@ -171,6 +179,11 @@ class BatchDownload:
         self._etag = etag
         self._clean = True  # False while a chunk is half processed: no consistent state to save
         self._saved_at = time.monotonic()
+        # The part the journal on disk names, and whether it has since been renamed into place:
+        # then the journal must be saved again at once, or a resume would find its temporary
+        # file gone and start the batch over (a process killed before the next save).
+        self._journaled: SavedPart | None = None
+        self._journal_stale = False
         self._before_close: SavedBatch | None = None
         if progress is not None:
             progress.response_started(content_length)
@@ -200,6 +213,7 @@ class BatchDownload:
             target = resolve_destination(root, path)
             temp = journal.temp_path(saved.part)
             download._part = _PartFile.reopen(path, target, saved.part.declared, temp, saved.part.written)
+            download._journaled = saved.part
         download._progress = progress
         if progress is not None:
             progress.response_started(saved.length - saved.offset)
@@ -239,9 +253,13 @@ class BatchDownload:
             elif isinstance(event, PartEnd):
                 self._end_part()
         self._clean = True
-        if self._journal is not None and time.monotonic() - self._saved_at >= CHECKPOINT_INTERVAL:
-            self._journal.save(self._checkpoint())
+        if self._journal is not None and (
+            self._journal_stale or time.monotonic() - self._saved_at >= CHECKPOINT_INTERVAL
+        ):
+            saved = self._checkpoint()
+            self._journal.save(saved)
             self._saved_at = time.monotonic()
+            self._journaled, self._journal_stale = saved.part, False
         if self._progress is not None:
             self._progress.data_received(len(chunk))
 
@@ -324,7 +342,8 @@ class BatchDownload:
             raise FetchError(f"{where} carries {path!r}, which was not requested (or came twice)")
         self._due[path] -= 1
         ensure_parent(self._root, target)
-        self._part = _PartFile(path, target, length)
+        token = None if self._journal is None else self._journal.part_token(start.index)
+        self._part = _PartFile(path, target, length, token)
 
     def _end_part(self) -> None:
         part = self._part
@@ -333,6 +352,8 @@ class BatchDownload:
             raise FetchError(f"{part.path!r}: received {part.written} bytes, expected {part.declared}")
         part.commit()  # on failure the part stays current, so abort() removes its temporary file
         self._part = None
+        if self._journaled is not None and self._root / self._journaled.temp == part.temp:
+            self._journal_stale = True  # saved at the end of this chunk
         fetched = FetchedFile(part.path, part.target, part.written)
         self.result.files.append(fetched)
         if self._progress is not None:

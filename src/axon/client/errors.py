@@ -33,3 +33,8 @@ class FetchError(Exception):
 
 class UnsafePathError(FetchError, ValueError):
     """A path that would be written outside the destination directory, or that is malformed."""
+
+
+class BatchTooLarge(FetchError, ValueError):
+    """A list the server takes in no single request (more files than its ``max_files``, or a JSON
+    body over its ``max_body_bytes``, as its ``/api/limits`` says), refused before sending it."""

@@ -4,6 +4,9 @@ Both send the same request (:mod:`.protocol`) and hand the response body to the 
 :class:`~.download.BatchDownload`, which parses it and writes the files; they differ only in how
 bytes cross the network: ``http.client`` for one, ``asyncio.open_connection`` for the other.
 ``timeout`` bounds each network operation (connect, each read), not the whole transfer.
+``fetch`` takes a :class:`~.cancel.Cancel` to be stopped from another thread at once (Ctrl-C in
+``axon fetch``); ``afetch`` is stopped by cancelling its task. Either way a resumable batch saves
+where it stood.
 """
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ import asyncio
 import http.client
 import io
 import os
+import socket
 import ssl
 import string
 from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
-from contextlib import aclosing, contextmanager, suppress
+from contextlib import AbstractContextManager, aclosing, contextmanager, nullcontext, suppress
 from email.message import Message
 
+from .cancel import Cancel
 from .download import FetchResult, Progress, open_download, plan_resume, prepare_destination
 from .errors import FetchError
 from .journal import Journal, SavedBatch
@@ -42,6 +47,7 @@ def fetch(
     progress: Progress | None = None,
     resume: bool = False,
     secret: str | bytes | None = None,
+    cancel: Cancel | None = None,
 ) -> FetchResult:
     """Download ``files`` from the Axon server at ``base_url`` into directory ``dest``.
 
@@ -53,38 +59,61 @@ def fetch(
     where it stood in ``dest/.axon-partial/``, and the next ``resume`` fetch of the same files
     from the same server continues from there; if a file changed meanwhile, the server sends
     the whole new batch instead. With ``secret``, each request is signed (:mod:`axon.signing`).
+
+    ``cancel.set()`` (from another thread) stops it within moments, raising
+    :class:`~.cancel.Cancelled`; with ``resume``, where it stood is saved as on a network failure.
     """
     files = list(files)
     journal, saved, headers = plan_resume(dest, base_url, files, headers, resume)
     request = build_request(base_url, files, method=method, headers=headers, secret=secret)
     connection = _connection(request, timeout)
     try:
-        with _network_errors(request, "sending the request"):
-            connection.request(request.method, request.target, request.body or None, dict(request.headers))
-            response = connection.getresponse()
-        if not 200 <= response.status < 300:
-            with _network_errors(request, "reading the error response"):
-                body = response.read(MAX_ERROR_BODY)
-            _refused(response.status, journal, saved)
-            raise error_from_response(response.status, response.reason, body)
-        with open_download(
-            prepare_destination(dest),  # only now: a refused request leaves no empty directory
-            files,
-            response.status,
-            response.headers,
-            _content_length(response.headers),
-            journal=journal,
-            saved=saved,
-            progress=progress,
-        ) as download:
-            while True:
-                with _network_errors(request, "receiving the response"):
-                    chunk = response.read1(chunk_size)
-                if not chunk:
-                    return download.finish()
-                download.feed(chunk)
+        with _network_errors(request, "connecting", cancel):
+            connection.connect()  # now, not inside request(): a Cancel must know the socket first
+        with _watched(cancel, connection.sock):
+            return _exchange(connection, request, dest, files, journal, saved, progress, chunk_size, cancel)
     finally:
         connection.close()
+
+
+def _exchange(
+    connection: http.client.HTTPConnection,
+    request: BatchRequest,
+    dest: str | os.PathLike[str],
+    files: list[str],
+    journal: Journal | None,
+    saved: SavedBatch | None,
+    progress: Progress | None,
+    chunk_size: int,
+    cancel: Cancel | None,
+) -> FetchResult:
+    """:func:`fetch`'s request and answer, on a connection already open."""
+    with _network_errors(request, "sending the request", cancel):
+        connection.request(request.method, request.target, request.body or None, dict(request.headers))
+        response = connection.getresponse()
+    if not 200 <= response.status < 300:
+        with _network_errors(request, "reading the error response", cancel):
+            body = response.read(MAX_ERROR_BODY)
+        _refused(response.status, journal, saved)
+        raise error_from_response(response.status, response.reason, body)
+    with open_download(
+        prepare_destination(dest),  # only now: a refused request leaves no empty directory
+        files,
+        response.status,
+        response.headers,
+        _content_length(response.headers),
+        journal=journal,
+        saved=saved,
+        progress=progress,
+    ) as download:
+        while True:
+            with _network_errors(request, "receiving the response", cancel):
+                chunk = response.read1(chunk_size)
+            if cancel is not None:
+                cancel.check()  # between chunks, where the download's state is whole to save
+            if not chunk:
+                return download.finish()
+            download.feed(chunk)
 
 
 async def afetch(
@@ -161,13 +190,20 @@ def _connection(request: BatchRequest, timeout: float | None) -> http.client.HTT
 
 
 @contextmanager
-def _network_errors(request: BatchRequest, doing: str) -> Iterator[None]:
-    """Turns a socket or HTTP failure inside the block into a :class:`FetchError` saying when."""
+def _network_errors(request: BatchRequest, doing: str, cancel: Cancel | None = None) -> Iterator[None]:
+    """Turns a socket or HTTP failure inside the block into a :class:`FetchError` saying when
+    (a :class:`~.cancel.Cancelled` if ``cancel`` was set: the failure is its shutting the socket)."""
     try:
         yield
     except (OSError, http.client.HTTPException, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
+        if cancel is not None:
+            cancel.check()
         detail = str(exc) or type(exc).__name__
         raise FetchError(f"{request.origin}: failed while {doing}: {detail}") from exc
+
+
+def _watched(cancel: Cancel | None, sock: socket.socket | None) -> AbstractContextManager[None]:
+    return nullcontext() if cancel is None or sock is None else cancel.watching(sock)
 
 
 def _content_length(headers: Message) -> int | None:

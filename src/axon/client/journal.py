@@ -18,6 +18,8 @@ save) and appends to. Memory stays constant, and every file still ends up whole 
 
 The journal is written whenever a download stops on an error it can recover from (the network,
 an interruption) and every second meanwhile, so even a killed process loses at most a second.
+A part begun after the last save has a temporary file no journal names; its name is the batch's
+and the part's (:meth:`Journal.part_token`), so the next run of the batch writes over it.
 """
 
 from __future__ import annotations
@@ -67,7 +69,13 @@ class Journal:
         self.root = root
         # GET or POST, the same list from the same server is the same batch.
         key = hashlib.sha256(json.dumps([base_url.rstrip("/"), files]).encode("utf-8")).hexdigest()[:32]
+        self.key = key
         self.path = root / JOURNAL_DIR / f"{key}.json"
+
+    def part_token(self, index: int) -> str:
+        """The 12 hex digits in the temporary file's name of part ``index`` of this batch: the
+        same in every run of it, so a run writes over what a killed one left unrecorded."""
+        return hashlib.sha256(f"{self.key}/{index}".encode("ascii")).hexdigest()[:12]
 
     def load(self) -> SavedBatch | None:
         """The saved state, or None if there is none usable (an unusable one is discarded)."""

@@ -7,19 +7,53 @@ import json
 
 import aiohttp
 
-__all__ = ["error_body", "error_for", "status_error"]
+__all__ = ["ListingOff", "error_body", "error_for", "listing_off", "status_error"]
 
 MAX_ERROR_BODY = 1 << 20  # bytes of an error answer read at most
 
+# Statuses that say "not now" rather than "not this": worth trying again later.
+_UNAVAILABLE = {429: errno.EAGAIN, 502: errno.ECONNREFUSED, 503: errno.EAGAIN}
+_TIMED_OUT = (408, 504)
 
-def error_for(status: int, message: str, path: str) -> OSError:
-    """The exception for an HTTP ``status`` about ``path``: 404 is FileNotFoundError, 401 and 403
-    PermissionError, anything else an OSError that names the status."""
+
+class ListingOff(PermissionError):
+    """The server lists no directories (started without ``--browse``): ``ls``, ``find``, ``glob``,
+    ``walk`` and questions about a directory cannot be answered. A PermissionError, as listing a
+    directory without read permission is locally; raised, never read as "empty"."""
+
+
+def listing_off(netloc: str, path: str) -> ListingOff:
+    return ListingOff(
+        errno.EACCES,
+        f"the server at {netloc} lists no directories, so axon:// cannot list or find files there; "
+        "start it with `axon serve --browse` (or AXON_BROWSE=1 for any runtime)",
+        path,
+    )
+
+
+def error_for(status: int, message: str, path: str) -> Exception:
+    """The exception for an HTTP ``status`` about ``path``, as a local filesystem would raise it:
+    404 FileNotFoundError, 401/403 PermissionError, 400 ValueError (a path the server cannot take),
+    414 a name too long, 413/431 too much at once, 408/504 TimeoutError, 429/502/503
+    ConnectionError (try again later), other 5xx an OSError (EIO). Each names the status."""
+    said = f"the server answered {status}: {message}" if message else f"the server answered {status}"
     if status == 404:
-        return FileNotFoundError(errno.ENOENT, message, path)
+        return FileNotFoundError(errno.ENOENT, message or "not found", path)
     if status in (401, 403):
-        return PermissionError(errno.EACCES, message, path)
-    return OSError(f"{path}: the server answered {status}: {message}")
+        return PermissionError(errno.EACCES, message or "forbidden", path)
+    if status == 400:
+        return ValueError(f"{path}: {said}")
+    if status == 414:
+        return OSError(errno.ENAMETOOLONG, said, path)
+    if status in (413, 431):
+        return OSError(errno.E2BIG, said, path)
+    if status in _TIMED_OUT:
+        return TimeoutError(errno.ETIMEDOUT, said, path)
+    if status in _UNAVAILABLE:
+        return ConnectionError(_UNAVAILABLE[status], said, path)
+    if status >= 500:
+        return OSError(errno.EIO, said, path)
+    return OSError(f"{path}: {said}")
 
 
 async def error_body(response: aiohttp.ClientResponse) -> dict:
@@ -32,6 +66,6 @@ async def error_body(response: aiohttp.ClientResponse) -> dict:
         return {"message": raw[:200].decode("utf-8", "replace")}
 
 
-async def status_error(response: aiohttp.ClientResponse, path: str) -> OSError:
+async def status_error(response: aiohttp.ClientResponse, path: str) -> Exception:
     error = await error_body(response)
     return error_for(response.status, error.get("message") or response.reason or "", path)

@@ -13,7 +13,11 @@ one filesystem reads from any number of servers and a listing's names round-trip
 - ``cat_file`` and ``open`` read ``/files/<path>`` with ``Range``.
 - ``info`` is a ``HEAD`` on the file, or the listing for a directory; ``ls`` (and with it
   ``find``, ``glob``, ``walk``, ``exists``, ``isdir``) reads the JSON listing at
-  ``/browse/<dir>/``, which the server offers with ``axon serve --browse``.
+  ``/browse/<dir>/``, which the server offers with ``axon serve --browse``. A server without it
+  (its ``/api/limits`` says ``"browse": null``) gets :class:`~.errors.ListingOff` from every call
+  that needs the listing, never an empty answer: ``ls``, ``find``, ``glob``, ``walk``, and
+  ``info``, ``exists``, ``isdir`` of a path that is there but is not a file (a directory).
+  A file needs no listing: ``info``, ``exists``, ``open`` and ``cat`` of one work either way.
 - With the server's ``secret``, requests carry a bearer token minted from it, and ``sign``
   makes signed ``/files/`` URLs; a ``token`` alone (``axon sign --token``) also authenticates.
 """
@@ -39,7 +43,7 @@ from ..http.multipart_parser import parse_content_range
 from ..limits import DEFAULT_LIMITS
 from ..signing import mint_token, sign_url
 from .batches import PartSink
-from .errors import error_for, status_error
+from .errors import ListingOff, error_body, error_for, listing_off, status_error
 from .file import AxonAsyncFile, AxonFile
 from .slices import EMPTY, Slice, check_part, plan
 from .transfer import Collect, FileSink, ServerLimits, Transfer, Want, item_path, raise_first
@@ -163,7 +167,8 @@ class AxonFileSystem(AsyncFileSystem):
                 known = ServerLimits(DEFAULT_LIMITS.max_files, DEFAULT_LIMITS.max_body_bytes, slices=False)
             elif response.status == 200:
                 data = await response.json(content_type=None)
-                known = ServerLimits(int(data["max_files"]), int(data["max_body_bytes"]), slices=True)
+                browse = data["browse"] is not None if "browse" in data else None
+                known = ServerLimits(int(data["max_files"]), int(data["max_body_bytes"]), slices=True, browse=browse)
             else:
                 raise await status_error(response, f"{netloc}/api/limits")
         self._servers[netloc] = known
@@ -326,20 +331,62 @@ class AxonFileSystem(AsyncFileSystem):
             if response.status == 200:
                 return {"name": path, "size": int(response.headers["Content-Length"]), "type": "file",
                         "ETag": response.headers.get("ETag"), "Last-Modified": response.headers.get("Last-Modified")}
-            refused = error_for(response.status, response.reason or "", path)
+        # Not a file: a directory if the listing says so, else the server's reason for refusing it.
         try:
             self.dircache[path] = await self._list(netloc, rel, path)
-        except (FileNotFoundError, NotADirectoryError):
+        except ListingOff:
+            refused, code = await self._refusal(netloc, rel, path)
+            if code == "not_a_file":
+                raise  # something is there that only the listing could describe: a directory
             raise refused from None
+        except (FileNotFoundError, NotADirectoryError):
+            raise (await self._refusal(netloc, rel, path))[0] from None
         return directory
+
+    async def _refusal(self, netloc: str, rel: str, path: str) -> tuple[Exception, str | None]:
+        """Why the server does not serve ``rel`` as a file: the exception, and the error's code.
+        A GET, since the answer to a HEAD has no body to say it ("Forbidden" alone says nothing)."""
+        session = await self.set_session()
+        headers = self._headers(Range="bytes=0-0")  # a file made since the HEAD: one byte of it, not all
+        async with session.get(self._url(netloc, self._file_target(rel)), headers=headers,
+                               allow_redirects=False) as response:
+            if response.status < 400:
+                return FileNotFoundError(errno.ENOENT, "no such file (one appeared as it was looked up)", path), None
+            error = await error_body(response)
+        return error_for(response.status, str(error.get("message") or response.reason or ""), path), error.get("code")
 
     async def _exists(self, path, **kwargs):
         # A path the server will not serve (a hidden name, outside the root) is not there for us.
+        # A directory on a server that lists none raises: it is there, but whether it holds
+        # anything only the listing could say, and False would make a pipeline skip it silently.
         try:
             await self._info(path)
+        except ListingOff:
+            raise
         except (FileNotFoundError, PermissionError):
             return False
         return True
+
+    async def _isdir(self, path):
+        try:
+            return (await self._info(path))["type"] == "directory"
+        except ListingOff:
+            raise  # as in _exists: False would be a guess
+        except OSError:  # fsspec's own: missing or refused is no directory
+            return False
+
+    async def _walk(self, path, maxdepth=None, on_error="omit", **kwargs):
+        # fsspec's walk omits any OSError of a listing by default, which read "the server lists
+        # nothing" or "the server failed" as an empty directory (so find and glob gave []). Only
+        # a directory that is not there or not ours to read is omitted, as on a local disk.
+        def omit(error: BaseException) -> None:
+            if isinstance(error, ListingOff) or not isinstance(error, (FileNotFoundError, PermissionError)):
+                raise error
+            if callable(on_error):
+                on_error(error)
+
+        async for found in super()._walk(path, maxdepth, on_error="raise" if on_error == "raise" else omit, **kwargs):
+            yield found
 
     async def _ls(self, path, detail=True, refresh=False, **kwargs):
         path = self._strip_protocol(path)
@@ -348,8 +395,8 @@ class AxonFileSystem(AsyncFileSystem):
         if entries is None:
             try:
                 entries = await self._list(netloc, rel, path)
-            except (FileNotFoundError, NotADirectoryError):
-                entries = [await self._info(path)]  # a file lists as itself
+            except (FileNotFoundError, NotADirectoryError, ListingOff):
+                entries = [await self._info(path)]  # a file lists as itself, with the listing or not
                 if entries[0]["type"] != "file":
                     raise
                 return entries if detail else [path]
@@ -357,6 +404,8 @@ class AxonFileSystem(AsyncFileSystem):
         return entries if detail else [entry["name"] for entry in entries]
 
     async def _list(self, netloc: str, rel: str, path: str) -> list[dict]:
+        if (await self._server(netloc)).browse is False:
+            raise listing_off(netloc, path)  # without asking: its /api/limits said "browse": null
         target = "/browse/" + (quote(rel, safe="/") + "/" if rel else "")
         session = await self.set_session()
         headers = self._headers(Accept="application/json")
@@ -364,7 +413,10 @@ class AxonFileSystem(AsyncFileSystem):
             if 300 <= response.status < 400:
                 raise NotADirectoryError(errno.ENOTDIR, "not a directory", path)
             if response.status == 404:
-                raise FileNotFoundError(errno.ENOENT, "no such directory (or the server lists none: axon serve --browse)", path)
+                error = await error_body(response)
+                if error.get("code") == "no_route":  # no /browse/ at all (a server that does not say)
+                    raise listing_off(netloc, path)
+                raise FileNotFoundError(errno.ENOENT, str(error.get("message") or "no such directory"), path)
             if response.status != 200:
                 raise await status_error(response, path)
             listing = await response.json(content_type=None)

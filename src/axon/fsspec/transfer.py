@@ -36,11 +36,13 @@ _TOO_LARGE = 413
 @dataclass(frozen=True)
 class ServerLimits:
     """What one server takes in a batch. ``slices``: it takes ``{"path", "offset", ...}`` items
-    (it is a server with ``/api/limits``)."""
+    (it is a server with ``/api/limits``). ``browse``: whether it lists directories, None when
+    it does not say (a server from before ``/api/limits`` said so)."""
 
     max_files: int
     max_body_bytes: int
     slices: bool
+    browse: bool | None = None
 
 
 class Want(NamedTuple):
@@ -108,7 +110,7 @@ class Transfer:
         async with self.slots:
             try:
                 data, first = await self.fs._ranged_get(netloc, chosen)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # ValueError: a 400, a path the server cannot take
                 self.errors[index] = exc
                 return
         part = self.sink(index, chosen, first)

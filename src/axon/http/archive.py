@@ -15,6 +15,11 @@ between the blocks these functions return, so a file's body still leaves by ``se
   records only then or past 65,535 entries. ``zipfile`` itself switches to Zip64 from 2 GiB,
   for readers that took the fields as signed; every reader we test (``zipfile``, Info-ZIP
   ``unzip``, libarchive) reads unsigned, which is what the format says.
+* zip times: a DOS date and time has no zone, and the server does not know the client's, so it
+  holds the mtime in UTC (the same bytes on every server). Each entry also carries Info-ZIP's
+  extended timestamp field (0x5455, "UT": the mtime as unix seconds), in its local header and
+  its central record; ``unzip``, ``zipinfo``, libarchive and 7-Zip read it and show the time in
+  the reader's own zone. ``zipfile`` ignores it and shows the DOS (UTC) time.
 """
 
 from __future__ import annotations
@@ -52,8 +57,10 @@ TAR_END = bytes(2 * tarfile.BLOCKSIZE)
 
 
 def zip_entry(name: str, size: int, mtime_ns: int, crc: int) -> zipfile.ZipInfo:
-    """The facts of one stored entry, as ``zipfile`` describes them."""
+    """The facts of one stored entry, as ``zipfile`` describes them (``extra``: the UT field,
+    which both the local header and the central record carry)."""
     info = zipfile.ZipInfo(name, _dos_date_time(mtime_ns))
+    info.extra = _extended_timestamp(mtime_ns)
     info.compress_type = zipfile.ZIP_STORED
     info.file_size = info.compress_size = size
     info.CRC = crc
@@ -78,7 +85,10 @@ def zip_central_record(info: zipfile.ZipInfo, offset: int) -> bytes:
     if offset >= ZIP64_FROM:
         wide.append(offset)
         offset = ZIP64_FROM
+    # Zip64 first, then the UT field, as ZipFile writes its central directory (its local headers
+    # have them the other way round); readers look fields up by id, in any order.
     extra = struct.pack("<HH" + "Q" * len(wide), 1, 8 * len(wide), *wide) if wide else b""
+    extra += info.extra
     least = zipfile.ZIP64_VERSION if wide else 0
     name, flags = _encoded_name(info)
     head = struct.pack(
@@ -115,6 +125,18 @@ def _encoded_name(info: zipfile.ZipInfo) -> tuple[bytes, int]:
         return info.filename.encode("ascii"), info.flag_bits
     except UnicodeEncodeError:
         return info.filename.encode("utf-8"), info.flag_bits | 0x800
+
+
+#: Info-ZIP's extended timestamp: header id "UT", then a flags byte (bit 0: mtime follows).
+_UT_ID, _UT_MTIME = 0x5455, 0x01
+_UINT32_MAX = 0xFFFFFFFF
+
+
+def _extended_timestamp(mtime_ns: int) -> bytes:
+    """The UT extra field holding only the mtime, as unix seconds in 32 unsigned bits (clamped to
+    1970 to 2106). The central record's field is the same: there it never holds more than the mtime."""
+    seconds = min(max(mtime_ns // 1_000_000_000, 0), _UINT32_MAX)
+    return struct.pack("<HHBL", _UT_ID, 5, _UT_MTIME, seconds)
 
 
 _DOS_FIRST, _DOS_LAST = 315532800, 4354819198  # 1980-01-01 00:00:00 and 2107-12-31 23:59:58 UTC

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from datetime import timezone
@@ -112,3 +113,10 @@ def date_is_strong(changed_ns: int, now_ns: int) -> bool:
     """Whether a ``Last-Modified`` derived from a change at ``changed_ns`` validates strongly in
     a response made at ``now_ns`` (both in nanoseconds since the epoch)."""
     return now_ns - changed_ns >= WEAK_DATE_NS
+
+
+def body_etag(body: bytes) -> str:
+    """A strong entity tag for a body built whole in memory (a listing, the limits): a hash of
+    its bytes, so that the same bytes carry the same tag on every node and after a restart, and
+    any other bytes another tag (RFC 9110 8.8.3)."""
+    return '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'

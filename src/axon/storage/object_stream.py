@@ -19,7 +19,11 @@ A piece that fails (the object replaced since it was opened: the store refuses t
 ``If-Match``; deleted; the store gone or silent past the source's timeout; a length other than
 asked) raises :class:`ObjectStreamBroken` out of the stream: the runtimes then cut the
 connection, so a client sees a body shorter than its ``Content-Length`` (an error), never
-another version's bytes nor a short body that looks complete.
+another version's bytes nor a short body that looks complete. It is an ``OSError``, as a file
+that fails to read midway: Axon's server logs it as one warning line (the store's own words,
+without the debug dump obstore appends), not a traceback, and cuts the connection; the ASGI
+adapter returns with the body incomplete, which makes its server close the connection
+(uvicorn does, with a line of its own); a WSGI server cuts it as it does for any error.
 """
 
 from __future__ import annotations
@@ -44,10 +48,8 @@ PREFETCH_BYTES = 8 << 20
 MAX_REQUESTS = 32
 
 
-class ObjectStreamBroken(Exception):
-    """An object could not be sent as planned: the connection must be cut.
-
-    Not an ``OSError``: the runtimes treat those as the client gone and end quietly."""
+class ObjectStreamBroken(OSError):
+    """An object could not be sent as planned: the connection must be cut."""
 
 
 class ObjectBody:
@@ -177,7 +179,8 @@ async def _fetch(source: ObjectSource, obj: ObjectFile, offset: int, count: int)
     except asyncio.TimeoutError:
         raise ObjectStreamBroken(f"the object store did not answer within {source.timeout} s for {obj.key}") from None
     except Exception as exc:  # noqa: BLE001 - any failure of the store ends this body
-        raise ObjectStreamBroken(f"the object store failed for {obj.key}: {exc}") from None
+        said = str(exc).strip().split("\n", 1)[0][:500] or type(exc).__name__
+        raise ObjectStreamBroken(f"the object store failed for {obj.key}: {said}") from None
     meta, data = result
     if (obj.etag is not None and meta.get("e_tag") != obj.etag) or len(data) != count:
         raise ObjectStreamBroken(f"{obj.key} is no longer the version opened")

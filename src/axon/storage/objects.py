@@ -28,14 +28,25 @@ callers (a handler in a thread, a WSGI body) wait on it, async runtimes await it
 runtime's loop ever runs a request to the store. It is started lazily in the process that
 uses it (``axon serve`` forks its workers after building the App: a loop or connections made
 before the fork would be shared, broken, by every worker).
+
+A store that refuses the server's credentials, or has no such bucket, is a setting to fix, not
+an outage: a source that builds its own store asks the store at once (:meth:`ObjectSource.check`,
+in a process of its own, since obstore's runtime would not survive the fork) and raises
+:class:`StoreMisconfigured` saying which; ``axon serve`` then exits with that message. Should the
+store refuse later (keys rotated), a request gets a 502 naming the refusal, or a 403 when the
+store denies access to that key, never the 503 of a store that did not answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import os
+import re
+import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -44,7 +55,7 @@ from datetime import timedelta
 from typing import Any, Coroutine, TypeVar
 
 import obstore
-from obstore.exceptions import NotFoundError, PreconditionError
+from obstore.exceptions import NotFoundError, PermissionDeniedError, PreconditionError, UnauthenticatedError
 from obstore.store import from_url
 
 from ..config import ObjectStoreEnvironment, environment, object_store_environment
@@ -72,12 +83,20 @@ CRC_CACHE = 65536
 LISTING_RETRY = 300.0
 
 
+class StoreMisconfigured(ValueError):
+    """The store answered, and refuses this server's credentials or has no such bucket: a
+    setting to fix, not an outage (a ``ValueError``: ``axon serve`` exits with its message)."""
+
+
 class ObjectFile:
     """One object as a HEAD found it: the facts a :class:`~axon.storage.File` has. It holds no
     resource (its bytes are fetched when sent), so ``close()`` has nothing to give back."""
 
     __slots__ = ("source", "key", "etag", "path", "name", "size", "mtime_ns", "ctime_ns", "inode", "device",
                  "content_type", "data", "head")
+
+    #: An object may change in the store unseen: no version a server could check without asking.
+    version = None
 
     def __init__(self, source: ObjectSource, key: str, etag: str | None, path: str, name: str, size: int,
                  mtime_ns: int, content_type: str, data: bytes | None = None, head: bytes | None = None) -> None:
@@ -105,10 +124,6 @@ class ObjectFile:
         if self.data is not None:
             return self.data if start == 0 and stop == self.size else self.data[start:stop]
         return ObjectSlice(self, start, stop - start)
-
-    def pin(self) -> None:
-        """None: an object may change in the store unseen; no answer of it is sent again."""
-        return None
 
     def close(self) -> None:
         pass
@@ -143,6 +158,7 @@ class ObjectSource:
         cache_bytes: int | None = None,
         listing: bool | None = None,
         store: Any = None,
+        check: bool = True,
     ) -> None:
         from .object_stream import PREFETCH_BYTES
 
@@ -175,6 +191,8 @@ class ObjectSource:
         self._lock = threading.Lock()
         self._types: dict[str, str] = {}
         self._crcs: OrderedDict[tuple[str, str], int] = OrderedDict()
+        if check and store is None:
+            self.check()
 
     def __repr__(self) -> str:
         return f"ObjectSource({self.root!r})"
@@ -205,6 +223,10 @@ class ObjectSource:
         return self._loop  # type: ignore[return-value]
 
     def _build(self) -> Any:
+        config, client, retry = self._settings()
+        return from_url(self.root, config=config or None, client_options=client, retry_config=retry)
+
+    def _settings(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         env = self._env
         config: dict[str, Any] = {}
         client: dict[str, Any] = {"timeout": f"{self.timeout}s", "connect_timeout": f"{min(self.timeout, 5.0)}s"}
@@ -218,7 +240,40 @@ class ObjectSource:
         # A few quick retries, all within the timeout: a store that stopped answering is an
         # error within ``timeout`` seconds, not after object_store's default of three minutes.
         retry = {"max_retries": 2, "retry_timeout": timedelta(seconds=self.timeout)}
-        return from_url(self.root, config=config or None, client_options=client, retry_config=retry)
+        return config, client, retry
+
+    def check(self) -> None:
+        """Ask the store for a key that is not there (a GET: its error names its cause):
+        :class:`StoreMisconfigured` if the store refuses the credentials or has no such bucket.
+        Asked in a child process: obstore's runtime, once started here, would hang in the
+        workers ``axon serve`` forks. A store that does not answer is an outage, not a setting:
+        a warning, and its requests are 503s until it answers."""
+        config, client, retry = self._settings()
+        probe = {"url": self.root, "config": config, "client": client, "timeout": self.timeout,
+                 "key": ".axon-probe-" + os.urandom(8).hex()}
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", _PROBE], input=json.dumps(probe), capture_output=True, text=True,
+                timeout=self.timeout + 10,  # the credentials go on stdin: argv shows in ps
+            )
+            answer = json.loads(done.stdout.strip().splitlines()[-1])
+        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as exc:
+            log.warning("could not ask the object store for %s at start (%s)", self.root, exc)
+            return
+        if answer.get("ok"):
+            return  # a key of that name exists: the store reads
+        refusal = _refusal(answer["kind"], answer["text"], self.root)
+        if refusal is None and answer["kind"] in ("NotFoundError", "FileNotFoundError"):
+            return  # the key is not there, and the store said so: all is well
+        where = f"{self.root}" + (f" at {self._env.endpoint}" if self._env.endpoint else "")
+        if refusal is not None and refusal.status == 502:
+            raise StoreMisconfigured(f"the object store for {where} {refusal.message.removeprefix('the object store ')}")
+        if refusal is not None:  # AccessDenied: may read objects but not list (a missing key is then a 403)
+            log.warning("the object store for %s denies access to a key that is not there: the credentials may "
+                        "read but not list, or may not read; a refused key is a 403", where)
+            return
+        log.warning("the object store for %s did not answer at start (%s): requests get a 503 until it does",
+                    where, _first_line(answer["text"]))
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on this process's store loop and wait for it (from any other thread)."""
@@ -333,16 +388,16 @@ class ObjectSource:
             try:
                 result = await obstore.get_async(self._store, key, options={"range": (0, OPEN_READ)})
                 meta, data = result.meta, await result.bytes_async()
-            except (NotFoundError, FileNotFoundError, PreconditionError):
+            except (NotFoundError, FileNotFoundError, PreconditionError, PermissionDeniedError, UnauthenticatedError):
                 raise
             except Exception:  # noqa: BLE001 - an empty object has no range to give: ask its HEAD
                 meta = await obstore.head_async(self._store, key)
-        except (NotFoundError, FileNotFoundError):
+        except (NotFoundError, FileNotFoundError) as exc:
             if self._cache is not None:
                 self._cache.forget(key)
-            return NotFound("no such object", paths=[requested])
+            return _refused(exc, self.root, requested) or NotFound("no such object", paths=[requested])
         except Exception as exc:  # noqa: BLE001 - the store's failure is the client's 503
-            return _unavailable(exc, requested)
+            return _refused(exc, self.root, requested) or _unavailable(exc, requested)
         size = meta["size"]
         if data is not None and 0 < size == len(data) and self._cache is not None:
             data = bytes(data)
@@ -409,7 +464,7 @@ class ObjectSource:
         except (PreconditionError, NotFoundError, FileNotFoundError):
             raise FileChanged(f.path) from None
         except Exception as exc:  # noqa: BLE001
-            raise _unavailable(exc, f.path) from None
+            raise (_refused(exc, self.root, f.path) or _unavailable(exc, f.path)) from None
         if seen != f.size:
             raise FileChanged(f.path)
         return crc
@@ -441,7 +496,7 @@ class ObjectSource:
         entries: list[Entry] = []
         for prefix in prefixes:
             name = prefix.rstrip("/").rsplit("/", 1)[-1]
-            entries.append(Entry(name, "dir", 0, 0))
+            entries.append(Entry(name, "dir", 0, None))  # a prefix has no time of its own
         for meta in objects:
             name = meta["path"].rsplit("/", 1)[-1]
             if name:
@@ -454,7 +509,7 @@ class ObjectSource:
         try:
             found = await obstore.list_with_delimiter_async(self._store, prefix or None)
         except Exception as exc:  # noqa: BLE001
-            raise _unavailable(exc, prefix) from None
+            raise (_refused(exc, self.root, prefix) or _unavailable(exc, prefix)) from None
         return found["common_prefixes"], found["objects"]
 
     # -- what the App asks of a source beside opening ---------------------------------------------
@@ -477,7 +532,7 @@ class ObjectSource:
             return None  # bytes only (a listing): sent as they are
         return ObjectBody(self, segments, chunk_size)
 
-    def enable_cache(self, size: int = 0, valid: float = 1.0) -> None:
+    def enable_cache(self, *args: object) -> None:
         """Nothing to keep open: a worker's open-file cache applies to local files only."""
 
     def prune_cache(self) -> None:
@@ -509,8 +564,68 @@ class BatchOpener:
 
 def _unavailable(exc: Exception, path: str) -> HTTPError:
     # The store's own words (its address, the bucket) are for the log, not for the client.
-    log.warning("object store request failed for %r: %s", path, str(exc).strip().splitlines()[:1] or type(exc))
+    log.warning("object store request failed for %r: %s", path, _first_line(str(exc)) or type(exc).__name__)
     return ServiceUnavailable(
         "the object store did not answer for this key", code="store_unavailable", paths=[path],
         headers=[("Retry-After", "1")],
     )
+
+
+def _first_line(text: str) -> str:
+    """obstore's message without the Rust debug dump it appends (some 25 lines)."""
+    return text.strip().split("\n", 1)[0][:500]
+
+
+#: S3's error codes that say the credentials themselves are wrong (not that a key is denied).
+_CREDENTIAL_CODES = frozenset({
+    "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired",
+    "InvalidClientTokenId", "AuthorizationHeaderMalformed", "AccountProblem",
+})  # fmt: skip
+_DENIED = ("PermissionDeniedError", "UnauthenticatedError")
+
+
+def _s3_code(text: str) -> str | None:
+    found = re.search(r"<Code>([A-Za-z0-9.]{1,64})</Code>", text)
+    return found.group(1) if found else None
+
+
+def _refusal(kind: str, text: str, root: str) -> HTTPError | None:
+    """What a store's answer that is no outage means for the client, from the exception's
+    class name and text (S3's error code is in it): None for anything else. Credentials it
+    refuses and a missing bucket are the server's fault (502, naming which); a key the store
+    denies (AccessDenied) is a 403."""
+    code = _s3_code(text)
+    if code == "NoSuchBucket":
+        bucket = root.partition("://")[2].split("/", 1)[0]
+        return HTTPError(f"the object store has no bucket {bucket!r}", status=502, code="store_no_bucket")
+    if code in _CREDENTIAL_CODES or kind == "UnauthenticatedError":
+        return HTTPError(f"the object store refuses the server's credentials ({code or 'unauthenticated'})",
+                         status=502, code="store_credentials_refused")
+    if kind in _DENIED or code == "AccessDenied":
+        return Forbidden("the object store denies access to this key", code="store_access_denied")
+    return None
+
+
+def _refused(exc: Exception, root: str, path: str) -> HTTPError | None:
+    refusal = _refusal(type(exc).__name__, str(exc), root)
+    if refusal is not None:
+        refusal.paths = [path]
+        log.warning("the object store refused %r: %s", path, _first_line(str(exc)))
+    return refusal
+
+
+#: Run by :meth:`ObjectSource.check` in a child process: one GET, its outcome as one JSON line.
+_PROBE = """
+import json, sys
+from datetime import timedelta
+import obstore
+from obstore.store import from_url
+p = json.load(sys.stdin)
+retry = {"max_retries": 0, "retry_timeout": timedelta(seconds=p["timeout"])}
+try:
+    store = from_url(p["url"], config=p["config"] or None, client_options=p["client"], retry_config=retry)
+    obstore.get(store, p["key"]).bytes()
+    print(json.dumps({"ok": True}))
+except Exception as exc:
+    print(json.dumps({"kind": type(exc).__name__, "text": str(exc)[:4000]}))
+"""
