@@ -5,23 +5,29 @@ that repeats on a busy machine, where timings do not.
     scripts/instructions.py                      # the axon on PYTHONPATH, 20,000 requests a kind
     scripts/instructions.py --src /other/src -n 5000
     scripts/instructions.py --kinds T1 --observe both     # with --metrics and a JSON access log
+    scripts/instructions.py --kinds T1_new,health_new,F1,R32   # real traffic: nothing repeats
 
 One worker (``--workers 0``) under ``valgrind --tool=callgrind``; one keep-alive connection, one
 request at a time, so that each read of the server holds exactly one request. After a warm-up
 the counters are zeroed, ``n`` requests of one kind are made, and the counters dumped; the
 user-space instructions of the whole process, divided by ``n``, are printed for each kind.
+F1 and R32 ask for one and 32 files drawn at random, for every request, from a pool of 10,000
+files of 4 KiB made in the temporary root (as ``axon bench``'s F1 and R32 do); the ``_new`` kinds
+send their request with a header that changes every time.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import re
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 KINDS = {
     "health": "/api/health",
@@ -40,8 +46,13 @@ KINDS["B32zip"] = KINDS["B32"].replace("stream-files?", "stream-files.zip?")
 KINDS["B32tar"] = KINDS["B32"].replace("stream-files?", "stream-files.tar?")
 # Requests that never repeat (a data loader's distinct batches): a header that changes with each
 # request makes every read new, so the server never answers one from a remembered answer.
-for _kind in ("file8k", "T1", "T3", "B32"):
+for _kind in ("health", "file8k", "T1", "T3", "B32"):
     KINDS[f"{_kind}_new"] = KINDS[_kind]
+# Files drawn at random from the pool for every request (axon bench's names and layout).
+POOL_FILES, POOL_PER_DIR, POOL_FILE_SIZE = 10_000, 1_000, 4096
+RANDOM_FILES = {"F1": 1, "R32": 32}
+KINDS["F1"] = "/files/<a random pool file>"
+KINDS["R32"] = "/api/stream-files?file1=<a random pool file>&... (32 distinct)"
 
 
 def main() -> None:
@@ -62,6 +73,8 @@ def main() -> None:
         for i in range(1, 33):
             with open(os.path.join(root, f"s{i:02d}.bin"), "wb") as f:
                 f.write(os.urandom(4096))
+        if any(name in RANDOM_FILES for name in kinds):
+            make_pool(root)
         for name, per_request in measure(root, tmp, args.src, args.n, kinds, OBSERVE[args.observe]).items():
             print(f"{name:9s} {per_request:10.0f} instructions a request")
 
@@ -87,18 +100,18 @@ def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] 
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p", sys.executable, "-m", "axon.cli",
          "serve", root, "--port", str(port), "--workers", "0", "--log-level", "warning", *observe],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    counts = {name: n // 4 if name.startswith("B32") else n for name in kinds}
+    counts = {name: n // 4 if name.startswith(("B32", "R32")) else n for name in kinds}
     try:
         sock = connect(port)
         buf = bytearray()
-        requests = {name: f"GET {target} HTTP/1.1\r\nHost: x\r\n".encode() for name, target in kinds.items()}
-        for name, request in requests.items():  # warm: caches filled, code specialised
+        requests = {name: request_maker(name, target) for name, target in kinds.items()}
+        for name, make in requests.items():  # warm: caches filled, code specialised
             for i in range(300):
-                exchange(sock, _read(name, request, i), buf)
-        for name, request in requests.items():
+                exchange(sock, make(i), buf)
+        for name, make in requests.items():
             control(server.pid, "-z")
             for i in range(counts[name]):
-                exchange(sock, _read(name, request, i), buf)
+                exchange(sock, make(i), buf)
             control(server.pid, "-d", name)
         sock.close()
     finally:
@@ -114,9 +127,36 @@ def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] 
     return {name: totals[name] / counts[name] for name in kinds if name in totals}
 
 
-def _read(name: str, request: bytes, i: int) -> bytes:
-    """The bytes of the ``i``-th request of a kind: the same each time, or new (``_new``)."""
-    return request + (b"X-Request: %d\r\n\r\n" % i if name.endswith("_new") else b"\r\n")
+def request_maker(name: str, target: str, seed: int | None = None) -> Callable[[int], bytes]:
+    """The bytes of the ``i``-th request of a kind: the same each time, new (``_new``: a header
+    that changes), or naming files drawn at random from the pool (F1, R32)."""
+    if name in RANDOM_FILES:
+        rng, count = random.Random(seed), RANDOM_FILES[name]
+
+        def drawn(i: int) -> bytes:
+            names = [pool_name(k) for k in rng.sample(range(POOL_FILES), count)]
+            path = "/files/" + names[0] if name == "F1" else "/api/stream-files?" + "&".join(
+                f"file{k}={n}" for k, n in enumerate(names, 1))
+            return f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+
+        return drawn
+    head = f"GET {target} HTTP/1.1\r\nHost: x\r\n".encode()
+    if name.endswith("_new"):
+        return lambda i: head + b"X-Request: %d\r\n\r\n" % i
+    return lambda i: head + b"\r\n"
+
+
+def pool_name(index: int) -> str:
+    return f"pool/{index // POOL_PER_DIR:02d}/{index:05d}.bin"
+
+
+def make_pool(root: str) -> None:
+    """POOL_FILES files of POOL_FILE_SIZE random bytes, at most POOL_PER_DIR to a directory."""
+    for index in range(POOL_FILES):
+        path = os.path.join(root, pool_name(index))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(os.urandom(POOL_FILE_SIZE))
 
 
 def connect(port: int) -> socket.socket:

@@ -320,6 +320,142 @@ def test_listing_redirects_and_refusals(root, call, target, status, location):
         assert _json(r)["error"]["status"] == status
 
 
+# -- validators on what is built in memory: the listing, the limits ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "target, accept", [("/browse/", ""), ("/browse/sub/", "application/json"), ("/api/limits", "")],
+)
+def test_listing_and_limits_have_a_strong_etag(root, call, render, target, accept):
+    """``no-cache`` with no validator makes every revalidation a full answer: a strong ETag of
+    the body makes it a 304 (REDbot: FRESHNESS_NO_CACHE_NO_VALIDATOR)."""
+    app = App(root, browse=True)
+    asked = {"accept": accept} if accept else {}
+    first = call(app, "GET", target, asked)
+    body = _body(first, render)
+    etag = dict(first.headers)["ETag"]
+    assert first.status == 200 and etag.startswith('"') and etag.endswith('"') and len(etag) > 20
+    assert dict(first.headers)["Cache-Control"] == "no-cache"
+    assert dict(call(app, "GET", target, asked).headers)["ETag"] == etag  # the same bytes, the same tag
+    head = call(app, "HEAD", target, asked)
+    assert dict(head.headers)["ETag"] == etag and dict(head.headers)["Content-Length"] == str(len(body))
+    for match in (etag, f'"nope", {etag}', "W/" + etag, "*"):  # If-None-Match compares weakly
+        for method in ("GET", "HEAD"):
+            again = call(app, method, target, {**asked, "if-none-match": match})
+            assert again.status == 304 and _body(again, render) == b"", (method, match)
+            headers = dict(again.headers)
+            assert headers["ETag"] == etag and headers["Cache-Control"] == "no-cache"
+            assert ("Vary" in headers) == target.startswith("/browse/")  # what the 200 said
+            assert "Content-Length" not in headers and "Content-Type" not in headers
+    assert call(app, "GET", target, {**asked, "if-none-match": '"other"'}).status == 200
+    assert call(app, "GET", target, {**asked, "if-match": etag}).status == 200
+    refused = call(app, "GET", target, {**asked, "if-match": '"other"'})
+    assert refused.status == 412 and _json(refused)["error"]["code"] == "precondition_failed"
+
+
+def test_listing_etag_follows_the_directory(root, call, render):
+    app = App(root, browse=True)
+    before = dict(call(app, "GET", "/browse/sub/").headers)["ETag"]
+    other = dict(call(app, "GET", "/browse/sub/", {"accept": "application/json"}).headers)["ETag"]
+    assert other != before  # another representation, another tag
+    (root / "sub" / "new.txt").write_bytes(b"new")
+    after = call(app, "GET", "/browse/sub/", {"if-none-match": before})
+    assert after.status == 200 and dict(after.headers)["ETag"] != before
+    assert b"new.txt" in _body(after, render)
+    assert dict(call(app, "GET", "/browse/").headers)["ETag"] != before
+    # The limits' tag changes with what they say.
+    assert dict(call(App(root, limits=Limits(max_files=7)), "GET", "/api/limits").headers)["ETag"] != dict(
+        call(App(root), "GET", "/api/limits").headers)["ETag"]
+
+
+def test_a_redirect_from_the_listing_has_no_etag(root, call):
+    r = call(App(root, browse=True), "GET", "/browse/sub", {"if-none-match": "*"})
+    assert r.status == 308 and "ETag" not in dict(r.headers)
+
+
+# -- the listing's form: a POST of form fields to a batch URL ---------------------------------------
+
+FORM = {"content-type": "application/x-www-form-urlencoded"}
+#: What Chromium sends with a form's navigation.
+BROWSER = {**FORM, "accept": "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"}
+
+
+@pytest.mark.parametrize("target, suffix", [
+    ("/api/stream-files.zip", ".zip"), ("/api/stream-files.tar", ".tar"), ("/api/stream-files", ".multipart"),
+])
+def test_form_post_is_the_batch_named_after_its_directory(root, call, render, target, suffix):
+    app = App(root, browse=True)
+    form = b"f=sub%2Fc.json&f=sub/deeper/d.txt"
+    posted = call(app, "POST", target, BROWSER, form)
+    assert posted.status == 200
+    body = _body(posted, render)
+    got = call(app, "GET", target + "?f=sub/c.json&f=sub/deeper/d.txt")
+    assert body == _body(got, render)  # the same batch, byte for byte (and the same tag)
+    assert dict(posted.headers)["ETag"] == dict(got.headers)["ETag"]
+    disposition = dict(posted.headers)["Content-Disposition"]
+    assert disposition == f"attachment; filename=\"sub{suffix}\"; filename*=UTF-8''sub{suffix}"
+    # At the root, the API's name; a charset parameter and any field names are fine, as in a query.
+    root_form = call(app, "POST", target, {"content-type": "Application/X-WWW-Form-Urlencoded; charset=UTF-8"},
+                     b"a=a.txt&zz=b.bin")
+    assert root_form.status == 200 and f'filename="batch{suffix}"' in dict(root_form.headers)["Content-Disposition"]
+    root_form.close()
+
+
+def test_form_post_of_400_paths_needs_no_long_url(tmp_path, call, render):
+    """A GET naming 400 files is a 25 KB URL (a 414); their form is a body."""
+    base = tmp_path / "root" / "many files"
+    base.mkdir(parents=True)
+    names = [f"photo {i:03d} from the summer trip \u00e9.bin" for i in range(400)]
+    for i, name in enumerate(names):
+        (base / name).write_bytes(i.to_bytes(2, "big") * 10)
+    app = App(tmp_path / "root", browse=True)
+    from urllib.parse import urlencode
+
+    form = urlencode([("f", "many files/" + n) for n in names]).encode()
+    assert len(form) > Limits().max_url_bytes
+    assert call(app, "GET", "/api/stream-files.zip?" + form.decode()).status == 414
+    r = call(app, "POST", "/api/stream-files.zip", BROWSER, form)
+    assert r.status == 200
+    assert "filename*=UTF-8''many%20files.zip" in dict(r.headers)["Content-Disposition"]
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(_body(r, render))) as archive:
+        assert archive.namelist() == ["many files/" + n for n in names]
+        assert [archive.read("many files/" + n) for n in names] == [i.to_bytes(2, "big") * 10 for i in range(400)]
+
+
+@pytest.mark.parametrize("target", ["/api/stream-files.zip", "/api/stream-files"])
+def test_form_post_refusals_are_a_page_for_a_browser(root, call, render, target):
+    app = App(root, browse=True, limits=Limits(max_files=3, max_body_bytes=512))
+    cases = [
+        (b"", 400, "no_files", "Nothing is ticked"),
+        (b"f=sub/nope.txt&f=sub/c.json", 404, "not_found", "sub/nope.txt"),
+        (b"f=a.txt&f=b.bin&f=a.txt&f=b.bin", 413, "too_many_files", "at most 3 files"),
+        (b"f=" + b"x" * 600, 413, "body_too_large", "larger than 512 bytes"),
+        (b"f=%ff", 400, "bad_query", "not valid UTF-8"),
+    ]
+    for form, status, code, said in cases:
+        page = call(app, "POST", target, BROWSER, form)
+        assert page.status == status, form
+        headers = dict(page.headers)
+        assert headers["Content-Type"] == "text/html; charset=utf-8" and headers["Cache-Control"] == "no-store"
+        text = _body(page, render).decode()
+        assert text.startswith("<!DOCTYPE html>") and said in text and f"({code})" in text, text
+        assert "<script" not in text and '"error"' not in text
+        # A program (no Accept, or */*) gets the API's JSON error, as for any batch.
+        for accept in ({}, {"accept": "*/*"}):
+            r = call(app, "POST", target, {**FORM, **accept}, form)
+            assert (r.status, _json(r)["error"]["code"]) == (status, code)
+    # The page links back to the listing the files were ticked on; no listing, no link.
+    text = _body(call(app, "POST", target, BROWSER, b"f=sub/deeper/nope"), render).decode()
+    assert '<a href="/browse/sub/deeper/">Back to the listing</a>' in text
+    empty = call(app, "POST", target, {**BROWSER, "referer": "http://h:8000/browse/sub/"}, b"")
+    assert '<a href="/browse/sub/">Back to the listing</a>' in _body(empty, render).decode()
+    text = _body(call(App(root, browse=False), "POST", target, BROWSER, b"f=nope"), render).decode()
+    assert "Back to the listing" not in text and "No such file." in text
+
+
 # -- HEAD -------------------------------------------------------------------------------------
 
 

@@ -294,35 +294,10 @@ def test_access_log_ms_to_the_microsecond():
     access = log.AccessLog(stream, json_format=True)
     seconds = (0.0, 0.0000005, 0.000999, 0.0009999, 0.001, 0.0123456, 2.5)
     ended = time.perf_counter()
-    access.read([(ended, "GET", "/p", "", 200, 1, 1, s, None, None, None) for s in seconds])
+    access.read([(ended, "GET", "/p", "", 200, 1, 1, s, None, None) for s in seconds])
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [line["ms"] for line in lines] == [0.0, 0.0, 0.999, 0.999, 1.0, 12.345, 2500.0]
     assert '"ms":12.345,' in stream.getvalue()
-
-
-def test_a_replayed_response_is_logged_as_its_first_but_for_time_and_ms():
-    """Lines of replayed records (``again``: the record they repeat) are what a line made anew
-    would be, their text but the time and ms kept per first record; mixed with records made
-    anew, in order. A query and a client that hold quotes, commas and ``"ms":`` are cut right."""
-    now = time.perf_counter()
-    first = (now, "GET", "/api/stream-files", 'file1=a.bin&x="ms":1,', 200, 8400, 1, 0.0, 'c"l,i', None, None)
-    other = (now, "GET", "/files/b.bin", "", 304, 0, 1, 0.0, None, None, None)
-    again = [(now + i / 1000, *first[1:7], i / 10_000, *first[8:10], first) for i in range(3)]
-    mixed = [again[0], other, again[1], (*other[:10], other), again[2]]
-    access, anew = log.AccessLog(io.StringIO(), json_format=True), log.AccessLog(io.StringIO(), json_format=True)
-    access.read(mixed)
-    anew.read([(*r[:10], None) for r in mixed])  # the same records, each made anew
-    assert access.stream.getvalue() == anew.stream.getvalue()
-    lines = [json.loads(line) for line in access.stream.getvalue().splitlines()]
-    assert [(line["query"], line["client"], line["ms"]) for line in lines[::2]] == [
-        ('file1=a.bin&x="ms":1,', 'c"l,i', 0.1 * i) for i in range(3)]
-    # A kept text is used only for the very record it was made for: an id reused by another
-    # record (the first one gone) is made anew.
-    access._middles[id(other)] = (first, "WRONG", "WRONG")
-    access.stream.truncate(0)
-    access.stream.seek(0)
-    access.read([(*other[:10], other)])
-    assert "WRONG" not in access.stream.getvalue() and json.loads(access.stream.getvalue())["status"] == 304
 
 
 def test_access_log_time_is_the_wall_clock_of_the_response():
@@ -330,8 +305,8 @@ def test_access_log_time_is_the_wall_clock_of_the_response():
     stream = io.StringIO()
     access = log.AccessLog(stream, json_format=True)
     wall, now = time.time(), time.perf_counter()
-    access.read([(now - 1.5, "GET", "/p", "", 200, 1, 1, 0.0, None, None, None),
-                 (now, "GET", "/p", "", 200, 1, 1, 0.0, None, None, None)])
+    access.read([(now - 1.5, "GET", "/p", "", 200, 1, 1, 0.0, None, None),
+                 (now, "GET", "/p", "", 200, 1, 1, 0.0, None, None)])
     first, second = (json.loads(line)["time"] for line in stream.getvalue().splitlines())
     for stamp, expected in ((first, wall - 1.5), (second, wall)):
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", stamp), stamp
@@ -347,5 +322,5 @@ def test_a_line_longer_than_a_pipe_write_loses_nothing(root):
 
 def test_a_negative_duration_is_logged_as_zero():
     stream = io.StringIO()
-    log.AccessLog(stream, json_format=True).read([(time.perf_counter(), "GET", "/p", "", 200, 1, 1, -0.002, None, None, None)])
+    log.AccessLog(stream, json_format=True).read([(time.perf_counter(), "GET", "/p", "", 200, 1, 1, -0.002, None, None)])
     assert json.loads(stream.getvalue())["ms"] == 0  # never a table lookup from the end

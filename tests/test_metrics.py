@@ -483,7 +483,7 @@ def test_a_snapshot_and_a_drain_at_once_never_deadlock():
     records = Records()
     metrics = Metrics(records, directory=None)
     records.attach(metrics)
-    record = (time.perf_counter(), "GET", "/p", "", 200, 1, 1, 0.001, None, None, None)
+    record = (time.perf_counter(), "GET", "/p", "", 200, 1, 1, 0.001, None, None)
     until = time.monotonic() + 1.5
 
     def snapshots() -> None:

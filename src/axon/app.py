@@ -28,8 +28,11 @@ from urllib.parse import parse_qsl
 
 from . import __version__
 from .config import environment
-from .errors import BadRequest, HTTPError, MethodNotAllowed, NotAcceptable, NotFound, URITooLong, WouldBlock
+from .errors import (
+    BadRequest, HTTPError, MethodNotAllowed, NotAcceptable, NotFound, PreconditionFailed, URITooLong, WouldBlock,
+)
 from .http.accept import negotiate
+from .http.conditional import body_etag, evaluate
 from .storage import Source
 from .storage.local import FileStore
 from .limits import DEFAULT_LIMITS, Limits
@@ -40,7 +43,7 @@ from .response import NO_STORE, Response, error_response, json_response, redirec
 from .plan.batch import check_count, plan_batch
 from .plan.slices import Slice, parse_items
 from .plan.formats import FORMATS, MEDIA_TYPES
-from .plan.listing import plan_listing
+from .plan.listing import back_link, error_page, form_download, plan_listing, wants_page
 from .storage.batch_key import derive_key
 from .plan.single_file import plan_file
 from .signing import Verifier
@@ -221,8 +224,8 @@ class App:
             self.add_route("/api/health", self._health, ["GET"], blocking=False)
             self.fixed["/api/health"] = self._health(Request("GET", "/api/health"))
             self.add_route("/api/limits", self._limits, ["GET"], blocking=False)
-            # A file or a batch is the request and its files' versions, nothing else (no clock:
-            # a signed request is never repeated, see handle): repeatable.
+            # A file or a batch is its target, its Accept and its files' versions, nothing else (no
+            # clock: a signed request is never remembered, see handle): repeatable.
             self.add_route("/api/stream-files", self._stream_files, ["GET", "POST"], blocking=remote, repeatable=True)
             # The same batch as an archive, at a URL a link or an HTML form can name.
             self.add_route("/api/stream-files.zip", self._stream_zip, ["GET", "POST"], blocking=remote, repeatable=True)
@@ -245,12 +248,13 @@ class App:
         slashes. GET routes answer HEAD too. Set ``blocking=False`` on a plain function that
         never blocks so async runtimes call it inline instead of in a thread.
 
-        ``repeatable=True`` promises that the handler's response is a function of the request's
-        bytes and of the versions of the files it holds (``Response.files``, opened from
-        ``app.store``) and of nothing else: no clock, no counter, no database. Axon's own
-        server may then answer the same request bytes again from the bytes it sent, without
-        calling the handler, while those files are unchanged (and then it logs and counts the
-        request as the App would). Axon's own file and batch endpoints are repeatable."""
+        ``repeatable=True`` promises that a GET's response is a function of the request's target,
+        its ``Accept`` header and the versions of the files it holds (``Response.files``, opened
+        from ``app.store``), and of nothing else: no other header, no clock, no counter, no
+        database. Axon's own server may then send the head it answered with again, for a later
+        GET of the same target and Accept without ``Range`` or a precondition, with those files
+        opened anew, while each is the same version (server/remembered.py). Axon's own file and
+        batch endpoints are repeatable."""
 
         def decorate(handler: Handler) -> Handler:
             self.add_route(pattern, handler, methods, blocking=blocking, repeatable=repeatable)
@@ -407,8 +411,24 @@ class App:
         access = records.logger
         if access is not None and access.isEnabledFor(INFO):  # a handler of your own on "axon.access"
             log.log_response(access, request, response, ended - started)
-            response.repeatable = False  # it is told of each request with its Request and Response
+            response.repeatable = False
         return response
+
+    def remembers(self) -> bool:
+        """Whether a server may send a repeatable response again past the App now (and then
+        record it through :meth:`record_sent`): not while a handler of your own on ``axon.access``
+        is told of each Request and Response."""
+        return not self.records.logged()
+
+    def record_sent(
+        self, path: str, query: str, nbytes: int, files: int, seconds: float, ended: float, client: str | None,
+    ) -> None:
+        """Count, and record for the metrics and the access log, a 200 to a GET that a server sent
+        past the App (a remembered head): the one call it makes for one, as :meth:`handle` would."""
+        records = self.records
+        next(records.begun)
+        if records.wanted:
+            records.add_sent("GET", path, query, 200, nbytes, files, seconds, ended, client)
 
     # -- responses users build from files --------------------------------------------------
 
@@ -456,7 +476,7 @@ class App:
             "max_ranges": limits.max_ranges, "formats": list(_BATCH_TYPES),
             "browse": "/browse/" if self.browse else None, "version": __version__,
         }
-        return json_response(body, headers=[("Cache-Control", "no-cache")])
+        return _validated(request, json_response(body, headers=[("Cache-Control", "no-cache")]))
 
     def _server_options(self, request: Request) -> Response:
         methods = {m for table in self._exact.values() for m in table}
@@ -484,8 +504,28 @@ class App:
         return self._send_items(request, "tar")
 
     def _send_items(self, request: Request, fmt: str) -> Response:
+        if request.method == "POST" and _is_form(request.headers):
+            return self._send_form(request, fmt)
         paths, slices = self._batch_items(request)
         return self.send_batch(request, paths, fmt, slices)
+
+    def _send_form(self, request: Request, fmt: str) -> Response:
+        """What an HTML form posts (the browse page: ``f=<path>`` fields; every value is a path,
+        as in a query): the batch, saved under its directory's name; a refusal is a page when a
+        browser asks (``Accept`` prefers HTML), else the usual JSON."""
+        paths: list[str] = []
+        try:
+            self.limits.check_body(len(request.body))
+            # As a query is read: bytes recovered from latin-1, decoded once as UTF-8.
+            paths = [value for _, value in _parse_query(request.body.decode("latin-1"))]
+            if not paths:
+                raise BadRequest("nothing is ticked: tick the files to download, then press a button", code="no_files")
+            response = self.send_batch(request, paths, fmt)
+        except HTTPError as exc:
+            if not wants_page(request.headers.get("accept", "")):
+                raise
+            return error_page(exc, back_link(paths, request.headers.get("referer", "")) if self.browse else None)
+        return form_download(response, paths, "." + fmt)
 
     def _batch_items(self, request: Request) -> tuple[list[str], list[Slice | None] | None]:
         """The paths a batch request names: every query value (names are free), or the JSON
@@ -506,7 +546,7 @@ class App:
     def _browse(self, request: Request) -> Response:
         # Blocking (the default for a plain function): reading a directory is unbounded disk work.
         path = request.params.get("path", "").lstrip("/")
-        return self._cacheable(plan_listing(self.store, path, request.headers, self.limits))
+        return self._cacheable(_validated(request, plan_listing(self.store, path, request.headers, self.limits)))
 
     def _file(self, request: Request) -> Response:
         # "/files//a.txt" is "a.txt", as "sub//a.txt" is "sub/a.txt" (and as nginx merges
@@ -522,6 +562,29 @@ def _negotiated_format(accept: str) -> str:
             "a batch is served as " + ", ".join(_BATCH_TYPES) + "; or ask /api/stream-files.zip or /api/stream-files.tar"
         )
     return MEDIA_TYPES[chosen]
+
+
+def _is_form(headers: dict[str, str]) -> bool:
+    return headers.get("content-type", "").partition(";")[0].strip().lower() == "application/x-www-form-urlencoded"
+
+
+#: What a 304 repeats of the 200 it stands for (RFC 9110 15.4.5).
+_KEPT_BY_304 = frozenset({"Cache-Control", "Content-Location", "Expires", "Vary"})
+
+
+def _validated(request: Request, response: Response) -> Response:
+    """A 200 built whole in memory (a listing, the limits) with a strong ETag of its bytes, or
+    the 304 (or 412) its request's preconditions earn: a cache that revalidates pays no body."""
+    if response.status != 200 or response.stream is not None:
+        return response
+    etag = body_etag(b"".join(response.body))  # type: ignore[arg-type] # bytes segments only
+    verdict = evaluate(request.method, request.headers, etag, None) if request.headers else None
+    if verdict == 412:
+        raise PreconditionFailed("the resource does not match the request's preconditions")
+    if verdict == 304:
+        return Response(304, [("ETag", etag), *[(k, v) for k, v in response.headers if k in _KEPT_BY_304]])
+    response.headers.append(("ETag", etag))
+    return response
 
 
 def _parse_query(raw: str) -> tuple[tuple[str, str], ...]:

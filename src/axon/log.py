@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import operator
 import os
 import stat
 import sys
@@ -62,7 +61,6 @@ def _ms(us: int) -> str:
 
 # Formatting an int costs more than finding its text: statuses and methods, as JSON.
 _STATUSES = {status: str(status) for status in range(100, 600)}
-_AGAIN = operator.itemgetter(10)  # a record's ``again`` (axon.records)
 _METHODS = {method: f'"{method}"' for method in ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")}
 
 
@@ -96,7 +94,6 @@ class AccessLog(logging.Handler):
         self._second: tuple[int, str] = (-1, "")  # the last second seen, formatted: one attribute, set at once
         self._stamps: dict[int, str] = {}  # wall-clock millisecond -> its ISO 8601 text
         self._paths: dict[str, str] = {}  # path -> its JSON string: a few paths take most requests
-        self._middles: dict[int, tuple] = {}  # id(a replay's first record) -> _parts of its lines
 
     def read(self, records: list[tuple]) -> None:
         """Write a line for each record (axon.records)."""
@@ -109,8 +106,7 @@ class AccessLog(logging.Handler):
         if "status" in fields and "method" in fields:
             ended = record.created - time.time() + time.perf_counter()  # records carry perf_counter times
             ms = fields.get("ms") or 0.0
-            self.read([(ended, record.method, record.path, "", record.status, fields.get("bytes"), 0, ms / 1000, None, None,
-                        None)])
+            self.read([(ended, record.method, record.path, "", record.status, fields.get("bytes"), 0, ms / 1000, None, None)])
         else:
             self._put(self.format(record) + "\n")
 
@@ -147,30 +143,6 @@ class AccessLog(logging.Handler):
         return stamp
 
     def _json_lines(self, records: list[tuple]) -> str:
-        if not any(map(_AGAIN, records)):
-            return self._json_lines_anew(records)
-        # Replays among them: their lines differ from their first record's only in the time and
-        # the milliseconds, so the rest of the text is made once per first record and kept.
-        stamps, middles, offset = self._stamps, self._middles, time.time() - time.perf_counter()
-        lines: list[str] = []
-        add = lines.append
-        last = parts = None  # the replay before, and its kept text: most of a batch repeats a few
-        for record in records:
-            again = record[10]
-            if again is None:
-                add(self._json_lines_anew([record]))
-                continue
-            if again is not last:
-                parts = middles.get(id(again))
-                if parts is None or parts[0] is not again:
-                    parts = self._parts(record)
-                last = again
-            ms, us = int((record[0] + offset) * 1000), int(record[7] * 1_000_000)
-            add(f'{{"time":"{stamps.get(ms) or self._stamp(ms)}",{parts[1]}'  # type: ignore[index]
-                f'"ms":{_SUB_MS[us] if 0 <= us < 1000 else _ms(us)},{parts[2]}')  # type: ignore[index]
-        return "".join(lines)
-
-    def _json_lines_anew(self, records: list[tuple]) -> str:
         paths, stamps, max_query = self._paths, self._stamps, self.max_query
         offset = time.time() - time.perf_counter()  # records carry perf_counter times
         return "".join([
@@ -180,21 +152,8 @@ class AccessLog(logging.Handler):
             f'"status":{_STATUSES.get(status, status)},"bytes":{"null" if nbytes is None else nbytes},'
             f'"ms":{_SUB_MS[us] if 0 <= (us := int(seconds * 1_000_000)) < 1000 else _ms(us)},'
             f'"client":{_quote(client) if client else "null"}}}\n'
-            for ended, method, path, query, status, nbytes, _, seconds, client, _, _ in records
+            for ended, method, path, query, status, nbytes, _, seconds, client, _ in records
         ])
-
-    def _parts(self, record: tuple) -> tuple:
-        """``(again, the text between the time and "ms", the text after the milliseconds)`` of a
-        replayed record's line, cut from the line :meth:`_json_lines_anew` makes (a JSON string
-        escapes every quote, so ``"ms":`` is only the key); kept by its first record ``again``,
-        which the memo holds, so that an ``id`` is never another record's."""
-        head, _, rest = self._json_lines_anew([record]).partition('"ms":')
-        parts = (record[10], head[head.index('",') + 2 :], rest[rest.index(",") + 1 :])
-        middles = self._middles
-        if len(middles) >= 1024:
-            middles.clear()
-        middles[id(record[10])] = parts
-        return parts
 
     def _quote_path(self, path: str) -> str:
         quoted = _quote(path)
@@ -206,7 +165,7 @@ class AccessLog(logging.Handler):
     def _text_lines(records: list[tuple]) -> str:
         return "".join([
             f"{method} {path} {status} {'-' if nbytes is None else nbytes} {seconds * 1000:.1f}ms\n"
-            for _, method, path, _, status, nbytes, _, seconds, _, _, _ in records
+            for _, method, path, _, status, nbytes, _, seconds, _, _ in records
         ])
 
     def _write(self, data: bytes) -> None:

@@ -154,7 +154,7 @@ class Metrics:
             with self._lock:
                 self._scrapes += scrapes
             return
-        _, methods, _, _, statuses, nbytes, files, seconds, _, errors, _ = zip(*traffic)
+        _, methods, _, _, statuses, nbytes, files, seconds, _, errors = zip(*traffic)
         tally = Counter(zip(methods, statuses, map(bisect.bisect_left, itertools.repeat(self.buckets), seconds)))
         with self._lock:
             self._scrapes += scrapes

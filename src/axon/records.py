@@ -25,10 +25,6 @@ files      how many files it opened
 seconds    time to handle the request and plan the response
 client     the X-Forwarded-For header, or None
 error      the first body segment of a response >= 400 (its JSON error), else None
-again      for a response made again from the bytes of one before (a replay): that first
-           response's record, the same object each time, all of whose other fields but ``ended``
-           and ``seconds`` this one repeats (a reader may reuse what it made of it: the log, its
-           line's text); None for a response made anew
 =========  =========================================================================
 """
 
@@ -48,7 +44,7 @@ if TYPE_CHECKING:
     from .app import Request
     from .response import Response
 
-Record = tuple  # (ended, method, path, query, status, nbytes, files, seconds, client, error, again)
+Record = tuple  # (ended, method, path, query, status, nbytes, files, seconds, client, error)
 
 #: Records waiting when they are handed to the readers (more if a drain was slow, a full stdout).
 #: Large enough that a drain's fixed costs and the cold start of its loops are shared by many
@@ -69,7 +65,7 @@ def record_of(request: "Request", response: "Response", seconds: float, ended: f
         ended, request.method, request.path, request.query_string, status,
         None if response.stream is not None else response.length if body else 0,
         len(response.files), seconds, request.headers.get("x-forwarded-for"),
-        body[0] if status >= 400 and body else None, None,
+        body[0] if status >= 400 and body else None,
     )
 
 
@@ -138,11 +134,18 @@ class Records:
         """Record a planned response: ``seconds`` it took, ``ended`` by ``time.perf_counter()``."""
         self._queue(record_of(request, response, seconds, ended))
 
-    def add_again(self, record: Record, seconds: float, ended: float) -> None:
-        """Record the response ``record`` (:func:`record_of`) describes, made again: a server
-        that answers a repeated request from the bytes it sent; its own ``seconds`` and ``ended``."""
-        _, method, path, query, status, nbytes, files, _, client, error, _ = record
-        self._queue((ended, method, path, query, status, nbytes, files, seconds, client, error, record))
+    def add_sent(
+        self, method: str, path: str, query: str, status: int, nbytes: int, files: int, seconds: float, ended: float,
+        client: str | None,
+    ) -> None:
+        """Record a response a server sent past the App (a remembered head, server/shortcuts.py):
+        its fields as :func:`record_of` gives them, the error none (only a 200 is sent so)."""
+        self._queue((ended, method, path, query, status, nbytes, files, seconds, client, None))
+
+    def logged(self) -> bool:
+        """Whether a handler of your own on ``axon.access`` is told of each Request and Response."""
+        logger = self.logger
+        return logger is not None and logger.isEnabledFor(logging.INFO)
 
     def _queue(self, record: Record) -> None:
         queue = self.queue

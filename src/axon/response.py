@@ -28,8 +28,9 @@ class Response:
     """A planned response. ``length`` is None only for a stream (length unknown in advance).
 
     ``repeatable`` is set by the App on the answer of a route that declared it (``App.add_route(...,
-    repeatable=True)``): the same request bytes get the same response while the files it holds
-    are the same versions, so a server may send it again without asking the App."""
+    repeatable=True)``): a later GET of the same target and ``Accept``, without ``Range`` or a
+    precondition, gets the same head while the files it holds are the same versions, so a server
+    may send that head again with the files opened anew (server/remembered.py)."""
 
     __slots__ = ("status", "headers", "body", "stream", "files", "length", "repeatable")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from axon.bench import nginx, procs
+from axon.bench import nginx, procs, scenarios
+from axon.demo import make_samples
 
 psutil = pytest.importorskip("psutil")
 
@@ -111,12 +113,16 @@ def test_kill_9_of_the_benchmark_still_stops_what_it_started(tmp_path):
 
 @pytest.mark.skipif(not Path(nginx.binary()).exists(), reason="nginx is installed by scripts/setup.sh --all")
 def test_nginx_is_measured_at_its_best(tmp_path):
-    """The yardstick caches open files as axon serve does (issue 17), and nginx accepts it."""
+    """The yardstick caches open files as axon serve does (issue 17), the whole random-file pool
+    and the examples (issue 23), and nginx accepts it."""
     prefix = tmp_path / "prefix"
     nginx.static_command(prefix, 18999, tmp_path)
     conf = prefix / "nginx.conf"
     text = conf.read_text()
-    assert "open_file_cache max=1024 inactive=60s;" in text and "open_file_cache_valid 60s;" in text
+    cached = int(re.search(r"open_file_cache max=(\d+) inactive=60s;", text).group(1))
+    assert cached >= scenarios.POOL_FILES + len(make_samples(tmp_path / "samples"))
+    assert "open_file_cache_valid 60s;" in text and "sendfile on;" in text
+    assert f"worker_rlimit_nofile {cached + nginx.WORKER_CONNECTIONS + 64};" in text
     checked = subprocess.run([nginx.binary(), "-t", "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")],
                              capture_output=True, text=True)
     assert checked.returncode == 0, checked.stderr

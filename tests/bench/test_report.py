@@ -126,3 +126,31 @@ def test_formats_table_gives_files_per_second_beside_multipart():
     assert len(rows) == 3
     assert "one batch in three formats" in report.render(rs)
     assert report.formats_table(ResultSet(), "axon", "sustained") == ""
+
+
+def test_real_traffic_comes_first_in_files_per_second_with_p99_beside_each_ratio():
+    rs = ResultSet()
+    t1 = "wrk_nginx_T1_burst.txt"
+
+    def add(target: str, scenario: str, requests: int, p99: float, per_batch: int = 1) -> None:
+        w = measured(t1, requests=requests, duration=1.0)
+        w.latency = wrk.Stats(mean=1.0, percentiles={"99": p99})
+        rs.add(Result(target, scenario, "sustained", per_batch=per_batch, wrk=w))
+
+    add("nginx", "R32", 64000, 2.0, per_batch=32)  # 64,000 files a second, one per request
+    add("axon", "R32", 1000, 40.0)  # 1,000 batches of 32: 32,000 files a second
+    add("nginx", "health~", 50000, 1.0)
+    add("axon", "health~", 40000, 3.0)
+    add("nginx", "T1", 30000, 1.0)
+    add("axon", "T1", 31000, 1.0)
+    table = report.real_table(rs, "sustained", REFS)
+    rows = table.splitlines()
+    assert rows[0] == "| Scenario | nginx files/s | nginx p99 (ms) | axon files/s | axon p99 (ms) |"
+    assert rows[2] == "| R32 (32x4KB random of 10,000) | 64000 | 2.00 | 32000 (n 0.50) | 40.00 (n 20.00) |"
+    assert rows[3] == ("| health~ (GET /api/health, a new header each request) | 50000 | 1.00 | 40000 (n 0.80)"
+                       " | 3.00 (n 3.00) |")
+    assert len(rows) == 4  # T1 repeats itself: not real traffic
+    text = report.render(rs, REFS)
+    assert text.index("## Real traffic: sustained") < text.index("## Summary: sustained")
+    assert report.render(rs, REFS, summary_only=True).count("## Real traffic") == 1
+    assert report.real_table(ResultSet(), "sustained", REFS) == ""

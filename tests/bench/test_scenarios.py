@@ -7,7 +7,8 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from axon.bench import scenarios
-from axon.bench.scenarios import AXON, ORIGINAL, STATIC, ensure_files, matrix, request_for, select
+from axon.bench.scenarios import (AXON, ORIGINAL, STATIC, as_distinct, ensure_files, ensure_pool, find, matrix,
+                                  pool_name, real, request_for, select)
 
 KB = 1024
 
@@ -62,7 +63,8 @@ def test_baselines():
 def test_select_groups_names_and_order():
     assert [s.name for s in select("article")] == [f"T{i}" for i in range(1, 9)]
     assert [s.name for s in select("echo, t1,health,T1")] == ["T1", "health", "echo"]  # matrix order, once each
-    assert [s.name for s in select("all")] == [s.name for s in matrix()]
+    # Real traffic first, then the article's matrix and the baselines.
+    assert [s.name for s in select("all")] == ["R1", "R32", "R256", "F1"] + [s.name for s in matrix()]
     with pytest.raises(ValueError, match="unknown scenario"):
         select("T9")
 
@@ -139,3 +141,76 @@ def test_granian_static_serves_the_root_at_files_beside_a_minimal_app(tmp_path):
     assert argv[argv.index("--static-path-mount") + 1] == str(ctx.root)
     assert argv[argv.index("--static-path-route") + 1] == "/files"
     assert argv[-1] == targets.STATIC_APP and argv[argv.index("--port") + 1] == "8123"
+
+
+def test_real_traffic_draws_from_the_pool_for_every_request():
+    assert [s.name for s in select("real")] == ["R1", "R32", "R256", "F1"]
+    by = {s.name: s for s in real()}
+    for name, count in (("R1", 1), ("R32", 32), ("R256", 256)):
+        scenario = by[name]
+        assert (scenario.kind, scenario.file_count, scenario.file_size) == ("batch", count, 4 * KB)
+        assert scenario.pool == scenarios.POOL_FILES == 10_000
+        request = request_for(scenario, AXON)
+        assert (request.draw.count, request.draw.pool, request.draw.batch) == (count, 10_000, True)
+        assert request.per_batch == 1 and request.dynamic
+        # The probe's request names the pool's first files, in the form the draws take.
+        assert parse_qsl(urlsplit(request.target).query) == [(f"file{i + 1}", pool_name(i)) for i in range(count)]
+        assert len(request.target) < 16 * KB  # within axon serve's URL limit, R256 included
+        static = request_for(scenario, STATIC)  # nginx: one random file a request, n requests a batch
+        assert (static.target, static.per_batch, static.draw.count, static.draw.batch) == (
+            "/files/pool/00/00000.bin", count, 1, False)
+        assert request_for(scenario, ORIGINAL).draw.batch  # the original has the batch API
+    f1 = by["F1"]
+    for dialect in (AXON, STATIC):
+        request = request_for(f1, dialect)
+        assert (request.target, request.per_batch, request.draw.count, request.draw.batch) == (
+            "/files/pool/00/00000.bin", 1, 1, False)
+    assert request_for(f1, ORIGINAL) is None  # no /files/
+    assert by["R32"].label == "32x4KB random of 10,000" and by["F1"].label == "/files/ 4KB random of 10,000"
+    with pytest.raises(ValueError, match="distinct files"):
+        scenarios.Draw(33, 32, True)
+
+
+def test_distinct_variants_carry_a_header_that_changes_and_do_the_same_work():
+    assert [s.name for s in select("distinct")] == ["T1~", "T3~", "B32~", "health~"]
+    assert [s.name for s in select("health~, t1~, T1, R1")] == ["R1", "T1~", "health~", "T1"]  # real traffic first
+    for name in ("T1", "T3", "B32", "health", "echo", "B32.zip"):
+        base = find(name)
+        variant = as_distinct(base)
+        assert variant.name == name + "~" and variant.distinct and find(variant.name) == variant
+        assert variant.label.endswith(", a new header each request")
+        for dialect in (AXON, STATIC):
+            plain, distinct = request_for(base, dialect), request_for(variant, dialect)
+            if plain is None:
+                assert distinct is None
+                continue
+            assert (distinct.target, distinct.per_batch, distinct.draw) == (plain.target, plain.per_batch, None)
+            assert distinct.distinct_header == scenarios.DISTINCT_HEADER and not plain.dynamic and distinct.dynamic
+    assert as_distinct(find("R32")) == find("R32")  # random files are never the same request twice
+    assert as_distinct(as_distinct(find("T1"))) == as_distinct(find("T1"))
+
+
+def test_the_pool_is_made_once_distinct_and_in_small_directories(tmp_path):
+    root = tmp_path / "files"
+    assert ensure_pool(root, count=2500) == 2500
+    names = [pool_name(i) for i in range(2500)]
+    contents = {(root / n).read_bytes() for n in names}
+    assert len(contents) == 2500 and {len(c) for c in contents} == {4 * KB}  # every file its own bytes
+    dirs = sorted(p for p in (root / "pool").iterdir())
+    assert [d.name for d in dirs] == ["00", "01", "02"] and max(len(list(d.iterdir())) for d in dirs) <= 1000
+    before = {p: p.stat().st_mtime_ns for p in (root / n for n in names)}
+    assert ensure_pool(root, count=2500) == 0  # idempotent: nothing written again
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+    (root / names[7]).write_bytes(b"short")  # a damaged file is made again, with the same bytes
+    (root / names[2000]).unlink()
+    assert ensure_pool(root, count=2500) == 2
+    assert {(root / n).read_bytes() for n in names} == contents
+
+
+@pytest.mark.slow
+def test_ensure_files_makes_the_whole_pool_only_when_asked(tmp_path):
+    root = ensure_files(tmp_path / "files")
+    assert not (root / "pool").exists()
+    root = ensure_files(tmp_path / "files", pool=True)
+    assert sum(1 for _ in (root / "pool").rglob("*.bin")) == scenarios.POOL_FILES
+    assert (root / pool_name(scenarios.POOL_FILES - 1)).stat().st_size == 4 * KB

@@ -366,14 +366,26 @@ def test_identity_is_stable_and_names_the_bytes(root, store, render, parse_multi
     assert h3["ETag"] != h1["ETag"] and h3["Content-Type"] != h1["Content-Type"]
 
 
-def test_a_repeated_batch_reuses_its_framing_byte_for_byte(store, render, monkeypatch):
-    from axon.plan import batch
+def test_whole_files_are_framed_as_frame_frames_them(store):
+    """The one-pass layout of whole files (formats._whole_files, from pieces kept per file
+    version) is byte for byte what the identity and frame() make of the same signatures."""
+    from axon.http.batch_identity import identity_of
+    from axon.http.multipart import file_part_headers, frame
+    from axon.plan.batch import file_signature
+    from axon.plan.formats import multipart_mixed
 
-    cached_headers, cached_body = _whole(store, render)
-    _whole(store, render)  # a hit
-    monkeypatch.setattr(batch, "LAYOUT_CACHE_FILES", 0)  # framed anew, as batches of many files are
-    fresh_headers, fresh_body = _whole(store, render)
-    assert (cached_headers, cached_body) == (fresh_headers, fresh_body)
+    opened = [store.open(p) for p in ["a.txt", "b.bin", "sub/c.json", "a.txt"]]
+    try:
+        sigs = tuple(file_signature(f) for f in opened)
+        for boundary in (None, "fixed-boundary"):
+            etag, ctype, _, heads = multipart_mixed(KEY, boundary, sigs)
+            identity = identity_of(KEY, sigs, boundary)
+            framed = frame(identity.boundary, [(file_part_headers(s[0], s[7], s[1]), s[2]) for s in sigs])
+            assert (etag, ctype) == (identity.etag, f"multipart/mixed; boundary={identity.boundary}")
+            assert heads == tuple(framed[0::2])
+    finally:
+        for f in opened:
+            f.close()
 
 
 def test_no_key_no_identity(store):

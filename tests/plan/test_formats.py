@@ -64,8 +64,8 @@ def test_plan_batch_frames_a_batch_in_the_format_it_is_given(root, store, render
         plan_batch(store, ["a.txt"], LIMITS, key=KEY, fmt=listing, headers={"range": f"bytes={len(body)}-"})
 
 
-def test_a_format_has_its_own_cached_layouts(store, render):
-    # The layout cache is keyed by the format too: the same files in two formats never mix.
+def test_a_format_has_its_own_layouts(store, render):
+    # What is kept per file version is kept per format: the same files in two formats never mix.
     def both():
         out = []
         for fmt in (listing, multipart_mixed, listing):

@@ -100,6 +100,30 @@ def test_etag_changes_with_the_file(root, store):
     assert tag() not in (first, second, third)
 
 
+def test_content_rewritten_with_its_mtime_put_back_gets_a_new_tag(root, store, render):
+    """Same size, same mtime, same inode, other bytes: only the ctime moved. The old tag must
+    not match it (a 304, or an If-Range splicing old and new bytes)."""
+    path = root / "a.txt"
+    original = path.read_bytes()
+    r = plan(store, path="a.txt")
+    r.close()
+    old = dict(r.headers)["ETag"]
+    st_ = os.stat(path)
+    time.sleep(0.01)
+    path.write_bytes(original.upper())  # in place: the same inode
+    os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns))
+    try:
+        fresh = plan(store, {"if-none-match": old}, path="a.txt")
+        assert fresh.status == 200 and render(fresh.body) == original.upper()
+        assert dict(fresh.headers)["ETag"] != old
+        fresh.close()
+        ranged = plan(store, {"range": "bytes=0-3", "if-range": old}, path="a.txt")
+        assert ranged.status == 200 and render(ranged.body) == original.upper()  # whole, not a splice
+        ranged.close()
+    finally:
+        path.write_bytes(original)
+
+
 def test_single_range(store, render):
     r = plan(store, {"range": "bytes=100-199"})
     try:

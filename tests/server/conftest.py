@@ -64,7 +64,7 @@ def big_content(root: Path) -> bytes:
 
 
 def counted(app: App) -> list[str]:
-    """Make ``app.handle`` record each path it answers (what a fixed answer or a replay skips)."""
+    """Make ``app.handle`` record each path it answers (what a fixed answer skips)."""
     called: list[str] = []
     handle = app.handle
 

@@ -37,18 +37,23 @@ def test_defaults(clean_env) -> None:
     assert (args.host, args.port, args.workers) == ("127.0.0.1", 8000, len(os.sched_getaffinity(0)))
     assert (args.root, args.app, args.access_log, args.log_level) == (None, None, False, "info")
     assert (args.graceful_timeout, args.certfile, args.keyfile) == (30.0, None, None)
-    assert args.file_cache == 1024 and args.cache_control is None and args.browse is False
-    assert args.replay is True
+    assert args.file_cache == 10000 and args.cache_control is None and args.browse is False
+    # Answers are no longer replayed: the old switch still parses (a unit file that has it
+    # starts), and run() says it does nothing.
+    assert args.replay is None and build_parser().parse_args(["serve", "--no-replay"]).replay is False
 
 
-def test_every_flag_has_an_environment_variable(clean_env) -> None:
+def test_every_flag_has_an_environment_variable(clean_env, tmp_path) -> None:
+    clean_env.chdir(tmp_path)
+    (tmp_path / "c.pem").write_text("-")  # --certfile and --keyfile must name files it can read
+    (tmp_path / "k.pem").write_text("-")
     values = {
         "AXON_HOST": "0.0.0.0", "AXON_PORT": "9001", "AXON_WORKERS": "3", "AXON_ROOT": "/srv",
         "AXON_APP": "site:app", "AXON_ACCESS_LOG": "true", "AXON_LOG_LEVEL": "DEBUG",
         "AXON_GRACEFUL_TIMEOUT": "2.5", "AXON_CERTFILE": "c.pem", "AXON_KEYFILE": "k.pem",
         "AXON_MAX_CONNECTIONS": "77", "AXON_JSON_LOGS": "1", "AXON_METRICS": "yes", "AXON_FILE_CACHE": "0",
         "AXON_CACHE_CONTROL": "max-age=60", "AXON_BROWSE": "1", "AXON_PORTABLE_IDENTITY": "1",
-        "AXON_REUSE_PORT": "1", "AXON_NO_REPLAY": "1",
+        "AXON_REUSE_PORT": "1",
     }
     for name, value in values.items():
         clean_env.setenv(name, value)
@@ -58,7 +63,6 @@ def test_every_flag_has_an_environment_variable(clean_env) -> None:
     assert (args.certfile, args.keyfile, args.max_connections, args.json_logs) == ("c.pem", "k.pem", 77, True)
     assert args.metrics is True and args.file_cache == 0 and args.cache_control == "max-age=60"
     assert args.browse is True and args.portable_identity is True and args.reuse_port is True
-    assert args.replay is False
 
 
 def test_cache_control_reaches_the_built_in_app(clean_env, tmp_path) -> None:
@@ -91,7 +95,7 @@ def test_a_bad_variable_is_a_usage_error(clean_env, capsys) -> None:
     clean_env.setenv("AXON_PORT", "eighty")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve"])
-    assert "invalid int value" in capsys.readouterr().err
+    assert "expected a whole number, not 'eighty'" in capsys.readouterr().err
 
 
 @pytest.fixture
@@ -160,7 +164,8 @@ def test_startup_errors_are_one_line_and_nonzero(root, tmp_path) -> None:
     assert done.returncode != 0 and "not a directory" in done.stderr
     done = _serve_fails(str(root), "--port", "0", "--certfile", str(tmp_path / "none.pem"), "--keyfile", str(tmp_path / "k"))
     assert done.returncode != 0 and "axon serve:" in done.stderr
-    done = _serve_fails(str(root), "--port", "0", "--certfile", "only-one.pem")
+    (tmp_path / "only-one.pem").write_text("-")
+    done = _serve_fails(str(root), "--port", "0", "--certfile", str(tmp_path / "only-one.pem"))
     assert done.returncode != 0 and "both" in done.stderr
 
 

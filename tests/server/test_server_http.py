@@ -267,7 +267,7 @@ def test_a_large_single_file_is_its_head_and_sendfile(serve, counts) -> None:
 def test_a_64k_file_is_its_head_and_one_sendfile_written_at_once(serve, counts, how) -> None:
     # One write_chunk of file data, sendfile_min: written synchronously (no task), the head held
     # for the file's data (MSG_MORE), the file by one sendfile (not copied twice by pread and
-    # writev), a batch's closing boundary in one write; asked twice, the second time replayed.
+    # writev), a batch's closing boundary in one write; asked twice, the same each time.
     server = serve()
     with Client(server.port) as c:
         for _ in range(2):

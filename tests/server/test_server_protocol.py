@@ -319,53 +319,14 @@ def test_what_the_fast_path_does_not_take(harness, root) -> None:
     assert h.responses()[0].status == 405
 
 
-HEALTH_READ = b"GET /api/health HTTP/1.1\r\nHost: t\r\n\r\n"
-
-
-def test_a_repeated_health_read_is_answered_without_parsing_it_again(harness, root) -> None:
+def test_fixed_answers_go_once_requests_are_observed(harness, root) -> None:
     app, called = counting_app(root)
     h = harness(app)
-    h.feed(HEALTH_READ)
-    assert h.worker.replays.answers == {HEALTH_READ: h.worker.fixed[b"/api/health"]}
-    parser = h.proto.parser
-    h.proto.parser = None  # type: ignore[assignment]  # parsing again would fail loudly
-    h.feed(HEALTH_READ, HEALTH_READ)
-    h.proto.parser = parser
-    first, *again = h.responses()
-    assert len(again) == 2 and called == []
-    assert all((r.status, r.headers, r.body) == (first.status, first.headers, first.body) for r in again)
-    h.feed(b"GET /files/a.txt HTTP/1.1\r\n\r\n", HEALTH_READ)  # the parser is as it was
-    assert [r.status for r in h.responses()[3:]] == [200, 200]
-
-
-def test_only_a_read_that_is_one_whole_fixed_get_is_remembered(harness, root) -> None:
-    app, _ = counting_app(root)
-    h = harness(app)
-    h.feed(HEALTH_READ + HEALTH_READ)  # two requests in one read
-    h.feed(b"HEAD /api/health HTTP/1.1\r\n\r\n")
-    h.feed(b"GET /api/health HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi")
-    h.feed(b"GET /api/health HTTP/1.1\r\n", b"Host: t\r\n\r\n")  # one request in two reads
-    assert len(h.worker.replays) == 0 and [r.status for r in h.responses(["GET", "GET", "HEAD", "GET", "GET"])] == [200] * 5
-
-
-def test_a_remembered_read_is_parsed_when_the_parser_holds_part_of_a_request(harness, root) -> None:
-    h = harness()
-    h.feed(HEALTH_READ)
-    # A health answer, and the first bytes of a next request, which the parser keeps without
-    # calling back: the remembered bytes now continue that request ("GEGET"), a bad one.
-    h.feed(HEALTH_READ + b"GE")
-    h.feed(HEALTH_READ)
-    assert [r.status for r in h.responses()] == [200, 200, 400]
-
-
-def test_remembered_reads_are_forgotten_once_requests_are_observed(harness, root) -> None:
-    app, called = counting_app(root)
-    h = harness(app)
-    h.feed(HEALTH_READ)
+    h.feed(b"GET /api/health HTTP/1.1\r\n\r\n")
+    assert called == []  # from the fixed table, past the App
     app.records.attach(type("Reader", (), {"read": lambda *a: None, "flush": lambda *a: None})())
-    h.worker._refresh_fixed()  # as the next sweep does
-    assert len(h.worker.replays) == 0
-    h.feed(HEALTH_READ)
+    h.worker.shortcuts.refresh()  # as the next sweep does
+    h.feed(b"GET /api/health HTTP/1.1\r\n\r\n")
     assert called == ["/api/health"] and [r.status for r in h.responses()] == [200, 200]
 
 

@@ -29,9 +29,11 @@ class OnlyTheProtocol:
     def store(self):
         return self._app.store
 
-    @property
-    def records(self):
-        return self._app.records
+    def remembers(self):
+        return self._app.remembers()
+
+    def record_sent(self, *args):
+        return self._app.record_sent(*args)
 
     @property
     def routes_version(self):
@@ -112,4 +114,4 @@ def test_fixed_answers_are_asked_again_by_each_sweep(harness, root) -> None:
     h.worker._sweep()
     h.feed(b"GET /api/health HTTP/1.1\r\n\r\n")
     assert [r.body for r in h.responses()] == [b'{"status":"available"}', b'{"status":"mine"}']
-    assert h.worker.fixed == {}
+    assert h.worker.shortcuts.fixed == {}

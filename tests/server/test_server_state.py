@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from test_server_protocol import gated_app
 
-from axon.server.state import State
+import inspect
+import re
+
+import pytest
+
+from axon.server import protocol
+from axon.server.state import CLOCKS, TRANSITIONS, BadTransition, State
 
 
 def clocks(h) -> dict[str, float]:
@@ -21,7 +27,7 @@ def clock(h) -> str | None:
 def test_a_request_walks_idle_head_body_answer_idle(harness, root) -> None:
     app, gate = gated_app(root)
     h = harness(app)
-    assert (h.proto.state, clock(h)) == (State.IDLE, "head")  # the first request comes as fast as a head
+    assert (h.proto.state, clock(h)) == (State.NEW, "head")  # the first request comes as fast as a head
     h.receive(b"GET /slow HTTP/1.1\r\nContent-")
     assert (h.proto.state, clock(h)) == (State.HEAD, "head")
     h.receive(b"Length: 4\r\n\r\nab")
@@ -62,3 +68,28 @@ def test_the_last_answer_lingers_then_the_connection_is_closed(harness) -> None:
     assert h.proto.state is State.LINGER and h.transport.eof
     h.proto.connection_lost(None)
     assert h.proto.state is State.CLOSED and h.proto.deadline is None
+
+
+def test_every_state_has_a_clock_and_its_transitions() -> None:
+    assert set(CLOCKS) == set(TRANSITIONS) == set(State)
+    assert all(State.CLOSED in TRANSITIONS[s] and State.LINGER in TRANSITIONS[s] for s in State if s is not State.CLOSED)
+    assert TRANSITIONS[State.CLOSED] == {State.CLOSED}
+
+
+def test_a_transition_the_table_does_not_allow_is_refused(harness) -> None:
+    h = harness()
+    h.feed(b"GET /api/health HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert h.proto.state is State.LINGER
+    with pytest.raises(BadTransition):
+        h.proto._to(State.HEAD)  # a closing connection reads no new request
+    assert h.proto.state is State.LINGER
+
+
+def test_state_and_clock_are_written_in_one_place() -> None:
+    """Every change of state goes through HTTPProtocol._to: no other line assigns either (the
+    sweep's note that a clock ran out aside)."""
+    source = inspect.getsource(protocol.HTTPProtocol)
+    body_of_to = inspect.getsource(protocol.HTTPProtocol._to)
+    rest = source.replace(body_of_to, "")
+    assert re.findall(r"self\.state = ", rest) == ["self.state = "]  # __init__'s first state
+    assert re.findall(r"self\.deadline = (?!None  # ran out)", rest) == []

@@ -16,6 +16,7 @@ from axon.errors import HTTPError
 from axon.storage.local import FileStore
 
 VALID = 0.2  # seconds a path's resolution is trusted in these tests
+INACTIVE = 0.6  # seconds an unused entry stays
 
 
 def fd_targets() -> list[str]:
@@ -49,7 +50,7 @@ def root(tmp_path: Path) -> Path:
 @pytest.fixture
 def store(root: Path):
     store = FileStore(root)
-    store.enable_cache(size=64, valid=VALID)
+    store.enable_cache(size=64, valid=VALID, inactive=INACTIVE)
     yield store
     store.enable_cache(0)
 
@@ -274,17 +275,74 @@ def test_recently_changed_and_large_files_are_read_by_offset(store, root) -> Non
         f.close()
 
 
-def test_prune_closes_what_is_past_its_validity(store, root) -> None:
+def test_prune_closes_what_was_not_used_for_the_idle_time(store, root) -> None:
     held = store.open("b.txt")  # in use while pruned: closed when its user is done
     store.open("a.txt").close()
     os.remove(root / "a.txt")  # deleted, and nobody asks for it again
     time.sleep(VALID * 1.5)
+    store.prune_cache()  # past the validity, not the idle time: kept
+    assert len(store._cache) == 2
+    time.sleep(INACTIVE)
     store.prune_cache()
     assert len(store._cache) == 0
     assert f"{root}/a.txt (deleted)" not in fd_targets()  # its space is given back
     assert f"{root}/b.txt" in fd_targets() and read(held) == b"B"
     held.close()
     assert f"{root}/b.txt" not in fd_targets()
+
+
+def test_a_path_past_its_validity_is_checked_not_opened_again(store, root) -> None:
+    """As nginx's open_file_cache_valid: once the window passed, the path is checked (a stat), and
+    the same file keeps its descriptor; a file used now and then stays open, not one open a use."""
+    f = store.open("sub/x.txt")
+    fd = f.fd
+    f.close()
+    for _ in range(3):
+        time.sleep(VALID * 1.2)
+        store.prune_cache()
+        g = store.open("sub/x.txt")
+        assert g.fd == fd and read(g) == b"X"
+        g.close()
+    assert fd_targets().count(f"{root}/sub/x.txt") == 1
+
+
+def test_a_pool_larger_than_the_bound_holds_at_most_size_descriptors(root) -> None:
+    (root / "pool").mkdir()
+    for i in range(50):
+        (root / "pool" / f"{i}.bin").write_bytes(b"%d" % i)
+    store = FileStore(root)
+    store.enable_cache(size=10, valid=VALID, inactive=INACTIVE)
+    try:
+        for round_ in range(3):
+            for i in range(50):
+                f = store.open(f"pool/{i}.bin")
+                assert read(f) == b"%d" % i
+                f.close()
+        assert len(store._cache) == 10
+        assert sum(t.startswith(f"{root}/pool/") for t in fd_targets()) == 10
+    finally:
+        store.enable_cache(0)
+    assert not any(t.startswith(f"{root}/pool/") for t in fd_targets())
+
+
+def test_small_files_bytes_stay_within_their_budget(root, settled) -> None:
+    (root / "pool").mkdir()
+    for i in range(20):
+        (root / "pool" / f"{i}.bin").write_bytes(bytes([i]) * 1000)
+    store = FileStore(root)
+    store.enable_cache(size=64, valid=VALID, inactive=INACTIVE, small_bytes=5000)
+    try:
+        kept = 0
+        for i in range(20):
+            store.open(f"pool/{i}.bin").close()  # the miss opens it, a hit may keep its bytes
+            f = store.open(f"pool/{i}.bin")
+            kept += f.data is not None
+            assert read(f) == bytes([i]) * 1000
+            f.close()
+        assert kept == 5 and store._cache.small_total == 5000
+        store.enable_cache(0)  # dropped entries give their bytes back
+    finally:
+        store.enable_cache(0)
 
 
 def test_a_descriptor_closed_by_someone_else_is_forgotten_not_reused(store, root, caplog) -> None:

@@ -1,6 +1,7 @@
 """``axon bench``: the original article's load tests, run with wrk, against one server or many.
 
-scenarios  the matrix (T1-T8, B32, health, error, echo) and the request each kind of server gets
+scenarios  real traffic (R1, R32, R256, F1 from a random-file pool; ``~``: a header new every request),
+           the matrix (T1-T8, B32, health, error, echo) and the request each kind of server gets
 lua        the Lua scripts wrk runs: JSON results, and constant-rate pacing without coordinated omission
 wrk        running wrk and reading its results
 procs      starting servers so that nothing outlives the benchmark

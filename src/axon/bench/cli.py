@@ -2,6 +2,8 @@
 
     axon bench http://127.0.0.1:8000 --files-dir /srv/files     # a server you started
     axon bench --compare                                        # nginx, the original, Axon x 6
+    axon bench --compare --targets nginx,granian-static,axon --scenarios real,distinct
+                                                                # real traffic: random files, no repeats
     axon bench --compare --article                              # the article's 1 + 10 minutes
     axon bench --from-json bench-results/<run>/results.json     # redraw a saved run's report
 
@@ -43,10 +45,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--targets", default="all",
                         help=f"with --compare: comma list of {', '.join(targets.TARGETS)} (default: all)")
     parser.add_argument("--scenarios", default="all",
-                        help="comma list of T1..T8, B32, F8, F64, F512 (/files/), health, error, echo, the "
-                             "archives B32.zip, B32.tar, T8.zip, T8.tar (CRCs known) and B32.zip.cold, T8.zip.cold "
-                             "(CRCs read on every request), or groups article, files, baselines, archive, all (all: "
+                        help="comma list of R1, R32, R256 (random files of a pool of 10,000 per batch), F1 "
+                             "(/files/ of a random one), T1..T8, B32, F8, F64, F512 (/files/), health, error, echo, "
+                             "the archives B32.zip, B32.tar, T8.zip, T8.tar (CRCs known) and B32.zip.cold, "
+                             "T8.zip.cold (CRCs read on every request), any of these with a trailing ~ (a header "
+                             "that changes every request), or groups real (R1,R32,R256,F1), distinct "
+                             "(T1~,T3~,B32~,health~), article, files, baselines, archive, all (all: real traffic, "
                              "the article's matrix, the /files/ scenarios and the baselines)")
+    parser.add_argument("--distinct", action="store_true",
+                        help="send every chosen scenario with a header that changes every request (X-Request-Id), "
+                             "reported as its name with a trailing ~; random-file scenarios are distinct already")
     parser.add_argument("--files-dir", type=Path,
                         help="where the test files go (the served root); with a URL, the server's root. "
                              "Default with --compare: ~/.cache/axon-bench/files")
@@ -107,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from(args)
         chosen = scenarios.select(args.scenarios)
+        if args.distinct:
+            chosen = list(dict.fromkeys(scenarios.as_distinct(s) for s in chosen))
         chosen_targets = targets.select(args.targets) if args.compare else []
     except ValueError as exc:
         print(f"axon bench: {exc}", file=sys.stderr)
@@ -122,17 +132,18 @@ def run(args: argparse.Namespace) -> int:
         "settings": settings.describe(),
         "descriptions": descriptions,
     })
+    pool = any(s.pool for s in chosen)  # 10,000 files: made once, and only when a scenario draws from them
     previous = procs.install_handlers()
     interrupted = False
     try:
         if args.compare:
-            root = scenarios.ensure_files(args.files_dir or args.cache_dir / "files")
+            root = scenarios.ensure_files(args.files_dir or args.cache_dir / "files", pool=pool)
             for target in chosen_targets:
                 runner.run_compare([target], chosen, settings, root, args.cache_dir.expanduser(), out_dir, rs)
                 rs.save(out_dir / "results.json", targets.REFERENCES)  # a long run keeps what it has
         else:
             if args.files_dir:
-                scenarios.ensure_files(args.files_dir)
+                scenarios.ensure_files(args.files_dir, pool=pool)
             runner.run_url(args.url, chosen, settings, args.server_pid, out_dir, rs, args.name)
     except (KeyboardInterrupt, procs.Interrupted) as exc:
         interrupted = True

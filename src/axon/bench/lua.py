@@ -17,11 +17,19 @@ thread (each thread has its own Lua state). The clock is CLOCK_MONOTONIC through
 schedule goes out within a tick of when it was due and is measured from when it went out: the
 generator's own granularity is not charged to the server. A send that is behind schedule is
 measured from when it was due.
+
+Requests that change (``HttpRequest.dynamic``) are built in Lua's ``request()``, which wrk calls
+for every request: files drawn with ``math.random`` from the pool (each wrk thread has its own
+Lua state, seeded apart), or the same request with a header whose value is the thread's number
+and a counter. A request that never changes defines no ``request()`` when run as fast as the
+server answers, so wrk sends its prepared bytes and the generator costs what it did.
 """
 
 from __future__ import annotations
 
-from .scenarios import HttpRequest
+import random
+
+from .scenarios import POOL_FORMAT, POOL_PER_DIR, HttpRequest
 
 MARKER = "AXON-BENCH-JSON "
 PERCENTILES = (50, 75, 90, 99, 99.9)
@@ -105,21 +113,13 @@ local function now_us()
   return tonumber(ts.tv_sec) * 1e6 + tonumber(ts.tv_nsec) / 1e3
 end
 
--- In the main Lua state: number the threads, keep them to collect their histograms in done().
-local threads, started = {}, 0
-function setup(thread)
-  thread:set("axon_index", started)
-  started = started + 1
-  threads[#threads + 1] = thread
-end
-
 -- In each thread's Lua state (one connection per thread).
 local LOG_STEP = math.log(AXON_STEP)
-local request_text, interval_us, next_at, intended
+local interval_us, next_at, intended
 axon_hist, axon_count, axon_sum, axon_sumsq, axon_max = {}, 0, 0, 0, 0
 
 function init(args)
-  request_text = wrk.format()
+  axon_prepare()
   interval_us = 1e6 * AXON_CONNECTIONS / AXON_RATE
 end
 
@@ -141,7 +141,7 @@ function request()
   -- On schedule, the send goes out on a 1 ms timer tick, a little before or after it was due:
   -- the generator's granularity, not the server's doing, so it is not charged.
   if intended == nil then intended = now_us() end
-  return request_text
+  return axon_next()
 end
 
 function response(status, headers, body)
@@ -174,10 +174,83 @@ end
 """
 
 
+_THREADS = r"""
+-- In the main Lua state: number the threads (seeds, request ids, pacing), and keep them to
+-- collect their histograms in done().
+local threads, started = {}, 0
+function setup(thread)
+  thread:set("axon_index", started)
+  started = started + 1
+  threads[#threads + 1] = thread
+end
+"""
+
+_NEXT = r"""
+-- In each thread's Lua state: axon_prepare() once in init(), then axon_next() for each request.
+local axon_static, axon_head, axon_tail, axon_counter = nil, nil, nil, 0
+
+local function axon_pool_name(i)
+  return string.format(AXON_POOL_FORMAT, math.floor(i / AXON_POOL_PER_DIR), i)
+end
+
+-- AXON_DRAW distinct files of the pool, at random, uniformly (without repeats in one request).
+local function axon_target()
+  if not AXON_DRAW_BATCH then return "/files/" .. axon_pool_name(math.random(AXON_POOL) - 1) end
+  local picked, parts = {}, {}
+  while #parts < AXON_DRAW do
+    local i = math.random(AXON_POOL) - 1
+    if not picked[i] then
+      picked[i] = true
+      parts[#parts + 1] = "file" .. (#parts + 1) .. "=" .. axon_pool_name(i)
+    end
+  end
+  return "/api/stream-files?" .. table.concat(parts, "&")
+end
+
+function axon_prepare()
+  math.randomseed(AXON_SEED + 7919 * axon_index)
+  axon_static = wrk.format()
+  if AXON_DISTINCT_HEADER ~= "" then
+    -- The prepared request cut where the header goes: each request is head .. counter .. tail.
+    local cut = axon_static:find("\r\n\r\n", 1, true)
+    axon_head = axon_static:sub(1, cut - 1) .. "\r\n" .. AXON_DISTINCT_HEADER .. ": " .. axon_index .. "-"
+    axon_tail = axon_static:sub(cut)
+  end
+end
+
+function axon_next()
+  if AXON_DRAW > 0 then return wrk.format(nil, axon_target()) end
+  if axon_head then
+    axon_counter = axon_counter + 1
+    return axon_head .. axon_counter .. axon_tail
+  end
+  return axon_static
+end
+"""
+
+_DYNAMIC_HOOKS = r"""
+function init(args) axon_prepare() end
+function request() return axon_next() end
+"""
+
+
+def _next_constants(request: HttpRequest, seed: int | None) -> str:
+    draw = request.draw
+    return _constants(
+        AXON_DRAW=draw.count if draw else 0, AXON_DRAW_BATCH=bool(draw and draw.batch),
+        AXON_POOL=draw.pool if draw else 0, AXON_POOL_FORMAT=POOL_FORMAT, AXON_POOL_PER_DIR=POOL_PER_DIR,
+        AXON_DISTINCT_HEADER=request.distinct_header,
+        # A new seed per run: two runs draw different files; the threads' seeds differ by index.
+        AXON_SEED=random.randrange(2**31) if seed is None else seed,
+    )
+
+
 def _constants(**values: object) -> str:
     lines = []
     for name, value in values.items():
-        if isinstance(value, str):
+        if isinstance(value, bool):
+            lines.append(f"{name} = {'true' if value else 'false'}")
+        elif isinstance(value, str):
             lines.append(f"{name} = {quote(value)}")
         elif isinstance(value, tuple):
             lines.append(f"{name} = {{{', '.join(repr(v) for v in value)}}}")
@@ -186,18 +259,23 @@ def _constants(**values: object) -> str:
     return "\n".join(lines) + "\n"
 
 
-def peak_script(request: HttpRequest) -> str:
-    """As fast as the server answers: wrk's static request, and JSON at the end."""
+def peak_script(request: HttpRequest, seed: int | None = None) -> str:
+    """As fast as the server answers: wrk's static request (or one built for each request, when
+    ``request.dynamic``), and JSON at the end."""
+    dynamic = ""
+    if request.dynamic:
+        dynamic = _next_constants(request, seed) + _THREADS + _NEXT + _DYNAMIC_HOOKS
     return (
         "-- generated by axon bench\n"
         + _constants(AXON_MARKER=MARKER, AXON_PERCENTILES=PERCENTILES)
         + _request_setup(request)
         + _JSON_HELPERS
+        + dynamic
         + _DONE
     )
 
 
-def paced_script(request: HttpRequest, rate: float, connections: int) -> str:
+def paced_script(request: HttpRequest, rate: float, connections: int, seed: int | None = None) -> str:
     """``rate`` requests/s in total over ``connections`` connections (one per wrk thread)."""
     if rate <= 0:
         raise ValueError("the rate must be positive")
@@ -205,8 +283,11 @@ def paced_script(request: HttpRequest, rate: float, connections: int) -> str:
         "-- generated by axon bench (constant rate)\n"
         + _constants(AXON_MARKER=MARKER, AXON_PERCENTILES=PERCENTILES, AXON_RATE=float(rate),
                      AXON_CONNECTIONS=int(connections), AXON_STEP=HISTOGRAM_STEP)
+        + _next_constants(request, seed)
         + _request_setup(request)
         + _JSON_HELPERS
+        + _THREADS
+        + _NEXT
         + _PACED
         + _DONE
     )

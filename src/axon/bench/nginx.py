@@ -5,7 +5,8 @@ temp paths, in the foreground (``daemon off``) so that it lives in the benchmark
 One worker, ``sendfile on``, no access log, and ``open_file_cache`` -- the way one would tune nginx
 for speed on one core. The cache is there because ``axon serve`` keeps files open between
 requests too: without it nginx would open and close every file for every request, and the
-yardstick would be slower than nginx at its best.
+yardstick would be slower than nginx at its best. The cache holds the whole random-file pool and
+the examples besides, so that a random file is as warm for nginx as for anyone.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ import shutil
 from pathlib import Path
 
 from .procs import Command
+from .scenarios import POOL_FILES
 
 NGINX = "/usr/sbin/nginx"
+#: Open files nginx keeps: the pool, and room for the examples (about 40) and more.
+OPEN_FILE_CACHE = POOL_FILES + 1024
+WORKER_CONNECTIONS = 4096
 
 # The variables nginx's stock ``uwsgi_params`` passes; written here so that the config does not
 # depend on where a distribution keeps that file.
@@ -46,10 +51,12 @@ def _config(prefix: Path, port: int, server_body: str) -> str:
 {user}daemon off;
 master_process on;
 worker_processes 1;
+# Room for every cached file and every connection (raised as far as the hard limit allows).
+worker_rlimit_nofile {OPEN_FILE_CACHE + WORKER_CONNECTIONS + 64};
 pid {prefix}/nginx.pid;
 error_log {prefix}/error.log warn;
 events {{
-    worker_connections 4096;
+    worker_connections {WORKER_CONNECTIONS};
 }}
 http {{
     access_log off;
@@ -61,7 +68,7 @@ http {{
     sendfile on;
     tcp_nopush on;
     tcp_nodelay on;
-    open_file_cache max=1024 inactive=60s;
+    open_file_cache max={OPEN_FILE_CACHE} inactive=60s;
     open_file_cache_valid 60s;
     keepalive_timeout 75s;
     keepalive_requests 1000000;

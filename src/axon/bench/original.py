@@ -87,13 +87,15 @@ def install(cache_dir: Path) -> Path:
 
 
 def prepare_workdir(workdir: Path, root: Path) -> Path:
-    """The app's working directory: main.py, routes.py, ``examples`` -> the files under test, logs/."""
+    """The app's working directory: main.py, routes.py, ``examples`` (and ``pool``, the random
+    scenarios' files, when made) -> the files under test, logs/."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "main.py").write_text(MAIN_PY)
     (workdir / "routes.py").write_text(ROUTES_PY)
-    link = workdir / "examples"
-    if not link.exists():
-        os.symlink(root / "examples", link)
+    for name in ("examples", "pool"):
+        link = workdir / name
+        if (root / name).is_dir() and not link.exists():
+            os.symlink(root / name, link)
     (workdir / "logs").mkdir(exist_ok=True)
     return workdir
 

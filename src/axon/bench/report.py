@@ -123,6 +123,38 @@ def summary_table(rs: ResultSet, phase: str, key: str, references: tuple[str, ..
     return "\n".join(lines)
 
 
+def real_table(rs: ResultSet, phase: str, references: tuple[str, ...]) -> str:
+    """Real traffic (random files, and requests made distinct): scenarios in rows, and for each
+    target its files/s and its p99, each with its ratios; "" when the run has none of them."""
+    scenarios = [s for s in rs.scenarios() if s.pool or s.distinct]
+    if not scenarios:
+        return ""
+    columns = []
+    for target in rs.targets:
+        columns += [f"{target} files/s", f"{target} p99 (ms)"]
+    lines = _header("Scenario", columns)
+    for s in scenarios:
+        cells = []
+        for target in rs.targets:
+            r = rs.find(target, s.name, phase)
+            if r is None or not r.ok:
+                cells += ["–" if r is None else r.status, ""]
+                continue
+            rate = value(r, "rps", per_batch=True)
+            shown = None if rate is None else rate * (s.file_count if s.kind in ("batch", "file") else 1)
+            cells.append(_with_ratios(fmt("count", shown), rs, r, "rps", references))
+            cells.append(_with_ratios(fmt("ms", value(r, "p99")), rs, r, "p99", references))
+        lines.append(_row([f"{s.name} ({s.label})", *cells]))
+    return "\n".join(lines)
+
+
+REAL_NOTE = ("Files drawn at random from a pool of 4 KiB files for every request, and requests whose"
+             " headers differ every time (`~`): no two requests alike. Files/s are requests/s for the"
+             " scenarios without a file (health). In parentheses: the ratio to the reference, same"
+             " scenario and phase; nginx serves one file per request, so its files/s are its requests/s"
+             " and its p99 is that of one file.")
+
+
 def formats_table(rs: ResultSet, target: str, phase: str) -> str:
     """Files/s of each batch as multipart, zip (CRCs known, then cold) and tar, with each
     archive's ratio to the multipart batch; "" when the run has no archive scenario."""
@@ -181,6 +213,10 @@ def render(rs: ResultSet, references: tuple[str, ...] = (), descriptions: dict[s
     if descriptions:
         out += ["Targets:", ""] + [f"- `{name}`: {text}" for name, text in descriptions.items()] + [""]
     note = legend(rs, references)
+    for phase in rs.phases:  # real traffic first: the figures that matter most
+        table = real_table(rs, phase, references)
+        if table:
+            out += [f"## Real traffic: {PHASE_TITLES[phase]}", "", REAL_NOTE, "", table, ""]
     for target in rs.targets:
         for phase in rs.phases:
             table = formats_table(rs, target, phase)

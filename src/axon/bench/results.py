@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .scenarios import Scenario, every
+from .scenarios import Scenario, catalogue
 from .wrk import Stats, WrkResult
 
 PHASES = ("burst", "sustained", "rate")
@@ -96,7 +96,7 @@ METRICS: list[Metric] = [
            lambda w: w.thread_rps.within_stdev if w.thread_rps.within_stdev is not None else float("nan"), "percent"),
 ]
 METRIC = {m.key: m for m in METRICS}
-_SCENARIOS = {s.name: s for s in every()}
+_SCENARIOS = {s.name: s for s in catalogue()}
 RSS_LABEL = "Peak RSS (MB)"
 
 
@@ -158,7 +158,7 @@ class ResultSet:
 
     def scenarios(self, target: str | None = None) -> list[Scenario]:
         names = {r.scenario for r in self.results if target is None or r.target == target}
-        return [s for s in every() if s.name in names]
+        return [s for s in catalogue() if s.name in names]
 
     def ratios(self, result: Result, references: tuple[str, ...]) -> dict[str, dict[str, float | None]]:
         out: dict[str, dict[str, float | None]] = {}

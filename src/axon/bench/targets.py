@@ -89,16 +89,19 @@ def _original(ctx: Context) -> list[Command]:
 
 def _gunicorn(ctx: Context) -> list[Command]:
     # gthread: the threaded worker, the only sync-style one that keeps connections alive.
+    # No cap on the request line but Axon's own (as the README deploys it): gunicorn's default,
+    # 4,094 bytes, refuses R256's URL, which Axon's client sends as a GET.
     argv = [sys.executable, "-m", "gunicorn", "-k", "gthread", "-w", "2", "--threads", "16",
-            "--keep-alive", "75", "--backlog", BACKLOG, "--log-level", "warning",
+            "--keep-alive", "75", "--backlog", BACKLOG, "--log-level", "warning", "--limit-request-line", "0",
             "-b", f"{ctx.host}:{ctx.port}", ctx.app(WSGI_APP)]
     return [Command(argv, "gunicorn", ctx.env)]
 
 
 def _uwsgi(ctx: Context) -> list[Command]:
     # http11-socket: uWSGI parses HTTP in its workers (no router process) and keeps alive.
+    # buffer-size: the request head's bytes, its largest (the default 4 KB refuses R256's URL).
     argv = [shutil.which("uwsgi") or "uwsgi", "--http11-socket", f"{ctx.host}:{ctx.port}",
-            "--master", "--processes", "2", "--threads", "16", "--module", ctx.app(WSGI_APP),
+            "--master", "--processes", "2", "--threads", "16", "--buffer-size", "65535", "--module", ctx.app(WSGI_APP),
             "--listen", BACKLOG, "--disable-logging", "--die-on-term", "--need-app"]
     return [Command(argv, "uwsgi", ctx.env)]
 

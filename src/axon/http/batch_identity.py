@@ -21,7 +21,7 @@ from functools import lru_cache
 from collections.abc import Sequence
 from typing import NamedTuple, Union
 
-from .multipart import CACHED_PATH_CHARS
+from .multipart import CACHED_PATH_CHARS, PER_FILE_CACHE
 
 # Bumped whenever the framing of a batch changes: old tags must stop matching new bytes.
 _VERSION = b"axon-batch-v2"
@@ -50,11 +50,19 @@ def identity_of(
     the bytes, so it is hashed in and returned as is."""
     if signatures and max(map(len, signatures)) > 8:  # in C: a batch of whole files pays ~nothing
         return _sliced_identity(key, signatures, boundary, fmt)
+    return identity_from(key, [record_of(signature) for signature in signatures], boundary, fmt)
+
+
+def record_of(signature: Signature) -> bytes:
+    """What one whole file adds to a batch's digest (kept per file version: see ``PER_FILE_CACHE``)."""
+    return (_cached_record if len(signature[0]) <= CACHED_PATH_CHARS else _record)(*signature)
+
+
+def identity_from(key: bytes, records: Sequence[bytes], boundary: str | None = None, fmt: str = "multipart") -> BatchIdentity:
+    """:func:`identity_of` for a batch of whole files whose records (:func:`record_of`) are known."""
     h = _keyed(key, fmt).copy()
     h.update(_field((boundary or "").encode("ascii")))
-    h.update(b"".join([
-        (_cached_record if len(signature[0]) <= CACHED_PATH_CHARS else _record)(*signature) for signature in signatures
-    ]))
+    h.update(b"".join(records))
     digest = h.hexdigest()
     # Two halves: the tag a client sees says nothing about the boundary, and the reverse.
     return BatchIdentity(f'"{digest[:32]}"', boundary or digest[32:])
@@ -99,7 +107,7 @@ def _record(path: str, content_type: str, size: int, mtime_ns: int, ctime_ns: in
     return _field(path.encode("utf-8", "surrogateescape")) + _field(content_type.encode("utf-8")) + stat
 
 
-_cached_record = lru_cache(maxsize=4096)(_record)
+_cached_record = lru_cache(maxsize=PER_FILE_CACHE)(_record)
 
 
 def _field(data: bytes) -> bytes:

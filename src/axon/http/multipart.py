@@ -63,8 +63,12 @@ def file_part_headers(requested: str, name: str, content_type: str) -> str:
     return _cached_part_headers(requested, name, content_type)
 
 
-#: Paths longer than this (requested and resolved together) are not kept in the caches.
-CACHED_PATH_CHARS = 2048
+#: What is said of one file (its part's headers, its record in a batch's identity, its
+#: validators) is kept for this many files, so that a pool of files served at random is formatted
+#: once per file version, not once per request; only for paths of at most ``CACHED_PATH_CHARS``
+#: (requested and resolved together), so that what clients send cannot grow it past a few MiB.
+PER_FILE_CACHE = 16384
+CACHED_PATH_CHARS = 512
 
 
 #: A part's Content-Location is this prefix and the requested path: an absolute path, so that
@@ -82,11 +86,12 @@ def _part_headers(requested: str, name: str, content_type: str) -> str:
     )
 
 
-_cached_part_headers = lru_cache(maxsize=4096)(_part_headers)
+_cached_part_headers = lru_cache(maxsize=PER_FILE_CACHE)(_part_headers)
 
 
-def frame(boundary: str, parts: Iterable[tuple[str, Segment]]) -> list[Segment]:
-    """The body segments for ``parts``, each a block of header lines and its content.
+def frame(boundary: str, parts: Iterable[tuple[str, Segment | int]]) -> list[Segment]:
+    """The body segments for ``parts``, each a block of header lines and its content (or the
+    content's size alone, which stands in the list for the content to come).
 
     ``--B CRLF headers CRLF data CRLF --B ... CRLF --B-- CRLF``, with neighbouring bytes joined so
     that each part costs one bytes segment and one file slice.
@@ -95,7 +100,8 @@ def frame(boundary: str, parts: Iterable[tuple[str, Segment]]) -> list[Segment]:
     segments: list[Segment] = []
     pending = ""
     for header_lines, content in parts:
-        size = len(content) if isinstance(content, bytes) else content.count
+        # A size alone stands in for content whose bytes come later (a layout: formats.py).
+        size = content if type(content) is int else len(content) if isinstance(content, bytes) else content.count
         pending += f"{delimiter}{header_lines}Content-Length: {size}\r\n\r\n"
         if not isinstance(content, bytes):  # a slice of a file or an object
             segments.append(pending.encode("ascii"))

@@ -32,8 +32,6 @@ pool; a small read stays inline, as the native server reads small slices inline 
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from ..errors import BadRequest, HTTPError, PayloadTooLarge, PreconditionFailed, ServiceUnavailable, WouldBlock
 from ..storage import File, Source
 from ..storage.crc_cache import FileChanged
@@ -41,7 +39,6 @@ from ..limits import Limits
 from ..response import Response
 from ..http.batch_identity import Signature
 from ..http.conditional import evaluate, if_range_allows
-from ..http.multipart import CACHED_PATH_CHARS
 from ..http.ranges import Span, content_range, parse_range
 from ..http.segments import Segment, body_length, slice_segments
 from .formats import NEEDS_CRC, Format, Layout, multipart_mixed
@@ -93,12 +90,19 @@ def combine(failures: list[HTTPError], total: int) -> HTTPError:
     status = 503 if any(f.status == 503 for f in failures) else min(f.status for f in failures)
     paths = [p for f in failures for p in f.paths]
     details = [{"path": p, "status": f.status, "code": f.code, "message": f.message} for f in failures for p in f.paths]
+    # What the failures of that status say beside it (a 503's Retry-After): each header once.
+    headers: dict[str, str] = {}
+    for f in failures:
+        if f.status == status:
+            for name, value in f.headers:
+                headers.setdefault(name, value)
     return HTTPError(
         f"{len(failures)} of the {total} requested files cannot be served",
         status=status,
         code="batch_refused",
         paths=paths,
         details=details,
+        headers=list(headers.items()),
     )
 
 
@@ -129,10 +133,7 @@ def plan_batch(
     try:
         chosen = [opened[p] for p in paths]
         spans = resolve_all(paths, [f.size for f in chosen], slices) if slices is not None else None
-        total = named = 0
-        for p, f in zip(paths, chosen):
-            total += f.size
-            named += len(p)
+        total = sum([f.size for f in chosen])
         if spans is not None:  # the bytes sent, not the files' sizes
             total = sum(f.size if s is None else s[1] - s[0] for f, s in zip(chosen, spans))
         if total > limits.max_batch_bytes:
@@ -163,11 +164,7 @@ def plan_batch(
                 return plan_batch(store, paths, limits, boundary=boundary, key=key, headers=headers,
                                   method=method, fmt=fmt, slices=slices, on_loop=on_loop,
                                   _retries=_retries - 1)
-        # Without a key there is no identity to name a layout by (the boundary is random).
-        if key is not None and len(chosen) <= LAYOUT_CACHE_FILES and named <= CACHED_PATH_CHARS * 4:
-            etag, content_type, filename, heads = _cached_layout(fmt, key, boundary, signatures, crcs)
-        else:
-            etag, content_type, filename, heads = fmt(key, boundary, signatures, crcs)
+        etag, content_type, filename, heads = fmt(key, boundary, signatures, crcs)
         # A browser that opens a batch URL saves it under this name, not the URL's last segment.
         out = [("Content-Type", content_type), ("Content-Disposition", f'attachment; filename="{filename}"')]
         if etag is None:
@@ -219,20 +216,6 @@ def checksums(store: Source, chosen: list[File], read_limit: int | None = None) 
 def file_signature(f: File) -> Signature:
     """An open file's facts, as the identity and the framing of a batch take them."""
     return (f.path, f.content_type, f.size, f.mtime_ns, f.ctime_ns, f.inode, f.device, f.name)
-
-
-def _layout(
-    fmt: Format, key: bytes, boundary: str | None, signatures: tuple[Signature, ...], crcs: tuple[int, ...]
-) -> Layout:
-    return fmt(key, boundary, signatures, crcs)
-
-
-#: The same batch of unchanged files is the same bytes, so a repeated batch (an app's asset
-#: bundle, a benchmark) reuses its layout (ETag, Content-Type, framing), whatever its format. A
-#: file's change changes its signature and so the key: nothing stale can be served. Batches of
-#: more files, or of long paths, are framed anew (at most 128 x 8 KiB of paths are kept).
-_cached_layout = lru_cache(maxsize=128)(_layout)
-LAYOUT_CACHE_FILES = 64
 
 
 def _ranged(

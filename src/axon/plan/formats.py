@@ -6,7 +6,8 @@ a :data:`Layout`: the batch's ``ETag``, its ``Content-Type``, the file name a br
 under, and the N + 1 blocks of bytes that
 go before, between and after its N files. The planner (:func:`axon.plan.batch.plan_batch`) puts
 each file's segment between the blocks, so the exact length is known before a byte is sent,
-``Range`` and ``If-Range`` work on every format alike, and a repeated batch reuses its layout.
+``Range`` and ``If-Range`` work on every format alike. What a format says of one file version
+(a part's headers, its record in the identity) is kept, not made again for every batch.
 
 ``multipart/mixed`` is the first; tar and zip (:mod:`axon.http.archive` frames them) are the
 same shape: a tar header before each file and its padding after, a zip's local headers and its
@@ -22,15 +23,15 @@ asks before overwriting), so the layout of a batch is always one entry per reque
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Callable, Optional
 
 from ..http.archive import (
     TAR_END, tar_header, tar_padding, zip_central_record, zip_end, zip_entry, zip_local_header,
 )
-from ..http.batch_identity import Signature, identity_of
-from ..http.multipart import file_part_headers, frame, new_boundary
+from ..http.batch_identity import Signature, identity_from, identity_of, record_of
+from ..http.multipart import CACHED_PATH_CHARS, PER_FILE_CACHE, file_part_headers, frame, new_boundary
 from ..http.ranges import content_range
-from ..http.segments import FileSlice
 
 #: (ETag or None without a key, Content-Type, file name, the N + 1 blocks around the N files)
 Layout = tuple[Optional[str], str, str, tuple[bytes, ...]]
@@ -44,30 +45,56 @@ def multipart_mixed(
     """RFC 2046 ``multipart/mixed``, one part per file (:mod:`axon.http.multipart` frames it).
     With a key, its identity names the ETag and the boundary; without one, the batch has no
     ETag and a random boundary (or the one given)."""
+    if signatures and max(map(len, signatures)) == 8:
+        return _whole_files(key, boundary, signatures)
     if key is None:
         etag, boundary = None, boundary or new_boundary()
     else:
         identity = identity_of(key, signatures, boundary)
         etag, boundary = identity.etag, identity.boundary
-    # Each file stands in as a slice of no descriptor: frame() needs only its length. A
+    # Each file stands in as its length: all that frame() needs of it. A
     # signature with a span (a slice of the file) frames that span, and says so.
     if signatures and max(map(len, signatures)) > 8:
         parts = [_sliced_part(s) if len(s) > 8 else _whole_part(s) for s in signatures]
     else:
-        parts = [(file_part_headers(s[0], s[7], s[1]), FileSlice(-1, 0, s[2])) for s in signatures]
+        parts = [(file_part_headers(s[0], s[7], s[1]), s[2]) for s in signatures]
     framed = frame(boundary, parts)
     # The name the article's own ``curl -o`` gives a batch.
     return etag, f"multipart/mixed; boundary={boundary}", "batch.multipart", tuple(framed[0::2])  # type: ignore[arg-type]
 
 
-def _whole_part(s: Signature) -> tuple[str, FileSlice]:
-    return file_part_headers(s[0], s[7], s[1]), FileSlice(-1, 0, s[2])
+def _whole_files(key: bytes | None, boundary: str | None, signatures: tuple[Signature, ...]) -> Layout:
+    """``multipart_mixed`` of whole files, the common case, from what is kept per file version
+    (:func:`_piece`): the bytes :func:`~axon.http.multipart.frame` would make, in one pass."""
+    pieces = [_piece(s) if len(s[0]) <= CACHED_PATH_CHARS else _piece_of(s) for s in signatures]
+    if key is None:
+        etag, boundary = None, boundary or new_boundary()
+    else:
+        identity = identity_from(key, [record for record, _ in pieces], boundary)
+        etag, boundary = identity.etag, identity.boundary
+    between = f"\r\n--{boundary}\r\n".encode("ascii")
+    heads = [between + lines for _, lines in pieces]
+    heads[0] = heads[0][2:]  # the first delimiter has no CRLF before it
+    heads.append(f"\r\n--{boundary}--\r\n".encode("ascii"))
+    return etag, f"multipart/mixed; boundary={boundary}", "batch.multipart", tuple(heads)
 
 
-def _sliced_part(s: Signature) -> tuple[str, FileSlice]:
+def _piece_of(s: Signature) -> tuple[bytes, bytes]:
+    """One whole file's record in the batch identity, and its part's header lines to the blank line."""
+    return record_of(s), f"{file_part_headers(s[0], s[7], s[1])}Content-Length: {s[2]}\r\n\r\n".encode("ascii")
+
+
+_piece = lru_cache(maxsize=PER_FILE_CACHE)(_piece_of)
+
+
+def _whole_part(s: Signature) -> tuple[str, int]:
+    return file_part_headers(s[0], s[7], s[1]), s[2]
+
+
+def _sliced_part(s: Signature) -> tuple[str, int]:
     start, stop = s[8]  # type: ignore[misc]
     headers = file_part_headers(s[0], s[7], s[1]) + f"Content-Range: {content_range((start, stop), s[2])}\r\n"
-    return headers, FileSlice(-1, 0, stop - start)
+    return headers, stop - start
 
 
 def tar(key: bytes | None, boundary: str | None, signatures: tuple[Signature, ...], crcs: tuple[int, ...] = ()) -> Layout:
@@ -91,11 +118,16 @@ def zip_stored(key: bytes | None, boundary: str | None, signatures: tuple[Signat
         offset += len(local) + s[2]
     central = b"".join(directory)
     blocks.append(central + zip_end(len(directory), offset, len(central)))
-    return _etag(key, signatures, "zip"), "application/zip", "batch.zip", tuple(blocks)
+    return _etag(key, signatures, "zip", _ZIP_LAYOUT), "application/zip", "batch.zip", tuple(blocks)
 
 
-def _etag(key: bytes | None, signatures: tuple[Signature, ...], name: str) -> str | None:
-    return identity_of(key, signatures, None, name).etag if key is not None else None
+#: Hashed into a zip's ETag where a boundary would go: the zip's bytes changed when entries got
+#: their UT time field, and a resume (If-Range) across that change must not splice the two.
+_ZIP_LAYOUT = "zip-ut"
+
+
+def _etag(key: bytes | None, signatures: tuple[Signature, ...], name: str, layout: str | None = None) -> str | None:
+    return identity_of(key, signatures, layout, name).etag if key is not None else None
 
 
 #: The formats by the name a request gives (a URL's suffix), and by media type (``Accept``).

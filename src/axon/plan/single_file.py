@@ -10,21 +10,24 @@ from ..storage import File, Source
 from ..limits import Limits
 from ..response import Response
 from ..http.conditional import date_is_strong, evaluate, http_date, if_range_allows
-from ..http.multipart import frame, new_boundary
+from ..http.multipart import PER_FILE_CACHE, frame, new_boundary
 from ..http.ranges import content_range, parse_range
 
 
 def etag(f: File) -> str:
-    """Strong: a replaced file (new inode) or a changed one (size, mtime) gets a new tag."""
-    return _version(f.inode, f.mtime_ns, f.size, f.content_type)[0]
+    """Strong: a replaced file (new inode) or a changed one (size, mtime, or ctime: content
+    rewritten with its mtime put back moves the ctime) gets a new tag."""
+    return _version(f.inode, f.mtime_ns, f.ctime_ns, f.size, f.content_type)[0]
 
 
-@lru_cache(maxsize=1024)
-def _version(inode: int, mtime_ns: int, size: int, content_type: str) -> tuple[str, int, tuple, tuple]:
+@lru_cache(maxsize=PER_FILE_CACHE)
+def _version(inode: int, mtime_ns: int, ctime_ns: int, size: int, content_type: str) -> tuple[str, int, tuple, tuple]:
     """What the headers say of one version of a file, formatted once per version (a file is
     served many times as it is): its ETag, its Last-Modified in whole seconds, the validators
     (for a 304) and the headers of the whole file (for a 200)."""
-    tag = f'"{inode:x}-{mtime_ns:x}-{size:x}"'
+    # The ctime only where it differs from the mtime (a write sets both alike): a file never
+    # rewritten behind its mtime's back keeps the tag it always had.
+    tag = f'"{inode:x}-{mtime_ns:x}-{size:x}"' if ctime_ns == mtime_ns else f'"{inode:x}-{mtime_ns:x}-{size:x}-{ctime_ns:x}"'
     mtime = mtime_ns // 1_000_000_000  # whole seconds, floored, no float rounding
     validators = (("ETag", tag), ("Last-Modified", http_date(mtime)))
     return tag, mtime, validators, (*validators, ("Accept-Ranges", "bytes"), ("Content-Type", content_type))
@@ -40,7 +43,7 @@ def plan_file(store: Source, path: str, method: str, headers: dict[str, str], li
 
 
 def _plan(f: File, method: str, headers: dict[str, str], limits: Limits) -> Response:
-    tag, mtime, validators, whole = _version(f.inode, f.mtime_ns, f.size, f.content_type)
+    tag, mtime, validators, whole = _version(f.inode, f.mtime_ns, f.ctime_ns, f.size, f.content_type)
     verdict = evaluate(method, headers, tag, mtime)
     if verdict == 304:
         f.close()

@@ -14,19 +14,81 @@ import argparse
 import importlib
 import os
 import shutil
+import ssl
 import sys
 import tempfile
 from typing import Any
 
 from ..config import environment, flag, variable
+from ..storage import FILE_CACHE_SIZE
 
 
 def _env(name: str, default: Any = None) -> Any:
     return variable(name, default)
 
 
+#: AXON_* switches set to a word that is neither true nor false, met while the parser was built:
+#: ``run`` reports them as a usage error (the parser is built for every subcommand's sake).
+_BAD_SWITCHES: list[str] = []
+
+
 def _env_bool(name: str) -> bool:
-    return flag(name)
+    try:
+        return flag(name)
+    except ValueError as exc:
+        _BAD_SWITCHES.append(str(exc))
+        return False
+
+
+def _port(text: str) -> int:
+    value = _int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535 (0: any free port), not {value}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+
+
+def _at_least(least: int) -> Any:
+    def check(text: str) -> int:
+        value = _int(text)
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be {least} or more, not {value}")
+        return value
+    return check
+
+
+def _seconds(*, positive: bool) -> Any:
+    def check(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number of seconds, not {text!r}") from None
+        if not 0 <= value < float("inf") or (positive and value == 0):  # NaN fails too
+            raise argparse.ArgumentTypeError(f"must be {'more than 0' if positive else '0 or more'} seconds, not {text}")
+        return value
+    return check
+
+
+def _readable_file(text: str) -> str:
+    """A PEM file named by --certfile or --keyfile: named in the error when it cannot be read."""
+    try:
+        with open(text, "rb"):
+            pass
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {text}: {exc.strerror or exc}") from None
+    return text
+
+
+def usage_error(message: str) -> SystemExit:
+    """``axon serve: error: ...`` on stderr and exit status 2, as argparse does for a bad flag."""
+    print(f"axon serve: error: {message}", file=sys.stderr)
+    return SystemExit(2)
 
 
 def cpu_count() -> int:
@@ -56,9 +118,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--region", default=None, help="for ROOT s3://...: the bucket's region (AWS_REGION)")
     p.add_argument("--allow-http", action="store_true", default=None,
                    help="for ROOT s3://...: allow a plain http:// endpoint (AWS_ALLOW_HTTP)")
-    p.add_argument("--store-timeout", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--store-timeout", type=_seconds(positive=True), default=None, metavar="SECONDS",
                    help="for ROOT s3://...: seconds one request to the store may take (AXON_STORE_TIMEOUT; default 30)")
-    p.add_argument("--object-cache", type=int, default=None, metavar="MIB",
+    p.add_argument("--object-cache", type=_at_least(0), default=None, metavar="MIB",
                    help="for ROOT s3://...: MiB of small objects' bytes (64 KiB or less) each worker keeps by key and "
                         "ETag; a batch's listing tells whether they are current, so a repeated batch costs no GET "
                         "(AXON_OBJECT_CACHE; default 64; 0: none)")
@@ -68,8 +130,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "(AXON_NO_OBJECT_LISTING=1; default on)")
     p.add_argument("--host", default=_env("AXON_HOST", "127.0.0.1"),
                    help="address to listen on (AXON_HOST; default 127.0.0.1; 0.0.0.0 for every interface)")
-    p.add_argument("--port", type=int, default=_env("AXON_PORT", 8000), help="port (AXON_PORT; default 8000; 0: any free port)")
-    p.add_argument("--workers", type=int, default=_env("AXON_WORKERS", cpu_count()),
+    p.add_argument("--port", type=_port, default=_env("AXON_PORT", 8000), help="port (AXON_PORT; default 8000; 0: any free port)")
+    p.add_argument("--workers", type=_at_least(0), default=_env("AXON_WORKERS", cpu_count()),
                    help="worker processes (AXON_WORKERS; default: the number of CPUs this process may run on; "
                         "0: serve in this process, without a supervisor)")
     p.add_argument("--app", default=_env("AXON_APP"), metavar="MODULE:ATTR",
@@ -84,18 +146,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--reuse-port", action=argparse.BooleanOptionalAction, default=_env_bool("AXON_REUSE_PORT"),
                    help="one listening socket per worker (SO_REUSEPORT): the kernel spreads new connections "
                         "evenly over the workers (AXON_REUSE_PORT; default off: one shared accept queue)")
-    p.add_argument("--graceful-timeout", type=float, default=_env("AXON_GRACEFUL_TIMEOUT", 30.0),
+    p.add_argument("--graceful-timeout", type=_seconds(positive=False), default=_env("AXON_GRACEFUL_TIMEOUT", 30.0),
                    help="seconds in-flight responses get to finish on SIGTERM/SIGINT (AXON_GRACEFUL_TIMEOUT; default 30)")
-    p.add_argument("--max-connections", type=int, default=_env("AXON_MAX_CONNECTIONS", 10000),
+    p.add_argument("--max-connections", type=_at_least(1), default=_env("AXON_MAX_CONNECTIONS", 10000),
                    help="open connections per worker; more get 503 (AXON_MAX_CONNECTIONS; default 10000)")
-    p.add_argument("--file-cache", type=int, default=_env("AXON_FILE_CACHE", 1024), metavar="N",
-                   help="open files each worker keeps for reuse; edits, deletions and renames over a file are "
-                        "seen at once, other changes to what a path names within 1 s (AXON_FILE_CACHE; "
-                        "default 1024; 0: open every file for every request)")
-    p.add_argument("--replay", action=argparse.BooleanOptionalAction, default=not _env_bool("AXON_NO_REPLAY"),
-                   help="answer a request that repeats the bytes of one answered before from that answer, without "
-                        "parsing or planning it again, while every file it holds is unchanged (one fstat each); "
-                        "default on (--no-replay or AXON_NO_REPLAY=1: plan every request)")
+    p.add_argument("--file-cache", type=_at_least(0), default=_env("AXON_FILE_CACHE", FILE_CACHE_SIZE), metavar="N",
+                   help="open files each worker keeps for reuse, as nginx's open_file_cache: closed after 60 s "
+                        "unused; edits, deletions and renames over a file are seen at once, other changes to what "
+                        "a path names within 5 s (AXON_FILE_CACHE; default 10000, at most half the open-files "
+                        "limit; 0: open every file for every request)")
+    # Answers were once replayed for requests that repeated byte for byte; accepted, and said to
+    # do nothing, so that a service started with it still starts.
+    p.add_argument("--replay", action=argparse.BooleanOptionalAction, default=None, help=argparse.SUPPRESS)
     p.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=_env_bool("AXON_METRICS"),
                    help="Prometheus metrics at GET /metrics, summed over the workers (AXON_METRICS; the workers "
                         "keep their counts in AXON_METRICS_DIR, default a fresh temporary directory)")
@@ -112,8 +174,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "by its path, size and mtime (not inode and ctime), so ETags and batch bytes agree on "
                         "every node; needs AXON_IDENTITY_SECRET (or AXON_SECRET) shared by them "
                         "(AXON_PORTABLE_IDENTITY)")
-    p.add_argument("--certfile", default=_env("AXON_CERTFILE"), help="TLS certificate chain, PEM (AXON_CERTFILE)")
-    p.add_argument("--keyfile", default=_env("AXON_KEYFILE"), help="TLS private key, PEM (AXON_KEYFILE)")
+    p.add_argument("--certfile", type=_readable_file, default=_env("AXON_CERTFILE"), help="TLS certificate chain, PEM (AXON_CERTFILE)")
+    p.add_argument("--keyfile", type=_readable_file, default=_env("AXON_KEYFILE"), help="TLS private key, PEM (AXON_KEYFILE)")
     p.set_defaults(func=run)
     return p
 
@@ -135,7 +197,7 @@ def load_app(
                    portable_identity=portable_identity)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise SystemExit(f"--app takes MODULE:ATTR, e.g. mysite:app, not {spec!r}")
+        raise usage_error(f"--app takes MODULE:ATTR, e.g. mysite:app, not {spec!r}")
     if root is not None:
         os.environ["AXON_ROOT"] = root
     if browse:  # and --browse for an App() built there without saying
@@ -166,8 +228,14 @@ def run(args: argparse.Namespace) -> int:
     from .config import ServerConfig
     from .loops import require_httptools
 
+    if _BAD_SWITCHES:
+        raise usage_error(_BAD_SWITCHES[0])
+    if (args.certfile is None) != (args.keyfile is None):
+        raise usage_error("TLS needs both --certfile and --keyfile")
     axon_log.configure(args.log_level, json_format=args.json_logs, access_log=args.access_log)
     require_httptools()
+    if args.replay is not None:
+        axon_log.logger.warning("--replay/--no-replay does nothing: answers are no longer replayed (README, axon serve)")
     try:
         config = ServerConfig(
             host=args.host,
@@ -177,12 +245,14 @@ def run(args: argparse.Namespace) -> int:
             graceful_timeout=args.graceful_timeout,
             max_connections=args.max_connections,
             file_cache=args.file_cache,
-            replay=args.replay,
             certfile=args.certfile,
             keyfile=args.keyfile,
         )
         if config.tls:
             config.ssl_context()  # a bad certificate fails now, not in each worker
+    except ssl.SSLError as exc:  # its text names no file
+        raise SystemExit(f"axon serve: cannot load --certfile {args.certfile} with --keyfile {args.keyfile}: "
+                         f"{exc.reason or exc}") from None
     except (ValueError, OSError) as exc:
         raise SystemExit(f"axon serve: {exc}") from None
     # The object store's flags, as the variables they stand for: the source reads those.
@@ -196,8 +266,10 @@ def run(args: argparse.Namespace) -> int:
         os.environ.pop("AXON_NO_OBJECT_LISTING", None)
     try:
         app = load_app(args.app, args.root, args.cache_control, args.browse, args.portable_identity)
-    except ValueError as exc:  # e.g. the root is not a directory
-        raise SystemExit(f"axon serve: {exc}") from None
+    except ValueError as exc:  # the root is not a directory; or the store refuses (StoreMisconfigured)
+        if type(exc).__name__ == "StoreMisconfigured":  # the store answered: no usage error, no outage
+            raise SystemExit(f"axon serve: {exc}") from None
+        raise usage_error(str(exc)) from None
     scratch = None
     if args.metrics:
         from ..metrics import instrument

@@ -13,6 +13,7 @@ import ssl
 from dataclasses import dataclass, field
 
 from ..config import environment
+from ..storage import FILE_CACHE_BYTES, FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID
 
 
 @dataclass(frozen=True)
@@ -43,23 +44,24 @@ class ServerConfig:
     #: slices go out with ``sendfile``; without it each write is ``Limits.chunk_size``. It is
     #: also what one slow reader may hold in user space, so it stays small.
     write_chunk: int = 64 * 1024
-    #: Open files each worker keeps for reuse (axon.file_cache: a hit is one ``fstat``; edits,
-    #: deletions and renames over a file are seen at once, other changes of what a path names
-    #: within ``file_cache_valid`` seconds). 0 opens every file for every request.
-    file_cache: int = 1024
-    file_cache_valid: float = 1.0
-    #: Answer a read that repeats one answered before from that answer, while its files are the
-    #: versions it was made from (server/replay.py); ``AXON_NO_REPLAY=1`` turns it off. Needs
-    #: the open-file cache for files (the App's fixed answers, the health probe, need nothing).
-    replay: bool = field(default_factory=lambda: environment().replay)
+    #: The open-file cache (axon.storage.file_cache), as nginx's ``open_file_cache``: at most
+    #: ``file_cache`` descriptors a worker (and at most half its open-files limit), each closed once
+    #: unused for ``file_cache_inactive`` seconds, its path checked again every
+    #: ``file_cache_valid`` seconds, small files' bytes kept up to ``file_cache_bytes`` in all.
+    #: A hit is one ``fstat``: edits, deletions and renames over a file are seen at once. 0 opens
+    #: every file for every request.
+    file_cache: int = FILE_CACHE_SIZE
+    file_cache_valid: float = FILE_CACHE_VALID
+    file_cache_inactive: float = FILE_CACHE_INACTIVE
+    file_cache_bytes: int = FILE_CACHE_BYTES
 
     def __post_init__(self) -> None:
         if self.workers < 0:
             raise ValueError("workers must be 0 or more")
         if (self.certfile is None) != (self.keyfile is None):
             raise ValueError("TLS needs both --certfile and --keyfile")
-        if self.file_cache < 0 or self.file_cache_valid < 0:
-            raise ValueError("file_cache and file_cache_valid must not be negative")
+        if min(self.file_cache, self.file_cache_valid, self.file_cache_inactive, self.file_cache_bytes) < 0:
+            raise ValueError("the file cache's size, times and bytes must not be negative")
         if self.reuse_port and not hasattr(socket, "SO_REUSEPORT"):
             raise ValueError("--reuse-port: this system has no SO_REUSEPORT")
         if self.max_connections < 1 or self.graceful_timeout < 0:

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ..app import Request
-    from ..records import Records
     from ..storage.local import FileStore
     from ..limits import Limits
     from ..response import Response
@@ -34,10 +33,7 @@ class ServedApp(Protocol):
     #: Where files come from. The server reads files only by offset, so it lets requests share
     #: open files (its open-file cache), which it switches on, prunes, and closes at the end.
     store: FileStore
-    #: What the App's responses leave for observers: an answer the server sends again without
-    #: the App (a ``repeatable`` response, server/replay.py) is recorded here as the App would.
-    records: Records
-    #: Changes whenever a route is added: the server forgets the answers it remembered.
+    #: Changes whenever a route is added: the server forgets the heads it remembered.
     routes_version: int
 
     @property
@@ -59,6 +55,16 @@ class ServedApp(Protocol):
 
     async def handle_async(self, request: Request) -> Response:
         """Answer ``request``; an async handler is awaited, a blocking one runs in the pool."""
+        ...
+
+    def remembers(self) -> bool:
+        """Whether the server may send a repeatable response's head again past the App now."""
+        ...
+
+    def record_sent(
+        self, path: str, query: str, nbytes: int, files: int, seconds: float, ended: float, client: str | None,
+    ) -> None:
+        """Count and record a response the server sent past the App (a remembered head)."""
         ...
 
     def fixed_answers(self) -> Mapping[str, Response]:

@@ -1,7 +1,9 @@
 """What a connection is doing: :class:`State`, with its clock and its transitions in one table.
 
-The state decides which clock runs (the connection's ``deadline``, which the worker's sweep
-reads once a second) and what happens when it runs out (``HTTPProtocol.on_timeout``).
+The state decides which clock runs (the connection's ``deadline``, which the worker's sweep reads
+once a second) and what happens when it runs out (``HTTPProtocol.on_timeout``). Every change of
+state goes through ``HTTPProtocol._to``, which checks it against :data:`TRANSITIONS` (as h11's
+``_state.py`` does) and sets the clock from :data:`CLOCKS`: no other code writes either.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ class State(enum.Enum):
     ========  =========================================  ====================  ===============
     state     the connection is                          clock                 when it runs out
     ========  =========================================  ====================  ===============
-    IDLE      between requests                           keep-alive (header    close
-                                                         before the first)
+    NEW       open, nothing received yet                 header                close
+    IDLE      between requests                           keep-alive            close
     HEAD      reading a request's head                   header                408, close
     BODY      reading a request's body                   keep-alive, renewed   408, close
                                                          by each piece
@@ -26,12 +28,15 @@ class State(enum.Enum):
     CLOSED    gone (the transport said so)               none
     ========  =========================================  ====================  ===============
 
-    IDLE -> HEAD on the first bytes of a request -> BODY once its head is complete -> ANSWER
-    once it is complete and its turn came (STALLED while the client does not read) -> IDLE, or
-    HEAD/BODY for the next request already arriving. Any state -> LINGER when the connection
-    closes after its last answer, and -> CLOSED when the transport is lost.
+    NEW or IDLE -> HEAD on the first bytes of a request -> BODY once its head is complete ->
+    ANSWER once it is complete and its turn came (STALLED while the client does not read) ->
+    IDLE, or HEAD/BODY for the next request already arriving. A request answered from the
+    parser's callback (server/shortcuts.py) goes from HEAD or BODY to IDLE at once. Any state ->
+    LINGER when the connection closes after its last answer, and -> CLOSED when the transport
+    is lost.
     """
 
+    NEW = "new"
     IDLE = "idle"
     HEAD = "head"
     BODY = "body"
@@ -41,4 +46,34 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
-IDLE, HEAD, BODY, ANSWER, STALLED, LINGER, CLOSED = State
+NEW, IDLE, HEAD, BODY, ANSWER, STALLED, LINGER, CLOSED = State
+
+#: The worker's deadline each state's clock copies (``head_deadline``...), ``"linger"`` for the
+#: lingering close's own, or None: no clock.
+CLOCKS: dict[State, str | None] = {
+    NEW: "head_deadline",
+    IDLE: "idle_deadline",
+    HEAD: "head_deadline",
+    BODY: "idle_deadline",
+    ANSWER: None,
+    STALLED: "write_deadline",
+    LINGER: "linger",
+    CLOSED: None,
+}
+
+#: The states each state may go to. Going to the same state again restarts its clock (a body's
+#: next piece). LINGER and CLOSED may be reached from anywhere; CLOSED leads nowhere.
+TRANSITIONS: dict[State, frozenset[State]] = {
+    NEW: frozenset({NEW, HEAD, ANSWER, LINGER, CLOSED}),
+    IDLE: frozenset({IDLE, HEAD, ANSWER, LINGER, CLOSED}),
+    HEAD: frozenset({HEAD, BODY, IDLE, ANSWER, LINGER, CLOSED}),
+    BODY: frozenset({BODY, IDLE, ANSWER, LINGER, CLOSED}),
+    ANSWER: frozenset({ANSWER, STALLED, IDLE, HEAD, BODY, LINGER, CLOSED}),
+    STALLED: frozenset({ANSWER, IDLE, HEAD, BODY, LINGER, CLOSED}),
+    LINGER: frozenset({LINGER, CLOSED}),
+    CLOSED: frozenset({CLOSED}),
+}
+
+
+class BadTransition(RuntimeError):
+    """A change of state the table does not allow: a bug of ours (the connection is cut)."""

@@ -21,11 +21,12 @@ from typing import Any
 
 from ..app import Request
 from ..errors import ServiceUnavailable
-from ..response import Response, error_response
+from ..response import error_response
+from .accept import SHARED_BURST, Acceptor
 from .config import ServerConfig
 from .loops import new_event_loop
 from .protocol import HTTPProtocol
-from .replay import REPLAYS, Replay, Replays
+from .shortcuts import Shortcuts
 from .served import ServedApp
 from .wire import CLOSE, date_line, encode_head
 
@@ -48,8 +49,11 @@ class Worker:
         # This server reads files only by offset, so requests may share descriptors.
         self._cached_store = app.store if config.file_cache else None
         if self._cached_store is not None:
-            self._cached_store.enable_cache(config.file_cache, config.file_cache_valid)
-        self._server: asyncio.AbstractServer | None = None
+            self._cached_store.enable_cache(
+                file_cache_size(config.file_cache), config.file_cache_valid, config.file_cache_inactive,
+                config.file_cache_bytes,
+            )
+        self._acceptor: Acceptor | None = None
         self._stop: asyncio.Future | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
         self._tick = min(1.0, max(0.05, min(self.limits.header_timeout, self.limits.keepalive_timeout, self.limits.write_timeout) / 4))
@@ -57,37 +61,11 @@ class Worker:
         # instead of reading the clock on every request. They err late, never early: a timeout
         # fires between ``timeout`` and ``timeout`` + two ticks after its phase began.
         self.head_deadline = self.idle_deadline = self.write_deadline = float("inf")
-        #: Raw request target -> the App's fixed answer encoded, which connections send without
-        #: calling the App (HTTPProtocol.on_message_complete). Changed in place by each sweep:
-        #: every connection holds it.
-        self.fixed: dict[bytes, Replay] = {}
-        #: Answers sent again for the same bytes read (server/replay.py). Emptied whenever
-        #: ``fixed`` or the App's routes change.
-        self.replays = Replays(REPLAYS if config.replay else 0)
-        self._encoded: dict[str, tuple[Response, Replay]] = {}
-        self._routes_version = app.routes_version
-        self._refresh_fixed()
+        #: What connections may send without calling the App: its fixed answers (the health
+        #: probe) and remembered heads (server/shortcuts.py); refreshed by each sweep.
+        self.shortcuts = Shortcuts(app)
         full = error_response(ServiceUnavailable("the server is at its connection limit; retry later"))
         self.full_response = encode_head(full.status, full.reason, full.headers, CLOSE) + b"".join(full.body)  # type: ignore[arg-type]
-
-    def _refresh_fixed(self) -> None:
-        """Ask the App which fixed answers it allows now; encode each once. At start and by
-        each sweep, so that a logger switched on or a route added while serving counts within
-        a tick: the answers remembered for reads are forgotten then too."""
-        table: dict[bytes, Replay] = {}
-        for path, response in self.app.fixed_answers().items():
-            encoded = self._encoded.get(path)
-            if encoded is None or encoded[0] is not response:
-                if response.stream is not None or not all(type(seg) is bytes for seg in response.body):
-                    continue
-                encoded = self._encoded[path] = (response, Replay.fixed(response))
-            table[path.encode("utf-8")] = encoded[1]
-        routes_version = self.app.routes_version
-        if table != self.fixed or routes_version != self._routes_version:
-            self.fixed.clear()
-            self.fixed.update(table)
-            self._routes_version = routes_version
-            self.replays.clear()
 
     def runs_inline(self, request: Request) -> bool:
         """Whether ``app.handle`` may answer ``request`` right here, synchronously: its handler
@@ -105,9 +83,12 @@ class Worker:
         loop = self.loop = asyncio.get_running_loop()
         self._stop = loop.create_future()
         self._set_deadlines(loop.time())
-        self._server = await loop.create_server(
-            lambda: HTTPProtocol(self), sock=sock, ssl=self.config.ssl_context(), backlog=self.config.backlog
-        )
+        # The socket is this worker's alone with one worker or --reuse-port: take every waiting
+        # connection at once; shared, a few at a time (server/accept.py).
+        alone = self.config.workers <= 1 or self.config.reuse_port
+        self._acceptor = Acceptor(loop, sock, lambda: HTTPProtocol(self), self.config.ssl_context(),
+                                  self.config.backlog if alone else SHARED_BURST)
+        self._acceptor.start()
         self._tick_handle = loop.call_later(self._tick, self._sweep)
         self._refresh_date()
         if ready is not None:
@@ -132,8 +113,8 @@ class Worker:
 
     async def _shutdown(self) -> None:
         loop = self.loop
-        if self._server is not None:
-            self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.close()
         for conn in list(self.connections):
             conn.shutdown()
         deadline = loop.time() + self.config.graceful_timeout
@@ -149,7 +130,7 @@ class Worker:
         if self._date_handle is not None:
             self._date_handle.cancel()
         self.app.close()
-        self.replays.clear()
+        self.shortcuts.clear()
         if self._cached_store is not None:
             self._cached_store.enable_cache(0)  # close what no response holds any more
 
@@ -167,7 +148,7 @@ class Worker:
     def _sweep(self) -> None:
         now = self.loop.time()
         self._set_deadlines(now)
-        self._refresh_fixed()
+        self.shortcuts.refresh()
         for conn in list(self.connections):
             deadline = conn.deadline
             if deadline is not None and deadline <= now:
@@ -178,7 +159,6 @@ class Worker:
                     conn.abort()
         if self._cached_store is not None:
             self._cached_store.prune_cache()
-        self.replays.prune()
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
             log.warning("the supervisor is gone; stopping")
             self.stop()
@@ -193,6 +173,18 @@ def raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
     except (ValueError, OSError):
         pass
+
+
+def file_cache_size(wanted: int) -> int:
+    """The open-file cache's count bound: ``wanted``, but at most half the descriptors this
+    process may open, so that connections always have the other half."""
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ValueError, OSError):
+        return wanted
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, soft // 2))
 
 
 def run_worker(app: ServedApp, config: ServerConfig, sock: socket.socket, *, parent_pid: int | None = None) -> int:

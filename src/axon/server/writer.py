@@ -44,7 +44,7 @@ from .wire import CHUNKED, CLOSE, CRLF, KEEP_ALIVE, LAST_CHUNK, UnsafeHeader, ch
 if TYPE_CHECKING:
     from .exchange import Exchange
     from .flow import FlowControl
-    from .replay import Replay
+    from .shortcuts import FixedAnswer, Head
     from .worker import Worker
 
 #: Bytes read from the file and handed to the transport when ``sendfile`` finds the socket full
@@ -94,87 +94,86 @@ class ResponseWriter:
 
     # -- responses ------------------------------------------------------------------------------
 
-    def fits_now(self, response: Response) -> bool:
-        """Whether :meth:`respond_now` would write ``response`` now: no stream, the socket free,
-        and at most one chunk to read from files with the rest in memory already (at most
-        ``MEMORY_BODY_MAX``): fewer system calls than the async path, nothing to wait for while
-        the socket takes one chunk, and no more than that held for a slow reader."""
-        if response.stream is not None or self._flow.paused:
-            return False
-        return response.length <= self._chunk or self._one_chunk_to_read(response)  # type: ignore[operator]
-
-    def _one_chunk_to_read(self, response: Response) -> bool:
+    def _fits(self, body: list, length: int) -> bool:
+        """Whether a body fits one write: at most one chunk to read from files, and the rest in
+        memory already (at most ``MEMORY_BODY_MAX``): fewer system calls than the async path,
+        nothing to wait for while the socket takes one chunk, no more held for a slow reader."""
+        if length <= self._chunk:
+            return True
         read = 0
-        for seg in response.body:
+        for seg in body:
             if type(seg) is not bytes:
-                read += seg[2]  # type: ignore[index]
-        return read <= self._chunk and response.length - read <= MEMORY_BODY_MAX  # type: ignore[operator]
+                read += seg[2]
+        return read <= self._chunk and length - read <= MEMORY_BODY_MAX
+
+    def _tail(self, exchange: Exchange) -> bytes:
+        tail = self._worker.date_line
+        if not exchange.keep_alive:
+            return tail + CLOSE
+        if not exchange.http11:
+            return tail + KEEP_ALIVE
+        return tail
 
     def respond_now(self, response: Response, exchange: Exchange) -> bool:
-        """Write a response that fits one write (:meth:`fits_now`), and close it: health, errors,
+        """Write a response that fits one write (:meth:`_fits`), and close it: health, errors,
         JSON, a body already in memory (small files the open-file cache holds), or up to one
-        chunk to read from files (:meth:`_write_now`). True once done with it: written, or the
-        connection cut because a file could not be read as planned or the client went away
-        (``exchange.keep_alive`` is then False). False, with nothing written, for anything
-        else: :meth:`respond` then writes it."""
+        chunk to read from files (:meth:`_write_now`); never a stream, nor while the socket is
+        full. True once done with it: written, or the connection cut because a file could not be
+        read as planned or the client went away (``exchange.keep_alive`` is then False). False,
+        with nothing written, for anything else: :meth:`respond` then writes it."""
+        if response.stream is not None or self._flow.paused:
+            return False
+        body = response.body
+        if not self._fits(body, response.length):  # type: ignore[arg-type]
+            return False  # more to read than one chunk (sendfile, by chunks), or much to hold
         try:
-            if response.stream is not None or self._flow.paused:
-                return False
-            body = response.body
-            if response.length > self._chunk and not self._one_chunk_to_read(response):  # type: ignore[operator]
-                return False  # more to read than one chunk (sendfile, by chunks), or much to hold
-            tail = self._worker.date_line
-            if not exchange.keep_alive:
-                tail += CLOSE
-            elif not exchange.http11:
-                tail += KEEP_ALIVE
-            try:
-                head = encode_head(response.status, response.reason, response.headers, tail)
-            except (UnsafeHeader, UnicodeError, TypeError, ValueError):
-                return False  # respond() says why, and answers 500
+            head = encode_head(response.status, response.reason, response.headers, self._tail(exchange))
+        except (UnsafeHeader, UnicodeError, TypeError, ValueError):
+            return False  # respond() says why, and answers 500
+        self._send_now(head, body, response.length, response.files, exchange)  # type: ignore[arg-type]
+        return True
+
+    def send_remembered(self, head: Head, files: list, body: list, exchange: Exchange) -> bool:
+        """Write a remembered head (:mod:`.shortcuts`) with this second's ``Date`` and ``body``
+        (its files, opened anew), and close the files, as :meth:`respond_now` does. False, with
+        the files closed and nothing written, if it does not fit one write."""
+        if not self._fits(body, head.length):
+            for f in files:
+                f.close()
+            return False
+        self._send_now(b"".join((head.head, self._tail(exchange), CRLF)), body, head.length, files, exchange)
+        return True
+
+    def _send_now(self, head: bytes, body: list, length: int, files: Any, exchange: Exchange) -> None:
+        """Write ``head`` and ``body`` now, then close ``files``; on a failure, cut the connection."""
+        try:
             if not body:
                 self.transport.write(head)
             elif len(body) == 1 and type(body[0]) is bytes:
-                self.transport.write(head + body[0])  # type: ignore[operator]
+                self.transport.write(head + body[0])
             else:
-                self._write_now([head], body, response.length)  # type: ignore[arg-type]
+                self._write_now([head], body, length)
         except (ClientGone, BrokenPipeError, ConnectionError):  # sending found the client gone
-            self._cut(response, exchange)
-            return True
+            self._cut(files, exchange)
+            return
         except OSError as exc:  # FileChanged, or reading a file failed (EIO)
             log.warning("aborting a response: %s", exc)
-            self._cut(response, exchange)
-            return True
+            self._cut(files, exchange)
+            return
         except Exception:  # a bug of ours, or a body segment of a kind we do not send
             log.exception("a response could not be sent; aborting the connection")
-            self._cut(response, exchange)
-            return True
-        if response.files:
-            _close_quietly(response)
-        return True
+            self._cut(files, exchange)
+            return
+        for f in files:
+            f.close()
 
-    def send_again(self, replay: Replay, head_only: bool = False) -> bool:
-        """Write a remembered answer (:mod:`.replay`) with this second's ``Date``; its head alone
-        with ``head_only`` (a HEAD of a fixed answer). True once done with it: written, or the
-        connection cut because a file could not be read. False, with nothing written, when a
-        file it holds is no longer the version it was made from: the request is answered anew."""
-        if replay.pins and not replay.current():
-            return False
-        head = replay.head
-        body = replay.body
+    def send_fixed(self, fixed: FixedAnswer, head_only: bool = False) -> None:
+        """Write one of the App's fixed answers (:mod:`.shortcuts`) with this second's ``Date``;
+        its head alone with ``head_only`` (a HEAD)."""
         if head_only:
-            self.transport.write(head + self._worker.date_line + CRLF)
-        elif type(body) is bytes:
-            self.transport.write(b"".join((head, self._worker.date_line, CRLF, body)))
+            self.transport.write(fixed.head + self._worker.date_line + CRLF)
         else:
-            try:
-                self._write_now([head, self._worker.date_line, CRLF], body, replay.length)  # type: ignore[arg-type]
-            except (ClientGone, BrokenPipeError, ConnectionError):  # the client is gone
-                self.transport.abort()
-            except OSError as exc:  # FileChanged, or EIO: the answer cannot be what it claims
-                log.warning("aborting a response: %s", exc)
-                self.transport.abort()
-        return True
+            self.transport.write(b"".join((fixed.head, self._worker.date_line, CRLF, fixed.body)))
 
     def _write_now(self, out: list[bytes], body: list, length: int) -> None:
         """Write ``out`` and then ``body`` (at most one chunk to read, see :meth:`respond_now`)
@@ -241,12 +240,16 @@ class ResponseWriter:
             log.exception("a response failed midway; aborting the connection")
         finally:
             _close_quietly(response)
-        self._cut(response, exchange)
+        self._cut((), exchange)
         return False
 
-    def _cut(self, response: Response, exchange: Exchange) -> None:
-        """Abort the connection: what was written cannot be completed as it claimed."""
-        _close_quietly(response)
+    def _cut(self, files: Any, exchange: Exchange) -> None:
+        """Abort the connection, closing ``files``: what was written cannot be completed as it claimed."""
+        for f in files:
+            try:
+                f.close()
+            except Exception:
+                log.exception("closing a file failed")
         exchange.keep_alive = False
         self.transport.abort()
 

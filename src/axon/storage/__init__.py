@@ -16,9 +16,17 @@ costs what a call on the concrete class costs.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from ..http.segments import Segment
+
+#: The open-file cache's defaults (:mod:`axon.storage.file_cache`; README, "axon serve"), here so
+#: that a runtime configures a source's cache through this interface alone: descriptors, seconds
+#: an unused entry stays, seconds a path is trusted between checks, bytes of small files kept.
+FILE_CACHE_SIZE = 10_000
+FILE_CACHE_INACTIVE = 60.0
+FILE_CACHE_VALID = 5.0
+FILE_CACHE_BYTES = 32 * 1024 * 1024
 
 
 class File(Protocol):
@@ -40,10 +48,11 @@ class File(Protocol):
         """Bytes ``[start, stop)`` as a body segment the runtimes can send."""
         ...
 
-    def pin(self) -> tuple[Any, tuple[int, int, int, int, int]] | None:
-        """What lets a server send an answer made of this file again without opening it: a
-        descriptor shared through an open-file cache, with one more reference, and the version
-        opened (``CachedDescriptor.holds`` checks it); None where there is no such thing."""
+    @property
+    def version(self) -> object:
+        """An opaque, hashable token of the file as opened: equal tokens, same bytes and facts
+        (a server sends a remembered head again on it). None where a source cannot promise
+        that without asking (an object store)."""
         ...
 
     def close(self) -> None:
@@ -74,4 +83,4 @@ class Entry(NamedTuple):
     name: str  # the name within its directory, never a path
     kind: str  # "file" or "dir"
     size: int  # bytes; 0 for a directory
-    mtime_ns: int
+    mtime_ns: int | None  # None where the source keeps none (an object store's prefix)

@@ -35,7 +35,7 @@ from ..config import environment
 from ..errors import BadRequest, Forbidden, HTTPError, NotFound, ServiceUnavailable
 from . import Entry
 from .crc_cache import CrcCache, FileChanged
-from .file_cache import CachedDescriptor, FileCache
+from .file_cache import DEFAULT_INACTIVE, DEFAULT_SIZE, DEFAULT_SMALL_BYTES, DEFAULT_VALID, CachedDescriptor, FileCache
 from ..http.segments import FileSlice, Segment
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -43,6 +43,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # fstat like any other non-regular file.
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
 _MAX_SYMLINKS = 40  # as the kernel's own limit
+_new_slice = tuple.__new__
 #: Longer requested paths are opened without the open-file cache: its keys stay small.
 MAX_CACHED_PATH = 1024
 
@@ -128,6 +129,12 @@ class OpenFile:
         return f"OpenFile(fd={self.fd}, path={self.path!r}, size={self.size})"
 
     @property
+    def version(self) -> tuple[int, int, int, int, int]:
+        """An opaque token of the file as opened on this host (inode, device, size, mtime, ctime):
+        equal tokens are the same bytes, whatever the facts above say of a portable identity."""
+        return self._version or (self.inode, self.device, self.size, self.mtime_ns, self.ctime_ns)
+
+    @property
     def shared(self) -> bool:
         """Whether the descriptor is the open-file cache's: never close it or hand it over."""
         return self._shared is not None
@@ -137,18 +144,7 @@ class OpenFile:
         holds the file, else a slice of the descriptor."""
         if self.data is not None:
             return self.data if start == 0 and stop == self.size else self.data[start:stop]
-        return FileSlice(self.fd, start, stop - start)
-
-    def pin(self) -> tuple[CachedDescriptor, tuple[int, int, int, int, int]] | None:
-        """The open-file cache's descriptor, with one more reference (released with
-        :meth:`CachedDescriptor.release`), and the version opened, ``(inode, device, size,
-        mtime_ns, ctime_ns)`` on this host: what :meth:`CachedDescriptor.holds` checks. None for
-        a descriptor of its own (the cache is off, or the path is too long for it)."""
-        shared = self._shared
-        if shared is None:
-            return None
-        shared.retain()
-        return shared, self._version or (self.inode, self.device, self.size, self.mtime_ns, self.ctime_ns)
+        return _new_slice(FileSlice, (self.fd, start, stop - start))  # FileSlice(...) without its Python-level __new__
 
     def close(self) -> None:
         """Give the descriptor back; only the first call does anything."""
@@ -259,15 +255,32 @@ class FileStore:
         if fd >= 0:
             os.close(fd)
 
-    def enable_cache(self, size: int = 1024, valid: float = 1.0) -> None:
+    def enable_cache(
+        self, size: int = DEFAULT_SIZE, valid: float = DEFAULT_VALID, inactive: float = DEFAULT_INACTIVE,
+        small_bytes: int = DEFAULT_SMALL_BYTES,
+    ) -> None:
         """Share open descriptors between requests (:mod:`axon.storage.file_cache` says when a change
-        on disk is seen). Only for runtimes that read files by offset: Axon's own server."""
+        on disk is seen); ``size`` 0 turns it off. Only for runtimes that read files by offset:
+        Axon's own server."""
         if self._cache is not None:
             self._cache.clear()
-        self._cache = FileCache(size, valid) if size > 0 else None
+        self._cache = (
+            FileCache(size, valid, inactive=inactive, small_bytes=small_bytes, recheck=self._names)
+            if size > 0 else None
+        )
+
+    def _names(self, entry: CachedDescriptor) -> bool:
+        """Whether the path ``entry`` was opened by still names its file: a ``stat`` under the
+        root, the last component not followed. It opens nothing: at worst it finds another file
+        (or none) there, and the path is then resolved again by the rules."""
+        try:
+            st = os.stat(entry.name, dir_fd=self._root_fd, follow_symlinks=False)
+        except (OSError, ValueError):
+            return False
+        return (st.st_dev, st.st_ino) == entry.identity and stat.S_ISREG(st.st_mode)
 
     def prune_cache(self) -> None:
-        """Close what the open-file cache holds past its validity (see :mod:`axon.storage.file_cache`)."""
+        """Close what the open-file cache has not used for long (see :mod:`axon.storage.file_cache`)."""
         if self._cache is not None:
             self._cache.prune()
 

@@ -1,0 +1,121 @@
+"""Answering a connection's requests, one at a time: :class:`RequestCycle`.
+
+The connection (:mod:`.protocol`) reads and parses; once a request is complete and its turn has
+come, it hands the :class:`~.exchange.Exchange` here. The cycle runs the App and gives the
+response to the writer, and tells the connection when the answer is done (:meth:`HTTPProtocol.answered`).
+As uvicorn keeps its ``RequestResponseCycle`` apart from the connection, this keeps what runs an
+answer apart from what reads requests; unlike uvicorn's, one cycle serves the whole connection
+(the requests on it are answered in order, never two at once), so a request costs no object.
+
+The hot path costs no coroutine, no task and no loop iteration: a route that is a plain function
+that never blocks (Axon's own endpoints, any route with ``blocking=False``) is answered through
+the App's synchronous ``handle``, and a response that fits one write is written before this
+returns. Only what must wait becomes a task: an ``async`` handler (always, as asyncio code
+expects), a blocking one (in the App's thread pool), a plain one that found its work would block
+after all (a zip whose CRC-32s must be read: finished in the pool), a response that needs several
+writes, a full socket or ``sendfile``, a stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from types import CoroutineType
+from typing import TYPE_CHECKING, Any
+
+from ..response import Response, error_response
+from .eager import resume
+from .shortcuts import VARIANT_HEADERS
+
+if TYPE_CHECKING:
+    from .exchange import Exchange
+    from .protocol import HTTPProtocol
+
+log = logging.getLogger("axon.server")
+
+
+class RequestCycle:
+    """Runs the App for one connection's requests and writes each answer with its writer."""
+
+    __slots__ = ("conn", "app", "loop", "task", "_runs_inline", "_shortcuts", "_respond_now", "_respond")
+
+    def __init__(self, conn: HTTPProtocol) -> None:
+        self.conn = conn
+        worker = conn.worker
+        self.app = worker.app
+        self.loop = worker.loop
+        #: The task answering the current request, while one must wait; else None.
+        self.task: asyncio.Task | None = None
+        self._runs_inline = worker.runs_inline
+        self._shortcuts = worker.shortcuts
+        writer = conn.writer
+        self._respond_now = writer.respond_now  # type: ignore[union-attr]
+        self._respond = writer.respond  # type: ignore[union-attr]
+
+    def run(self, ex: Exchange) -> None:
+        """Answer ``ex``: here if the handler never blocks and the answer fits one write, else in
+        a task. The connection learns the end through :meth:`HTTPProtocol.answered`."""
+        request = ex.request
+        if request is None:
+            self._answer(ex, error_response(ex.refusal))  # type: ignore[arg-type]
+        elif self._runs_inline(request):
+            request.on_loop = True  # work that would block (a cold zip) goes to the pool
+            try:
+                response = self.app.handle(request)
+            except BaseException as exc:  # noqa: BLE001 - handle answers errors itself: a bug
+                self.conn.crashed(exc)
+            else:
+                if type(response) is CoroutineType:  # it would have blocked: finished in the pool
+                    self._start(self._respond_later(ex, response))
+                else:
+                    self._answer(ex, response)
+        else:
+            self._start(self._respond_later(ex, self.app.handle_async(request)))
+
+    def _answer(self, ex: Exchange, response: Response) -> None:
+        if self.conn.stopping:
+            ex.keep_alive = False
+        if response.repeatable and self._shortcuts.remembering:
+            request = ex.request
+            if request.method == "GET" and not ex.size and VARIANT_HEADERS.isdisjoint(ex.headers):  # type: ignore[union-attr]
+                key = (ex.url, ex.headers.get("accept"))
+                self._shortcuts.remembered.remember(key, response, request.path, request.query_string)  # type: ignore[union-attr]
+        if self._respond_now(response, ex):
+            self.conn.answered(ex.keep_alive)
+            return
+        coro = self._respond(response, ex, tried=True)
+        try:
+            awaited = coro.send(None)
+        except StopIteration as stop:
+            self.conn.answered(stop.value)
+        except BaseException as exc:  # noqa: BLE001 - a bug of ours: cut this connection only
+            self.conn.crashed(exc)
+        else:
+            self._start(resume(coro, awaited))
+
+    def _start(self, coro: Any) -> None:
+        task = self.task = self.loop.create_task(coro)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task) -> None:
+        self.task = None
+        conn = self.conn
+        if task.cancelled():
+            conn.abort()
+            return
+        exc = task.exception()
+        if exc is not None:
+            conn.crashed(exc)
+            return
+        conn.answered(task.result(), later=True)
+
+    async def _respond_later(self, ex: Exchange, answer: Awaitable[Response]) -> bool:
+        response = await answer
+        if self.conn.stopping:  # began while the handler ran
+            ex.keep_alive = False
+        return await self._respond(response, ex)
+
+    def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()

@@ -1,0 +1,226 @@
+"""What a worker's connections may send without the App: :class:`Shortcuts`, owned by a worker.
+
+It is the one place where the server takes a way past the App, and the connection asks it in one
+place (``HTTPProtocol._shortcut``). Two tables, both forgotten whenever the App's routes, its fixed
+answers or its observers change (the worker's sweep calls :meth:`Shortcuts.refresh` once a tick):
+
+* **Fixed answers** (:class:`FixedAnswer`): GET answers that never change (the health probe),
+  which the App names (``App.fixed_answers``) while nothing observes requests. Encoded once,
+  sent as nginx's ``return 200`` is.
+* **Remembered heads** (:class:`Remembered`): the head of a GET answer of a ``repeatable`` route
+  (Axon's file and batch endpoints), by the request's target and ``Accept``. A later GET of the
+  same target and Accept, without ``Range`` or a precondition (whatever else its headers say:
+  cookies, trace ids, ``X-Forwarded-For``), gets that head again, with the files opened anew
+  through the store (its open-file cache) and their bytes read as for any request, while every
+  file is still the version the head was made from. A head holds no descriptor and no file's
+  bytes: only its own bytes, the paths, their opaque version tokens and the framing between
+  them, counted against a byte budget and a count. Each one sent is counted and recorded for
+  the metrics and the access log through one call (``App.record_sent``); none is remembered
+  while a handler of your own on ``axon.access`` wants each Request and Response
+  (``App.remembers``).
+
+Heads are remembered on the second sight of their key, so that targets asked once (a data
+loader's distinct batches) cost a set entry, not a head. What a remembered head replaced, and
+why it is not a table of whole answers by the request's bytes, is in docs/design-notes.md.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from ..errors import HTTPError
+from ..http.segments import FileSlice
+from .wire import UnsafeHeader, encode_head
+
+if TYPE_CHECKING:
+    from ..response import Response
+    from ..storage import File
+    from .served import ServedApp
+
+#: Request headers that change a repeatable route's answer beyond its target and Accept: a
+#: request with any of them is answered by the App.
+VARIANT_HEADERS = frozenset(("range", "if-range", "if-match", "if-none-match", "if-modified-since", "if-unmodified-since"))
+#: Remembered heads per worker, and the bytes they may hold in all (README, "axon serve").
+HEADS = 16384
+HEAD_BYTES = 16 * 1024 * 1024
+#: The most files one remembered head may name: each is opened (one fstat) when it is used.
+HEAD_FILES = 64
+#: Keys seen once, kept to tell a second sight; emptied when full.
+SEEN = 16384
+
+
+class FixedAnswer:
+    """One fixed answer: ``head`` (the status line and headers, without ``Date``, ``Server`` and
+    the blank line) and its ``body``."""
+
+    __slots__ = ("head", "body")
+
+    def __init__(self, response: Response) -> None:
+        self.head = encode_head(response.status, response.reason, response.headers, b"")[:-2]
+        self.body = b"".join(response.body)  # type: ignore[arg-type]
+
+
+class Head:
+    """A remembered head: ``head`` as :class:`FixedAnswer` has it, the requested ``paths`` of its
+    files with their ``versions``, and its body's ``template``: bytes as they are, and the index
+    of a whole file in ``paths`` where that file's bytes go."""
+
+    __slots__ = ("head", "paths", "versions", "template", "length", "cost", "path", "query")
+
+    def __init__(self, head: bytes, paths: list[str], versions: list[object], template: list, length: int) -> None:
+        self.path = self.query = ""  # the request's, for its record (the same for every request of one key)
+        self.head = head
+        self.paths = paths
+        self.versions = versions
+        self.template = template
+        self.length = length
+        self.cost = len(head) + 64 * len(template) + sum(map(len, paths)) + sum(
+            len(t) for t in template if type(t) is bytes
+        )
+
+
+class Remembered:
+    """Heads by ``(target, Accept)``: at most ``size`` of them and ``budget`` bytes in all, the
+    least recently used forgotten first."""
+
+    def __init__(self, size: int = HEADS, budget: int = HEAD_BYTES) -> None:
+        self.size = size
+        self.budget = budget
+        self.cost = 0
+        self.heads: OrderedDict[tuple[bytes, str | None], Head] = OrderedDict()
+        self._seen: set[tuple[bytes, str | None]] = set()
+
+    def __len__(self) -> int:
+        return len(self.heads)
+
+    def remember(self, key: tuple[bytes, str | None], response: Response, path: str, query: str) -> None:
+        """Keep the head of ``response`` (planned, not yet sent: its files are open) to a GET of
+        ``path`` and ``query`` (decoded, for its record) for ``key``, on the key's second sight;
+        if it can be sent again so (see :func:`_head_of`)."""
+        if key in self.heads or not self.size:
+            return
+        seen = self._seen
+        if key not in seen:
+            if len(seen) >= SEEN:
+                seen.clear()
+            seen.add(key)
+            return
+        seen.discard(key)
+        head = _head_of(response)
+        if head is None or head.cost > self.budget:
+            return
+        head.path, head.query = path, query
+        heads = self.heads
+        self.cost += head.cost
+        heads[key] = head
+        while len(heads) > self.size or self.cost > self.budget:
+            self.cost -= heads.popitem(last=False)[1].cost
+
+    def recall(self, key: tuple[bytes, str | None], open_file) -> tuple[Head, list[File], list] | None:
+        """The head for ``key`` with its files opened now by ``open_file`` (the App's store) and
+        the body to send; None, with nothing held, when there is none or a file is not the
+        version it was made from (then it is forgotten, and the App answers)."""
+        head = self.heads.get(key)
+        if head is None:
+            return None
+        files: list[File] = []
+        try:
+            for path, version in zip(head.paths, head.versions):
+                f = open_file(path)
+                files.append(f)
+                if f.version != version:
+                    raise _Changed()
+        except (HTTPError, _Changed):
+            for f in files:
+                f.close()
+            self.forget(key)
+            return None
+        self.heads.move_to_end(key)
+        body = [files[t].segment(0, files[t].size) if type(t) is int else t for t in head.template]
+        return head, files, body
+
+    def forget(self, key: tuple[bytes, str | None]) -> None:
+        head = self.heads.pop(key, None)
+        if head is not None:
+            self.cost -= head.cost
+
+    def clear(self) -> None:
+        self.heads.clear()
+        self._seen.clear()
+        self.cost = 0
+
+
+class _Changed(Exception):
+    """A remembered head's file is another version now."""
+
+
+def _head_of(response: Response) -> Head | None:
+    """``response`` as a head to send again: a 200 of whole files of versions a server can check
+    (the local store's), at most ``HEAD_FILES`` of them, every file segment one of them whole;
+    else None."""
+    files = response.files
+    if response.status != 200 or response.stream is not None or not files or len(files) > HEAD_FILES:
+        return None
+    versions = [f.version for f in files]
+    if None in versions:
+        return None
+    by_fd = {f.fd: i for i, f in enumerate(files) if getattr(f, "fd", -1) >= 0}  # type: ignore[attr-defined]
+    by_data = {id(f.data): i for i, f in enumerate(files) if getattr(f, "data", None) is not None}  # type: ignore[attr-defined]
+    template: list = []
+    for seg in response.body:
+        if type(seg) is bytes:
+            i = by_data.get(id(seg))
+            template.append(seg if i is None else i)
+            continue
+        if type(seg) is not FileSlice:
+            return None
+        i = by_fd.get(seg.fd)
+        if i is None or seg.offset != 0 or seg.count != files[i].size:
+            return None  # a part of a file (a slice): not this simple a template
+        template.append(i)
+    try:
+        head = encode_head(response.status, response.reason, response.headers, b"")[:-2]
+    except (UnsafeHeader, UnicodeError, TypeError, ValueError):
+        return None
+    return Head(head, [f.path for f in files], versions, template, response.length or 0)
+
+
+class Shortcuts:
+    """A worker's fixed answers (``fixed``: raw target -> :class:`FixedAnswer`) and remembered
+    heads (``remembered``), as the App allows them now."""
+
+    def __init__(self, app: ServedApp, heads: int = HEADS, head_bytes: int = HEAD_BYTES) -> None:
+        self._app = app
+        #: The fixed table the connections read (``get_fixed``): changed in place, never replaced.
+        self.fixed: dict[bytes, FixedAnswer] = {}
+        self.get_fixed = self.fixed.get
+        self.remembered = Remembered(heads, head_bytes)
+        self._encoded: dict[str, tuple[Response, FixedAnswer]] = {}
+        self._routes_version = app.routes_version
+        #: Whether heads may be remembered and sent now (``App.remembers``).
+        self.remembering = False
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Ask the App what it allows now: encode each new fixed answer once; forget every
+        remembered head if the routes, the fixed answers or the App's observers changed."""
+        table: dict[bytes, FixedAnswer] = {}
+        for path, response in self._app.fixed_answers().items():
+            encoded = self._encoded.get(path)
+            if encoded is None or encoded[0] is not response:
+                if response.stream is not None or not all(type(seg) is bytes for seg in response.body):
+                    continue
+                encoded = self._encoded[path] = (response, FixedAnswer(response))
+            table[path.encode("utf-8")] = encoded[1]
+        remembering = self._app.remembers()
+        routes_version = self._app.routes_version
+        if table != self.fixed or routes_version != self._routes_version or remembering != self.remembering:
+            self.fixed.clear()
+            self.fixed.update(table)
+            self._routes_version = routes_version
+            self.remembering = remembering
+            self.remembered.clear()
+
+    def clear(self) -> None:
+        self.remembered.clear()

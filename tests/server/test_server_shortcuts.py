@@ -1,0 +1,211 @@
+"""What axon serve sends past the App (server/shortcuts.py): remembered heads of repeatable
+routes, by target and Accept, with their files opened anew; over real sockets."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FILES, Client, batch_target, counted, parse_multipart
+
+from axon import App, Request
+from axon.server.shortcuts import Remembered
+from axon.response import Response
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in ("a.txt", "b.bin", "small/f01.bin", "small/f02.bin"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(FILES[name])
+    return root
+
+
+def _asked(c: Client, target: str, n: int, **headers: str) -> list:
+    """``n`` GETs of ``target``, each with a header that changes (as real clients' do)."""
+    return [c.get(target, {"X-Request-Id": f"{time.monotonic_ns()}-{i}", **headers}) for i in range(n)]
+
+
+def test_a_file_asked_again_with_other_headers_is_sent_past_the_app(serve, tree) -> None:
+    app = App(tree)
+    called = counted(app)
+    server = serve(app)
+    with Client(server.port) as c:
+        answers = _asked(c, "/files/a.txt", 5)
+    assert [r.body for r in answers] == [FILES["a.txt"]] * 5
+    assert called == ["/files/a.txt"] * 2  # the second sight remembers; the rest go past the App
+    first = answers[0]
+    for r in answers[1:]:
+        assert r.status == 200 and r.header("ETag") == first.header("ETag")
+        assert r.header("Content-Length") == str(len(FILES["a.txt"]))
+        assert r.header("Last-Modified") == first.header("Last-Modified")
+
+
+def test_a_batch_is_remembered_by_target_and_accept(serve, tree) -> None:
+    app = App(tree)
+    called = counted(app)
+    server = serve(app)
+    target = batch_target(["small/f01.bin", "small/f02.bin", "small/f01.bin"])
+    with Client(server.port) as c:
+        mixed = _asked(c, target, 4)
+        tars = _asked(c, target, 4, Accept="application/x-tar")
+    for r in mixed:
+        assert [body for _, body in parse_multipart(r)] == [FILES["small/f01.bin"], FILES["small/f02.bin"],
+                                                             FILES["small/f01.bin"]]
+    assert {r.header("Content-Type") for r in tars} == {"application/x-tar"}
+    assert len({r.body for r in tars}) == 1 and FILES["small/f02.bin"] in tars[0].body
+    assert len(called) == 4  # two sights of each (target, Accept)
+
+
+def test_a_changed_file_is_answered_anew(serve, tree) -> None:
+    app = App(tree)
+    called = counted(app)
+    server = serve(app)
+    with Client(server.port) as c:
+        _asked(c, "/files/a.txt", 3)
+        (tree / "a.txt").write_bytes(b"changed in place, same path\n")  # in place: the fstat sees it
+        after = _asked(c, "/files/a.txt", 3)
+        os.replace(tree / "b.bin", tree / "a.txt")  # renamed over
+        renamed = _asked(c, "/files/a.txt", 1)
+        os.remove(tree / "a.txt")
+        gone = _asked(c, "/files/a.txt", 1)
+    assert [r.body for r in after] == [b"changed in place, same path\n"] * 3
+    assert renamed[0].body == FILES["b.bin"]
+    assert gone[0].status == 404
+    assert len(called) >= 3 + 2  # each change was the App's to answer
+
+
+def test_ranges_and_preconditions_are_the_apps(serve, tree) -> None:
+    app = App(tree)
+    called = counted(app)
+    server = serve(app)
+    with Client(server.port) as c:
+        etag = _asked(c, "/files/b.bin", 3)[0].header("ETag")
+        before = len(called)
+        ranged = c.get("/files/b.bin", {"Range": "bytes=0-9"})
+        fresh = c.get("/files/b.bin", {"If-None-Match": etag})  # type: ignore[dict-item]
+        head = c.request("HEAD", "/files/b.bin")
+    assert (ranged.status, ranged.body) == (206, FILES["b.bin"][:10])
+    assert fresh.status == 304 and fresh.body == b""
+    assert head.status == 200 and head.body == b""
+    assert called[before:] == ["/files/b.bin"] * 3
+
+
+def test_only_get_is_remembered_a_post_calls_its_handler_every_time(serve, tree) -> None:
+    app = App(tree)
+    calls: list[str] = []
+
+    @app.route("/mine", methods=["GET", "POST", "DELETE"], blocking=False, repeatable=True)
+    def mine(request: Request) -> Response:
+        calls.append(request.method)
+        return app.send_file(request, "a.txt")
+
+    server = serve(app)
+    with Client(server.port) as c:
+        for _ in range(4):
+            assert c.request("POST", "/mine").body == FILES["a.txt"]
+            assert c.request("DELETE", "/mine").body == FILES["a.txt"]
+        assert [r.body for r in _asked(c, "/mine", 4)] == [FILES["a.txt"]] * 4
+    assert calls == ["POST", "DELETE"] * 4 + ["GET"] * 2
+
+
+def test_what_goes_past_the_app_is_counted_and_recorded_as_the_app_would(serve, tree) -> None:
+    app = App(tree)
+    seen: list[tuple] = []
+    app.records.attach(type("Reader", (), {"read": lambda self, r: seen.extend(r), "flush": lambda self: None})())
+    called = counted(app)
+    server = serve(app)
+    with Client(server.port) as c:
+        _asked(c, "/files/a.txt?v=1", 4, **{"X-Forwarded-For": "203.0.113.9"})
+    app.records.drain()
+    assert called == ["/files/a.txt"] * 2 and len(seen) == 4  # two by the App, two past it
+    fields = [(r[1], r[2], r[3], r[4], r[5], r[6], r[8], r[9]) for r in seen]
+    assert fields == [("GET", "/files/a.txt", "v=1", 200, len(FILES["a.txt"]), 1, "203.0.113.9", None)] * 4
+    assert all(0 <= r[7] < 1 for r in seen)
+
+
+def test_nothing_goes_past_the_app_while_a_handler_wants_each_request(serve, tree) -> None:
+    import logging
+
+    app = App(tree)
+    handler = logging.Handler()
+    handler.emit = lambda record: None  # type: ignore[method-assign]
+    access = logging.getLogger("axon.access")
+    level = access.level
+    access.setLevel(logging.INFO)
+    access.addHandler(handler)
+    try:
+        called = counted(app)
+        server = serve(app)
+        with Client(server.port) as c:
+            _asked(c, "/files/a.txt", 4)
+    finally:
+        access.removeHandler(handler)
+        access.setLevel(level)
+    assert called == ["/files/a.txt"] * 4
+
+
+def test_a_route_added_while_serving_forgets_what_was_remembered(serve, tree) -> None:
+    app = App(tree)
+    server = serve(app)
+    with Client(server.port) as c:
+        _asked(c, "/files/a.txt", 3)
+        app.add_route("/files/a.txt", lambda request: "mine", blocking=False)
+        server.call(server.worker._sweep)
+        assert c.get("/files/a.txt").body == b"mine"
+
+
+def test_a_flood_of_distinct_targets_stays_within_the_bounds(serve, tree) -> None:
+    """Many distinct batches, each asked twice: heads stay within their count and bytes, and the
+    worker holds no more descriptors than its open-file cache's bound."""
+    pool = tree / "pool"
+    pool.mkdir()
+    for i in range(300):
+        (pool / f"{i}.bin").write_bytes(b"%d" % i)
+    app = App(tree)
+    server = serve(app, file_cache=64)
+    remembered = server.worker.shortcuts.remembered
+    remembered.size, remembered.budget = 50, 40_000
+    before = len(os.listdir("/proc/self/fd"))
+    with Client(server.port) as c:
+        for n in range(120):
+            target = batch_target([f"pool/{(n * 7 + k) % 300}.bin" for k in range(16)])
+            for _ in range(2):
+                assert c.get(target, {"X-Request-Id": str(n)}).status == 200
+    assert len(remembered) <= 50 and remembered.cost <= 40_000
+    assert len(os.listdir("/proc/self/fd")) - before <= 64 + 8  # the cache's bound, and a few of the test's
+
+
+def test_the_remembered_table_evicts_by_count_and_bytes(tree) -> None:
+    app = App(tree)
+    table = Remembered(size=3, budget=10_000)
+
+    def remember(target: bytes) -> None:
+        for _ in range(2):  # remembered on the second sight
+            response = app.send_file(Request("GET", "/files/a.txt"), "a.txt")
+            table.remember((target, None), response, "/files/a.txt", "")
+            response.close()
+
+    for i in range(5):
+        remember(b"/t%d" % i)
+    assert [key[0] for key in table.heads] == [b"/t2", b"/t3", b"/t4"]
+    table.budget = table.cost - 1
+    remember(b"/t5")
+    assert len(table) == 2 and table.cost <= table.budget
+
+
+def test_a_copy_of_the_tree_is_a_new_version(serve, tree) -> None:
+    """Same bytes, same size, another inode and mtime: the App answers it with its own ETag."""
+    app = App(tree)
+    server = serve(app)
+    with Client(server.port) as c:
+        tags = {r.header("ETag") for r in _asked(c, "/files/a.txt", 3)}
+        shutil.copy(tree / "a.txt", tree / "a.copy")
+        os.replace(tree / "a.copy", tree / "a.txt")
+        tags_after = {r.header("ETag") for r in _asked(c, "/files/a.txt", 3)}
+    assert len(tags) == 1 and len(tags_after) == 1 and tags != tags_after
