@@ -253,7 +253,7 @@ class App:
         from ``app.store``), and of nothing else: no other header, no clock, no counter, no
         database. Axon's own server may then send the head it answered with again, for a later
         GET of the same target and Accept without ``Range`` or a precondition, with those files
-        opened anew, while each is the same version (server/remembered.py). Axon's own file and
+        opened anew, while each is the same version (server/shortcuts.py). Axon's own file and
         batch endpoints are repeatable."""
 
         def decorate(handler: Handler) -> Handler:

@@ -30,7 +30,7 @@ class Response:
     ``repeatable`` is set by the App on the answer of a route that declared it (``App.add_route(...,
     repeatable=True)``): a later GET of the same target and ``Accept``, without ``Range`` or a
     precondition, gets the same head while the files it holds are the same versions, so a server
-    may send that head again with the files opened anew (server/remembered.py)."""
+    may send that head again with the files opened anew (server/shortcuts.py)."""
 
     __slots__ = ("status", "headers", "body", "stream", "files", "length", "repeatable")
 

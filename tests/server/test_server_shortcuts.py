@@ -209,3 +209,30 @@ def test_a_copy_of_the_tree_is_a_new_version(serve, tree) -> None:
         os.replace(tree / "a.copy", tree / "a.txt")
         tags_after = {r.header("ETag") for r in _asked(c, "/files/a.txt", 3)}
     assert len(tags) == 1 and len(tags_after) == 1 and tags != tags_after
+
+
+def test_what_is_not_sent_at_once_or_has_no_version_or_a_long_key_is_not_remembered(serve, tree) -> None:
+    (tree / "big.bin").write_bytes(b"x" * 300_000)  # more to read than one write takes
+    app = App(tree)
+    called = counted(app)
+    server = serve(app)
+    with Client(server.port) as c:
+        assert [len(r.body) for r in _asked(c, "/files/big.bin", 3)] == [300_000] * 3
+        long = "/files/a.txt?" + "q" * 2000  # /files/ ignores the query: any public file, any key
+        assert [r.body for r in _asked(c, long, 3)] == [FILES["a.txt"]] * 3
+    assert called == ["/files/big.bin"] * 3 + ["/files/a.txt"] * 3
+    assert len(server.worker.shortcuts.remembered) == 0
+
+
+def test_a_source_whose_files_have_no_version_is_answered_by_the_app(tree) -> None:
+    class Unversioned:  # a File of a source that cannot vouch for its version (no ``version``)
+        path, size, fd, data = "a.txt", 3, -1, b"abc"
+
+        def close(self) -> None:
+            pass
+
+    table = Remembered()
+    for _ in range(2):
+        response = Response(200, [("Content-Type", "text/plain")], [b"abc"], files=[Unversioned()])
+        table.remember((b"/x", None), response, "/x", "")
+    assert len(table) == 0

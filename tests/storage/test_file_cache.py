@@ -161,6 +161,20 @@ def test_a_symlink_swapped_to_leave_the_root_never_opens_outside(store, root, tm
     assert os.path.realpath(tmp_path / "outside.txt") not in fd_targets()
 
 
+def test_a_directory_moved_out_and_linked_back_is_refused_after_the_validity_window(store, root, tmp_path) -> None:
+    """The directory a cached file is in is moved out of the root and a symlink to it left in its
+    place: the same file, by a path that now leaves the root. The check every ``valid`` seconds
+    walks the path by the rules, so it is refused, as a fresh open would be."""
+    store.open("sub/x.txt").close()
+    os.rename(root / "sub", tmp_path / "moved")
+    os.symlink(tmp_path / "moved", root / "sub")
+    time.sleep(VALID * 1.5)
+    with pytest.raises(HTTPError) as err:
+        store.open("sub/x.txt")
+    assert err.value.status == 403
+    assert str(tmp_path / "moved" / "x.txt") not in fd_targets()
+
+
 def test_a_symlink_swapped_to_a_dot_file_is_refused_after_the_validity_window(store, root) -> None:
     os.symlink("sub/x.txt", root / "link")
     store.open("link").close()

@@ -21,7 +21,7 @@ from functools import lru_cache
 from collections.abc import Sequence
 from typing import NamedTuple, Union
 
-from .multipart import CACHED_PATH_CHARS, PER_FILE_CACHE
+from .multipart import CACHED_PATH_CHARS, OTHER_CACHE
 
 # Bumped whenever the framing of a batch changes: old tags must stop matching new bytes.
 _VERSION = b"axon-batch-v2"
@@ -53,9 +53,9 @@ def identity_of(
     return identity_from(key, [record_of(signature) for signature in signatures], boundary, fmt)
 
 
-def record_of(signature: Signature) -> bytes:
-    """What one whole file adds to a batch's digest (kept per file version: see ``PER_FILE_CACHE``)."""
-    return (_cached_record if len(signature[0]) <= CACHED_PATH_CHARS else _record)(*signature)
+def record_of(signature: Signature, cached: bool = True) -> bytes:
+    """What one whole file adds to a batch's digest (kept per file version unless ``cached`` is false)."""
+    return (_cached_record if cached and len(signature[0]) <= CACHED_PATH_CHARS else _record)(*signature)
 
 
 def identity_from(key: bytes, records: Sequence[bytes], boundary: str | None = None, fmt: str = "multipart") -> BatchIdentity:
@@ -107,7 +107,7 @@ def _record(path: str, content_type: str, size: int, mtime_ns: int, ctime_ns: in
     return _field(path.encode("utf-8", "surrogateescape")) + _field(content_type.encode("utf-8")) + stat
 
 
-_cached_record = lru_cache(maxsize=PER_FILE_CACHE)(_record)
+_cached_record = lru_cache(maxsize=OTHER_CACHE)(_record)
 
 
 def _field(data: bytes) -> bytes:

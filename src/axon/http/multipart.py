@@ -59,16 +59,21 @@ def file_part_headers(requested: str, name: str, content_type: str) -> str:
     """The per-file header lines of a batch part (without Content-Length), cached per path
     (unless the path is long: a cache keyed by what clients send must stay small)."""
     if len(requested) + len(name) > CACHED_PATH_CHARS:
-        return _part_headers(requested, name, content_type)
+        return part_headers(requested, name, content_type)
     return _cached_part_headers(requested, name, content_type)
 
 
-#: What is said of one file (its part's headers, its record in a batch's identity, its
-#: validators) is kept for this many files, so that a pool of files served at random is formatted
-#: once per file version, not once per request; only for paths of at most ``CACHED_PATH_CHARS``
-#: (requested and resolved together), so that what clients send cannot grow it past a few MiB.
-PER_FILE_CACHE = 16384
-CACHED_PATH_CHARS = 512
+#: What is said of one file in a batch of whole files (its part's headers and its record in the
+#: batch's identity, plan/formats.py) is kept for this many files, as many as the open-file cache
+#: holds, so that a pool of files served at random is formatted once per file version, not once
+#: per request; only for paths of at most ``CACHED_PATH_CHARS`` (requested and resolved
+#: together) and texts of at most ``CACHED_TEXT_BYTES``, so that what clients send cannot grow
+#: it past what the README states. The other per-file texts (slices' part headers, archives'
+#: records) are kept for ``OTHER_CACHE`` files.
+PER_FILE_CACHE = 10_000
+OTHER_CACHE = 1024
+CACHED_PATH_CHARS = 256
+CACHED_TEXT_BYTES = 1024
 
 
 #: A part's Content-Location is this prefix and the requested path: an absolute path, so that
@@ -76,7 +81,8 @@ CACHED_PATH_CHARS = 512
 FILES_PREFIX = "/files/"
 
 
-def _part_headers(requested: str, name: str, content_type: str) -> str:
+def part_headers(requested: str, name: str, content_type: str) -> str:
+    """What :func:`file_part_headers` gives, made anew."""
     basename = name.rsplit("/", 1)[-1]
     location = requested if _PLAIN_PATH.fullmatch(requested) else quote(requested, safe="/")
     return (
@@ -86,7 +92,7 @@ def _part_headers(requested: str, name: str, content_type: str) -> str:
     )
 
 
-_cached_part_headers = lru_cache(maxsize=PER_FILE_CACHE)(_part_headers)
+_cached_part_headers = lru_cache(maxsize=OTHER_CACHE)(part_headers)
 
 
 def frame(boundary: str, parts: Iterable[tuple[str, Segment | int]]) -> list[Segment]:

@@ -23,14 +23,15 @@ asks before overwriting), so the layout of a batch is always one entry per reque
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Callable, Optional
 
 from ..http.archive import (
     TAR_END, tar_header, tar_padding, zip_central_record, zip_end, zip_entry, zip_local_header,
 )
 from ..http.batch_identity import Signature, identity_from, identity_of, record_of
-from ..http.multipart import CACHED_PATH_CHARS, PER_FILE_CACHE, file_part_headers, frame, new_boundary
+from ..http.multipart import (
+    CACHED_PATH_CHARS, CACHED_TEXT_BYTES, PER_FILE_CACHE, file_part_headers, frame, new_boundary, part_headers,
+)
 from ..http.ranges import content_range
 
 #: (ETag or None without a key, Content-Type, file name, the N + 1 blocks around the N files)
@@ -66,7 +67,7 @@ def multipart_mixed(
 def _whole_files(key: bytes | None, boundary: str | None, signatures: tuple[Signature, ...]) -> Layout:
     """``multipart_mixed`` of whole files, the common case, from what is kept per file version
     (:func:`_piece`): the bytes :func:`~axon.http.multipart.frame` would make, in one pass."""
-    pieces = [_piece(s) if len(s[0]) <= CACHED_PATH_CHARS else _piece_of(s) for s in signatures]
+    pieces = [_piece(s) if len(s[0]) + len(s[7]) <= CACHED_PATH_CHARS else _piece_of(s) for s in signatures]
     if key is None:
         etag, boundary = None, boundary or new_boundary()
     else:
@@ -81,10 +82,24 @@ def _whole_files(key: bytes | None, boundary: str | None, signatures: tuple[Sign
 
 def _piece_of(s: Signature) -> tuple[bytes, bytes]:
     """One whole file's record in the batch identity, and its part's header lines to the blank line."""
-    return record_of(s), f"{file_part_headers(s[0], s[7], s[1])}Content-Length: {s[2]}\r\n\r\n".encode("ascii")
+    return record_of(s, cached=False), f"{part_headers(s[0], s[7], s[1])}Content-Length: {s[2]}\r\n\r\n".encode("ascii")
 
 
-_piece = lru_cache(maxsize=PER_FILE_CACHE)(_piece_of)
+#: Pieces by signature (a file version): emptied when full, as wire.py's header blocks (cheaper
+#: per lookup than an LRU; a hot set fills it again at once).
+_PIECES: dict[Signature, tuple[bytes, bytes]] = {}
+
+
+def _piece(s: Signature) -> tuple[bytes, bytes]:
+    """:func:`_piece_of`, kept per file version unless its texts are long (``CACHED_TEXT_BYTES``)."""
+    piece = _PIECES.get(s)
+    if piece is None:
+        piece = _piece_of(s)
+        if len(piece[0]) + len(piece[1]) <= CACHED_TEXT_BYTES:
+            if len(_PIECES) >= PER_FILE_CACHE:
+                _PIECES.clear()
+            _PIECES[s] = piece
+    return piece
 
 
 def _whole_part(s: Signature) -> tuple[str, int]:

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..response import Response, error_response
 from .eager import resume
-from .shortcuts import VARIANT_HEADERS
 
 if TYPE_CHECKING:
     from .exchange import Exchange
@@ -76,11 +75,13 @@ class RequestCycle:
     def _answer(self, ex: Exchange, response: Response) -> None:
         if self.conn.stopping:
             ex.keep_alive = False
-        if response.repeatable and self._shortcuts.remembering:
-            request = ex.request
-            if request.method == "GET" and not ex.size and VARIANT_HEADERS.isdisjoint(ex.headers):  # type: ignore[union-attr]
-                key = (ex.url, ex.headers.get("accept"))
-                self._shortcuts.remembered.remember(key, response, request.path, request.query_string)  # type: ignore[union-attr]
+        if response.repeatable and self._shortcuts.remembering and ex.request.method == "GET":  # type: ignore[union-attr]
+            key = self._shortcuts.key(ex)
+            if key is not None:
+                try:
+                    self._shortcuts.remembered.remember(key, response, ex.request.path, ex.request.query_string)  # type: ignore[union-attr]
+                except Exception:  # noqa: BLE001 - a bug of ours, or a source's odd File: answer anyway
+                    log.exception("remembering a response's head failed")
         if self._respond_now(response, ex):
             self.conn.answered(ex.keep_alive)
             return

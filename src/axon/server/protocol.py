@@ -41,7 +41,6 @@ from ..errors import BadRequest, HeadersTooLarge, HTTPError, URITooLong
 from .cycle import RequestCycle
 from .exchange import Exchange
 from .flow import FlowControl
-from .shortcuts import VARIANT_HEADERS
 from .state import ANSWER, BODY, CLOCKS, CLOSED, HEAD, IDLE, LINGER, NEW, STALLED, TRANSITIONS, BadTransition, State
 from .wire import CONTINUE, CRLF
 from .writer import ResponseWriter
@@ -78,7 +77,7 @@ class HTTPProtocol(asyncio.Protocol):
         self.loop = worker.loop
         self.limits = worker.limits
         self.parser = HttpRequestParser(self)
-        shortcuts = worker.shortcuts
+        self._shortcuts = shortcuts = worker.shortcuts
         self._get_fixed = shortcuts.get_fixed
         self._remembered = shortcuts.remembered
         self._open = worker.app.store.open
@@ -324,6 +323,8 @@ class HTTPProtocol(asyncio.Protocol):
     def on_message_complete(self) -> None:
         ex: Exchange = self._exchange  # type: ignore[assignment]
         self._exchange = None
+        if self._closing:  # cut, or answered "close" already: what follows in this read is dropped
+            return
         parser = self.parser
         ex.keep_alive = keep_alive = parser.should_keep_alive()
         method = parser.get_method()
@@ -371,10 +372,13 @@ class HTTPProtocol(asyncio.Protocol):
             self.writer.send_fixed(fixed, head_only=ex.head)  # type: ignore[union-attr]
         else:  # a remembered head, for a GET without a body, Range or a precondition
             remembered = self._remembered
-            if not remembered.heads or method != b"GET" or ex.size or not VARIANT_HEADERS.isdisjoint(ex.headers):
+            if not remembered.heads or method != b"GET":
+                return False
+            key = self._shortcuts.key(ex)
+            if key is None:
                 return False
             started = perf_counter()
-            found = remembered.recall((url, ex.headers.get("accept")), self._open)
+            found = remembered.recall(key, self._open)
             if found is None:
                 return False
             head = found[0]
@@ -384,7 +388,7 @@ class HTTPProtocol(asyncio.Protocol):
             self._record_sent(head.path, head.query, head.length, len(head.paths), ended - started, ended,
                               ex.headers.get("x-forwarded-for"))
             if not ex.keep_alive:  # cut: a file could not be read as planned, or the client left
-                self._closing = True
+                self._abort()  # nothing more is parsed or answered on this connection
                 return True
         self._to(IDLE)  # answered; the next request's first bytes start the header clock
         return True

@@ -27,6 +27,7 @@ why it is not a table of whole answers by the request's bytes, is in docs/design
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import HTTPError
@@ -36,6 +37,7 @@ from .wire import UnsafeHeader, encode_head
 if TYPE_CHECKING:
     from ..response import Response
     from ..storage import File
+    from .exchange import Exchange
     from .served import ServedApp
 
 #: Request headers that change a repeatable route's answer beyond its target and Accept: a
@@ -46,8 +48,10 @@ HEADS = 16384
 HEAD_BYTES = 16 * 1024 * 1024
 #: The most files one remembered head may name: each is opened (one fstat) when it is used.
 HEAD_FILES = 64
-#: Keys seen once, kept to tell a second sight; emptied when full.
+#: Keys seen once, kept (as hashes) to tell a second sight; emptied when full.
 SEEN = 16384
+#: The longest target and Accept a head is remembered for: what clients send sizes the table.
+KEY_MAX = 1024
 
 
 class FixedAnswer:
@@ -66,16 +70,21 @@ class Head:
     files with their ``versions``, and its body's ``template``: bytes as they are, and the index
     of a whole file in ``paths`` where that file's bytes go."""
 
-    __slots__ = ("head", "paths", "versions", "template", "length", "cost", "path", "query")
+    __slots__ = ("head", "paths", "versions", "template", "length", "read", "cost", "path", "query")
 
-    def __init__(self, head: bytes, paths: list[str], versions: list[object], template: list, length: int) -> None:
+    def __init__(
+        self, head: bytes, paths: list[str], versions: list[object], template: list, length: int, read: int,
+    ) -> None:
         self.path = self.query = ""  # the request's, for its record (the same for every request of one key)
+        self.read = read  # bytes of its files to read when it is sent (the rest is in memory)
         self.head = head
         self.paths = paths
         self.versions = versions
         self.template = template
         self.length = length
-        self.cost = len(head) + 64 * len(template) + sum(map(len, paths)) + sum(
+        # What it holds, roughly in bytes: its texts and a pointer's worth per item (its key and
+        # the request's path and query are added when it is remembered).
+        self.cost = 200 + len(head) + 64 * len(template) + sum(map(len, paths)) + sum(
             len(t) for t in template if type(t) is bytes
         )
 
@@ -84,12 +93,15 @@ class Remembered:
     """Heads by ``(target, Accept)``: at most ``size`` of them and ``budget`` bytes in all, the
     least recently used forgotten first."""
 
-    def __init__(self, size: int = HEADS, budget: int = HEAD_BYTES) -> None:
+    def __init__(self, size: int = HEADS, budget: int = HEAD_BYTES, fits: Callable[[int, int], bool] | None = None) -> None:
         self.size = size
         self.budget = budget
         self.cost = 0
         self.heads: OrderedDict[tuple[bytes, str | None], Head] = OrderedDict()
-        self._seen: set[tuple[bytes, str | None]] = set()
+        self._seen: set[int] = set()
+        #: Whether a body of this length, with this much to read from files, is sent in one
+        #: write (the writer's rule): a head that would not be is not worth remembering.
+        self._fits = fits or (lambda length, read: True)
 
     def __len__(self) -> int:
         return len(self.heads)
@@ -98,19 +110,22 @@ class Remembered:
         """Keep the head of ``response`` (planned, not yet sent: its files are open) to a GET of
         ``path`` and ``query`` (decoded, for its record) for ``key``, on the key's second sight;
         if it can be sent again so (see :func:`_head_of`)."""
-        if key in self.heads or not self.size:
+        if key in self.heads or not self.size or len(key[0]) + len(key[1] or "") > KEY_MAX:
             return
-        seen = self._seen
-        if key not in seen:
+        seen, sight = self._seen, hash(key)
+        if sight not in seen:
             if len(seen) >= SEEN:
                 seen.clear()
-            seen.add(key)
+            seen.add(sight)
             return
-        seen.discard(key)
+        seen.discard(sight)
         head = _head_of(response)
-        if head is None or head.cost > self.budget:
+        if head is None or not self._fits(head.length, head.read):
             return
         head.path, head.query = path, query
+        head.cost += 2 * (len(key[0]) + len(key[1] or "")) + len(path) + len(query)
+        if head.cost > self.budget:
+            return
         heads = self.heads
         self.cost += head.cost
         heads[key] = head
@@ -131,7 +146,7 @@ class Remembered:
                 files.append(f)
                 if f.version != version:
                     raise _Changed()
-        except (HTTPError, _Changed):
+        except (HTTPError, OSError, _Changed):  # gone, refused, out of descriptors, changed
             for f in files:
                 f.close()
             self.forget(key)
@@ -162,7 +177,7 @@ def _head_of(response: Response) -> Head | None:
     files = response.files
     if response.status != 200 or response.stream is not None or not files or len(files) > HEAD_FILES:
         return None
-    versions = [f.version for f in files]
+    versions = [getattr(f, "version", None) for f in files]  # a source may have none to give
     if None in versions:
         return None
     by_fd = {f.fd: i for i, f in enumerate(files) if getattr(f, "fd", -1) >= 0}  # type: ignore[attr-defined]
@@ -183,19 +198,22 @@ def _head_of(response: Response) -> Head | None:
         head = encode_head(response.status, response.reason, response.headers, b"")[:-2]
     except (UnsafeHeader, UnicodeError, TypeError, ValueError):
         return None
-    return Head(head, [f.path for f in files], versions, template, response.length or 0)
+    read = sum(files[t].size for t in template if type(t) is int and getattr(files[t], "data", None) is None)
+    return Head(head, [f.path for f in files], versions, template, response.length or 0, read)
 
 
 class Shortcuts:
     """A worker's fixed answers (``fixed``: raw target -> :class:`FixedAnswer`) and remembered
     heads (``remembered``), as the App allows them now."""
 
-    def __init__(self, app: ServedApp, heads: int = HEADS, head_bytes: int = HEAD_BYTES) -> None:
+    def __init__(
+        self, app: ServedApp, heads: int = HEADS, head_bytes: int = HEAD_BYTES, fits: Callable[[int, int], bool] | None = None,
+    ) -> None:
         self._app = app
         #: The fixed table the connections read (``get_fixed``): changed in place, never replaced.
         self.fixed: dict[bytes, FixedAnswer] = {}
         self.get_fixed = self.fixed.get
-        self.remembered = Remembered(heads, head_bytes)
+        self.remembered = Remembered(heads, head_bytes, fits)
         self._encoded: dict[str, tuple[Response, FixedAnswer]] = {}
         self._routes_version = app.routes_version
         #: Whether heads may be remembered and sent now (``App.remembers``).
@@ -221,6 +239,14 @@ class Shortcuts:
             self._routes_version = routes_version
             self.remembering = remembering
             self.remembered.clear()
+
+    def key(self, ex: Exchange) -> tuple[bytes, str | None] | None:
+        """The key a request's answer is remembered by, or None if it is not one to remember or
+        to answer from memory: a GET (of HTTP/1.1, kept alive: the connection checks) without a
+        body, ``Range`` or a precondition."""
+        if ex.size or not VARIANT_HEADERS.isdisjoint(ex.headers):
+            return None
+        return (ex.url, ex.headers.get("accept"))
 
     def clear(self) -> None:
         self.remembered.clear()

@@ -27,6 +27,7 @@ from .config import ServerConfig
 from .loops import new_event_loop
 from .protocol import HTTPProtocol
 from .shortcuts import Shortcuts
+from .writer import fits_one_write
 from .served import ServedApp
 from .wire import CLOSE, date_line, encode_head
 
@@ -63,7 +64,10 @@ class Worker:
         self.head_deadline = self.idle_deadline = self.write_deadline = float("inf")
         #: What connections may send without calling the App: its fixed answers (the health
         #: probe) and remembered heads (server/shortcuts.py); refreshed by each sweep.
-        self.shortcuts = Shortcuts(app)
+        # A head is worth remembering only if its answer is written at once (writer.py): the chunk
+        # of a connection without TLS, or the smaller one of a copying connection.
+        chunk = config.write_chunk if self.use_sendfile else self.limits.chunk_size
+        self.shortcuts = Shortcuts(app, fits=lambda length, read: fits_one_write(length, read, chunk))
         full = error_response(ServiceUnavailable("the server is at its connection limit; retry later"))
         self.full_response = encode_head(full.status, full.reason, full.headers, CLOSE) + b"".join(full.body)  # type: ignore[arg-type]
 

@@ -59,7 +59,15 @@ MEMORY_BODY_MAX = 256 * 1024
 
 log = logging.getLogger("axon.server")
 
-__all__ = ["BadResponse", "BodyLengthMismatch", "ResponseWriter"]
+__all__ = ["BadResponse", "BodyLengthMismatch", "ResponseWriter", "fits_one_write"]
+
+
+def fits_one_write(length: int, read: int, chunk: int) -> bool:
+    """Whether a body of ``length`` bytes, ``read`` of them to read from files, is written at once
+    (:meth:`ResponseWriter.respond_now`): at most one ``chunk`` to read, and the rest in memory
+    already (at most ``MEMORY_BODY_MAX``): fewer system calls than the async path, nothing to wait
+    for while the socket takes one chunk, no more held for a slow reader."""
+    return length <= chunk or (read <= chunk and length - read <= MEMORY_BODY_MAX)
 
 
 class BadResponse(Exception):
@@ -95,16 +103,13 @@ class ResponseWriter:
     # -- responses ------------------------------------------------------------------------------
 
     def _fits(self, body: list, length: int) -> bool:
-        """Whether a body fits one write: at most one chunk to read from files, and the rest in
-        memory already (at most ``MEMORY_BODY_MAX``): fewer system calls than the async path,
-        nothing to wait for while the socket takes one chunk, no more held for a slow reader."""
         if length <= self._chunk:
             return True
         read = 0
         for seg in body:
             if type(seg) is not bytes:
                 read += seg[2]
-        return read <= self._chunk and length - read <= MEMORY_BODY_MAX
+        return fits_one_write(length, read, self._chunk)
 
     def _tail(self, exchange: Exchange) -> bytes:
         tail = self._worker.date_line

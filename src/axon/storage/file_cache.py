@@ -10,10 +10,9 @@ declares are always the file's own, now. Only the path-to-file resolution is tru
   (the server's once-a-second sweep), so a pool larger than what is touched each second is not
   opened and closed on every request, and an idle worker does not hold files open for long.
 * **Revalidation.** Once ``valid`` seconds have passed since the path was last checked, the next
-  use checks it again with a plain ``stat`` of the normalised path under the root (no symlink
-  followed at its end): the same file (device, inode), still a regular file, and the entry is
-  trusted for another ``valid`` seconds; anything else and the path is resolved again from
-  scratch, by the store's rules. The check opens nothing, so it cannot reach outside the root.
+  use resolves it again by the store's rules (``recheck``): the same file (device, inode), and
+  the entry keeps its descriptor for another ``valid`` seconds; anything else and the path is
+  opened anew, or refused, as any request's would be.
 
 When a change on disk is seen:
 

@@ -270,13 +270,17 @@ class FileStore:
         )
 
     def _names(self, entry: CachedDescriptor) -> bool:
-        """Whether the path ``entry`` was opened by still names its file: a ``stat`` under the
-        root, the last component not followed. It opens nothing: at worst it finds another file
-        (or none) there, and the path is then resolved again by the rules."""
+        """Whether the path ``entry`` was opened by still resolves, by every rule a request is
+        opened by (a symlink put in a directory's place is walked, and refused if it leaves the
+        root), to the same regular file."""
         try:
-            st = os.stat(entry.name, dir_fd=self._root_fd, follow_symlinks=False)
-        except (OSError, ValueError):
+            fd = self._resolve(entry.name.split("/"), entry.name)
+        except HTTPError:
             return False
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
         return (st.st_dev, st.st_ino) == entry.identity and stat.S_ISREG(st.st_mode)
 
     def prune_cache(self) -> None:
