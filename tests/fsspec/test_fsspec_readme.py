@@ -61,4 +61,7 @@ def test_the_readme_examples_run_and_read_the_files(readme_root: Path, tmp_path:
     pd.testing.assert_frame_equal(names["sales"], pd.read_csv(readme_root / "tables/sales.csv"))
     pd.testing.assert_frame_equal(names["amounts"], pd.read_parquet(readme_root / "tables/sales.parquet",
                                                                     columns=["region", "amount"]))
+    import pyarrow.parquet as pq
+
+    assert names["table"].equals(pq.read_table(readme_root / "tables/sales.parquet"))
     assert names["labels"] == [(f"samples/{i:03}", i % 3) for i in range(8)]
