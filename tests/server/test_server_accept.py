@@ -7,6 +7,7 @@ import asyncio
 import socket
 
 import pytest
+from conftest import Client, batch_target
 
 from axon.server.accept import Acceptor
 from axon.server.loops import new_event_loop
@@ -45,8 +46,6 @@ def test_one_wake_takes_every_waiting_connection_or_a_few(burst, expected) -> No
 
 def test_a_burst_of_clients_is_served_by_a_busy_worker(serve, root) -> None:
     """Fifty clients connect at once and each asks for a batch: every one is answered."""
-    from conftest import Client, batch_target
-
     server = serve()
     target = batch_target([f"small/f{i:02d}.bin" for i in range(1, 9)])
     clients = [Client(server.port) for _ in range(50)]

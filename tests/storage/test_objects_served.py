@@ -168,7 +168,9 @@ def test_a_store_that_stops_answering_mid_batch_cuts_the_connection(server, weed
     if server.runtime == "native":  # one warning line, not a traceback with obstore's debug dump
         time.sleep(0.5)
         said = server.log_text()
-        assert "aborting a response: the object store did not answer" in said
+        # The store's own client may give up first ("failed: ... error sending request") or our
+        # wait does ("did not answer"): either way one line that names the store.
+        assert "aborting a response: the object store" in said
         assert "Traceback" not in said and "Debug source" not in said
     # The server itself is fine once the store answers again.
     deadline = time.monotonic() + 20

@@ -36,6 +36,10 @@ class State(enum.Enum):
     is lost.
     """
 
+    # Looked up on every change of state (the tables below): the object's own hash, in C, not
+    # Enum's, which hashes the member's name in Python.
+    __hash__ = object.__hash__
+
     NEW = "new"
     IDLE = "idle"
     HEAD = "head"
