@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FILES, Client, batch_target, counted, parse_multipart
+from conftest import FILES, Client, batch_target, counted, parse_multipart, wait_for
 
 from axon import App, Request
 from axon.server.shortcuts import Remembered
@@ -122,8 +122,9 @@ def test_what_goes_past_the_app_is_counted_and_recorded_as_the_app_would(serve, 
     server = serve(app)
     with Client(server.port) as c:
         _asked(c, "/files/a.txt?v=1", 4, **{"X-Forwarded-For": "203.0.113.9"})
-    app.records.drain()
-    assert called == ["/files/a.txt"] * 2 and len(seen) == 4  # two by the App, two past it
+    # Recorded right after the answer is written: the client may read it first.
+    assert wait_for(lambda: (app.records.drain(), len(seen) == 4)[1])
+    assert called == ["/files/a.txt"] * 2  # two by the App, two past it
     fields = [(r[1], r[2], r[3], r[4], r[5], r[6], r[8], r[9]) for r in seen]
     assert fields == [("GET", "/files/a.txt", "v=1", 200, len(FILES["a.txt"]), 1, "203.0.113.9", None)] * 4
     assert all(0 <= r[7] < 1 for r in seen)
