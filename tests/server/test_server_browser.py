@@ -212,18 +212,20 @@ def test_browser_says_so_when_nothing_is_ticked(spawn, browser):
 def test_browser_without_script_gets_a_page_it_can_read(spawn, browser, tmp_path):
     """With script off the form still posts (no select-all), and a refusal is a page."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     server = spawn("--workers", "1", "--browse")
     browser.execute_cdp_cmd("Emulation.setScriptExecutionDisabled", {"value": True})
     browser.get(f"http://127.0.0.1:{server.port}/browse/{quote(MANY_DIR)}/")
     assert not browser.find_element(By.ID, "all").is_displayed()
     browser.find_element(By.CSS_SELECTOR, 'button[formaction="/api/stream-files.tar"]').click()
-    assert browser.title == "Nothing was downloaded"
+    # The click starts a navigation; on a busy machine the old page is still there a moment.
+    WebDriverWait(browser, 20).until(lambda b: b.title == "Nothing was downloaded")
     text = browser.find_element(By.TAG_NAME, "body").text
     assert "Nothing is ticked" in text and "400 Bad Request" in text and '"error"' not in text
     browser.save_screenshot(str(tmp_path / "refused.png"))
     browser.find_element(By.LINK_TEXT, "Back to the listing").click()
-    assert browser.title == f"Index of /{MANY_DIR}/"
+    WebDriverWait(browser, 20).until(lambda b: b.title == f"Index of /{MANY_DIR}/")
     first, second = sorted(MANY)[:2]
     for name in (first, second):
         browser.find_element(By.CSS_SELECTOR, f'input[name="f"][value="{name}"]').click()
