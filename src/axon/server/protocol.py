@@ -98,6 +98,7 @@ class HTTPProtocol(asyncio.Protocol):
         self.stopping = False  # the worker stops gracefully: the answer in flight is the last
         self._eof = False  # the client shut its side: answer what it asked, then close
         self._linger_bytes = 0
+
     @property
     def transport(self) -> Any:
         return self._transport
