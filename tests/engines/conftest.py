@@ -1,0 +1,153 @@
+"""Fixtures for the engines' tests: ``axon serve`` over real sockets, with its access log read back.
+
+``served`` is one session-scoped ``axon serve`` (listing on, the JSON access log on stdout, which
+this fixture collects into a file) over a corpus written once per session: many small files and
+a Parquet table. ``mark = served.mark()`` before a read and ``served.requests_since(mark)``
+after it give the access-log records of the requests in between, so a test can count the
+requests an engine sent: at most one per batch, partition or block. (The log is written in
+batches; a marker request, ``GET /api/health?mark=N``, tells when it has caught up.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fsspec.asyn", reason="the fsspec extra is installed by scripts/setup.sh --all")
+
+import fsspec  # noqa: E402
+
+from axon.fsspec import AxonFileSystem  # noqa: E402
+
+# The installed metadata may predate the entry point (an old editable install): name the class.
+fsspec.register_implementation("axon", AxonFileSystem, clobber=True)
+
+SMALL_FILES = 300  # small files in corpus/small/, 1-4 KiB each, distinct bytes
+
+
+@dataclass
+class Served:
+    address: str  # host:port, the start of every axon:// path
+    root: Path
+    log: Path
+    _marks: int = 0
+
+    def url(self, rel: str) -> str:
+        return f"axon://{self.address}/{rel}"
+
+    def mark(self) -> int:
+        """Send a marker request and wait for its log record: the requests before it are logged."""
+        self._marks += 1
+        token = f"mark={self._marks}"
+        with urllib.request.urlopen(f"http://{self.address}/api/health?{token}", timeout=10) as response:
+            response.read()
+        deadline = time.monotonic() + 15
+        while True:
+            records = self.requests()
+            for index, record in enumerate(records):
+                if record.get("query") == token:
+                    return index
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the access log never showed {token}")
+            time.sleep(0.05)
+
+    def requests_since(self, mark: int) -> list[dict]:
+        """The records of the requests sent between ``mark`` and now (marker requests left out)."""
+        end = self.mark()
+        return [r for r in self.requests()[mark + 1 : end] if not r.get("query", "").startswith("mark=")]
+
+    def requests(self) -> list[dict]:
+        """The access-log records written so far (one JSON object a response)."""
+        lines = self.log.read_text(encoding="utf-8", errors="replace").splitlines()
+        records = []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                record = json.loads(line)
+                if isinstance(record, dict) and "path" in record:
+                    records.append(record)
+        return records
+
+
+
+def write_corpus(root: Path) -> None:
+    small = root / "small"
+    small.mkdir(parents=True)
+    for i in range(SMALL_FILES):
+        size = 1024 + (i * 97) % 3072
+        (small / f"{i:04}.bin").write_bytes(bytes((i * 7 + j) % 251 for j in range(size)))
+    tables = root / "tables"
+    tables.mkdir()
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pa.table({"id": list(range(5000)), "name": [f"row-{i}" for i in range(5000)], "x": [i * 0.5 for i in range(5000)]})
+    pq.write_table(table, tables / "rows.parquet", row_group_size=1000)
+    parts = tables / "parts"
+    parts.mkdir()
+    for p in range(4):
+        pq.write_table(table.slice(p * 1250, 1250), parts / f"part-{p}.parquet")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def axon_serving(root: Path, log: Path, *extra: str) -> Iterator[str]:
+    """``axon serve root`` with the JSON access log going to ``log``; yields host:port."""
+    port = _free_port()
+    argv = [sys.executable, "-m", "axon.cli", "serve", str(root), "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "--browse",
+            "--access-log", "--json-logs", *extra]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AXON_")}
+    with open(log, "wb") as out:
+        process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not _healthy(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"axon serve did not become healthy: {log.read_text()[-2000:]}")
+            time.sleep(0.05)
+        yield f"127.0.0.1:{port}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("engines-root")
+    write_corpus(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def served(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    log = tmp_path_factory.mktemp("engines-log") / "access.jsonl"
+    with axon_serving(corpus, log) as address:
+        yield Served(address, corpus, log)
