@@ -94,3 +94,20 @@ def open_fds():
     an unrelated one meanwhile (an old FileStore's root), so the sets need not be equal.
     """
     return _open_fds
+
+
+
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    """``from conftest import ...`` in a test module means the conftest of its own directory.
+
+    The test directories are not packages, so every conftest.py is a module named ``conftest``,
+    and ``sys.modules`` keeps whichever was imported last: with two directories named on the
+    command line (``pytest tests/storage tests/server``) both are imported before any test module,
+    and the first directory's tests would import the second one's. Its own, registered by path,
+    is put back just before the module is imported."""
+    import sys
+
+    if isinstance(collector, pytest.Module):
+        own = collector.config.pluginmanager.get_plugin(str(collector.path.parent / "conftest.py"))
+        if own is not None:
+            sys.modules["conftest"] = own

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from axon import chunks
-from axon.chunks import FileChanged, iter_chunks, read_slice
+from axon.chunks import iter_chunks, read_slice
+from axon.errors import FileChanged
 from axon.limits import Limits
 from axon.plan.batch import plan_batch
 from axon.http.segments import FileSlice

@@ -258,8 +258,8 @@ def test_random_methods_do_not_grow_memory():
         request = Request(f"M{i}", "/api/health")
         started(metrics)
         finished(metrics, request, response, 0.0)
-    assert len(metrics._counts) < 100  # one block for "other", one error count
     samples = parse(metrics.render().decode())
+    assert len(samples) < 100  # one block for "other", one error count: not a series per method
     assert value(samples, "axon_requests_total", method="other", status="405") == 5000
     assert value(samples, "axon_requests_in_flight") == 0
 
@@ -354,6 +354,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # gunicorn's worker processes
 def test_gunicorn_workers_scraped_through_any_of_them(tmp_path: Path, root: Path):
     pytest.importorskip("gunicorn")
     (tmp_path / "metrics_app.py").write_text(textwrap.dedent(_GUNICORN_APP))
@@ -483,7 +484,6 @@ def test_a_snapshot_and_a_drain_at_once_never_deadlock():
     records = Records()
     metrics = Metrics(records, directory=None)
     records.attach(metrics)
-    record = (time.perf_counter(), "GET", "/p", "", 200, 1, 1, 0.001, None, None)
     until = time.monotonic() + 1.5
 
     def snapshots() -> None:
@@ -492,7 +492,7 @@ def test_a_snapshot_and_a_drain_at_once_never_deadlock():
 
     def drains() -> None:
         while time.monotonic() < until:
-            records._queue(record)
+            records.add_sent("GET", "/p", "", 200, 1, 1, 0.001, time.perf_counter(), None)
             records.drain()
 
     interval = sys.getswitchinterval()

@@ -14,6 +14,8 @@ from wsgiref.util import FileWrapper, setup_testing_defaults
 import pytest
 
 from axon import Limits
+from axon.storage import FILE_CACHE_SIZE
+from axon.storage.sources import share_open_files
 from axon.wsgi import create_app
 
 
@@ -88,7 +90,7 @@ def test_path_that_is_not_utf8_is_400(files):
 def test_file_wrapper_close_raises_when_the_file_shrank(files):
     # Servers sendfile a wrapped file and stop quietly at end of file; closing must tell them
     # the body fell short so they drop the connection instead of keeping it alive.
-    from axon.chunks import FileChanged
+    from axon.errors import FileChanged
 
     seen, body = call(create_app(files), environ("/files/a.bin", **{"wsgi.file_wrapper": FileWrapper}))
     os.truncate(files / "a.bin", 1000)
@@ -116,7 +118,8 @@ def test_a_shared_descriptor_is_never_handed_to_file_wrapper(files):
     # An App whose store shares descriptors (because Axon's own server serves it too, in this
     # process) must not give one away: the server closes what file_wrapper gets.
     app = create_app(files)
-    app.app.store.enable_cache()
+    shared = share_open_files(app.app.store, FILE_CACHE_SIZE)
+    app.app.store = shared
     try:
         for _ in range(2):
             seen, body = call(app, environ("/files/a.bin", **{"wsgi.file_wrapper": FileWrapper}))
@@ -124,7 +127,7 @@ def test_a_shared_descriptor_is_never_handed_to_file_wrapper(files):
             assert b"".join(body) == (files / "a.bin").read_bytes()
             body.close()
     finally:
-        app.app.store.enable_cache(0)
+        shared.close()
 
 
 def test_every_response_has_a_date(files):

@@ -4,13 +4,11 @@ One request names many files; one ``multipart/mixed`` response carries them all,
 constant memory. The same :class:`App` runs under WSGI, ASGI and Axon's own server.
 """
 
-# Before the imports: the App names it (GET /api/limits).
-__version__ = "1.0.0.dev0"
-
+from .version import __version__
 from .app import App, Request, Response
 from .errors import HTTPError
 from .storage.local import FileStore, OpenFile
 from .limits import Limits
 from .http.segments import FileSlice
 
-__all__ = ["App", "FileSlice", "FileStore", "HTTPError", "Limits", "OpenFile", "Request", "Response"]
+__all__ = ["__version__", "App", "FileSlice", "FileStore", "HTTPError", "Limits", "OpenFile", "Request", "Response"]

@@ -19,11 +19,12 @@ import asyncio
 import os
 from typing import Any, Awaitable, Callable
 
-from .app import BODY_METHODS, App, Request
-from .chunks import FileChanged, iter_chunks
-from .errors import BadRequest, ClientGone, HTTPError
+from .app import App, Request
+from .chunks import iter_chunks
+from .errors import ClientGone, FileChanged, HTTPError
 from .limits import DEFAULT_LIMITS, Limits
 from .response import Response, error_response
+from .runtime import BODY_METHODS, BodyReader, Lazy, declared_length, default_app, fold_headers
 from .streams import aiter_stream
 
 Scope = dict[str, Any]
@@ -74,11 +75,7 @@ class ASGIApp:
         # Servers percent-decode the path once into scope["path"]; the query stays raw.
         path = scope["path"]
         query = scope.get("query_string", b"").decode("latin-1")
-        headers: dict[str, str] = {}
-        for name, value in scope.get("headers", ()):
-            key = name.decode("latin-1").lower()
-            text = value.decode("latin-1")
-            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        headers = fold_headers(scope.get("headers", ()))
         body = b""
         if scope["method"] in BODY_METHODS:
             body = await read_body(receive, headers, self.app.limits)
@@ -86,23 +83,15 @@ class ASGIApp:
 
 
 async def read_body(receive: Receive, headers: dict[str, str], limits: Limits) -> bytes:
-    declared = headers.get("content-length")
-    if declared is not None:
-        if not (declared.isascii() and declared.isdigit()):  # "²".isdigit() is True
-            raise BadRequest("bad Content-Length", code="bad_request")
-        limits.check_body(int(declared))
-    parts: list[bytes] = []
-    size = 0
+    declared_length(headers.get("content-length"), limits)
+    body = BodyReader(limits)
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             raise ClientGone()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        limits.check_body(size)
-        parts.append(chunk)
+        body.add(message.get("body", b""))
         if not message.get("more_body", False):
-            return b"".join(parts)
+            return body.body()
 
 
 async def send_segments(scope: Scope, receive: Receive, send: Send, response: Response, chunk_size: int) -> None:
@@ -176,18 +165,12 @@ def _encode(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
 def create_app(root: str | os.PathLike[str] | None = None, *, limits: Limits = DEFAULT_LIMITS, app: App | None = None) -> ASGIApp:
     """An ASGI callable serving ``root`` (default ``$AXON_ROOT``, else the current directory),
     or wrapping an :class:`App` you built, with your own routes."""
-    return ASGIApp(app if app is not None else App(root, limits=limits))
+    return ASGIApp(default_app(root, limits=limits, app=app))
 
 
-class _LazyApplication:
+_built = Lazy(create_app)
+
+
+async def application(scope: Scope, receive: Receive, send: Send) -> None:
     """``axon.asgi:application``: built on first call, so importing this module opens nothing."""
-
-    _app: ASGIApp | None = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._app is None:
-            self._app = create_app()
-        await self._app(scope, receive, send)
-
-
-application = _LazyApplication()
+    await _built()(scope, receive, send)

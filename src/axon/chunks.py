@@ -11,11 +11,8 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
+from .errors import FileChanged
 from .http.segments import Segment
-
-
-class FileChanged(OSError):
-    """A file shrank while it streamed: the response cannot deliver what it claimed."""
 
 
 def read_slice(fd: int, offset: int, count: int) -> bytes:

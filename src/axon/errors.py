@@ -109,6 +109,13 @@ class ServiceUnavailable(HTTPError):
     status, code = 503, "unavailable"
 
 
+class FileChanged(OSError):
+    """A file is no longer the version a response was planned from: it changed while its CRC-32
+    was read (the planner opens the batch again), or shrank while it streamed (the runtime cuts
+    the connection rather than send a part shorter than its length). An ``OSError``, as a read
+    that fails midway: a runtime treats both the same."""
+
+
 class ClientGone(Exception):
     """The client disconnected: nothing more can be read from it or written to it, so a runtime
     stops producing the response (not an HTTP error: no one is left to tell)."""

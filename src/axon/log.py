@@ -15,9 +15,10 @@ import sys
 import time
 from typing import IO, TYPE_CHECKING
 
+from .records import Record, Records
+
 if TYPE_CHECKING:
-    from .app import Request
-    from .records import Records
+    from .request import Request
     from .response import Response
 
 logger = logging.getLogger("axon")
@@ -95,7 +96,7 @@ class AccessLog(logging.Handler):
         self._stamps: dict[int, str] = {}  # wall-clock millisecond -> its ISO 8601 text
         self._paths: dict[str, str] = {}  # path -> its JSON string: a few paths take most requests
 
-    def read(self, records: list[tuple]) -> None:
+    def read(self, records: list[Record]) -> None:
         """Write a line for each record (axon.records)."""
         self._put(self._format(records))
 
@@ -106,7 +107,7 @@ class AccessLog(logging.Handler):
         if "status" in fields and "method" in fields:
             ended = record.created - time.time() + time.perf_counter()  # records carry perf_counter times
             ms = fields.get("ms") or 0.0
-            self.read([(ended, record.method, record.path, "", record.status, fields.get("bytes"), 0, ms / 1000, None, None)])
+            self.read([Record(ended, record.method, record.path, "", record.status, fields.get("bytes"), 0, ms / 1000, None, None)])
         else:
             self._put(self.format(record) + "\n")
 
@@ -142,7 +143,7 @@ class AccessLog(logging.Handler):
         stamps[ms] = stamp = f"{text}.{milli:03d}Z"
         return stamp
 
-    def _json_lines(self, records: list[tuple]) -> str:
+    def _json_lines(self, records: list[Record]) -> str:
         paths, stamps, max_query = self._paths, self._stamps, self.max_query
         offset = time.time() - time.perf_counter()  # records carry perf_counter times
         return "".join([
@@ -162,7 +163,7 @@ class AccessLog(logging.Handler):
         return quoted
 
     @staticmethod
-    def _text_lines(records: list[tuple]) -> str:
+    def _text_lines(records: list[Record]) -> str:
         return "".join([
             f"{method} {path} {status} {'-' if nbytes is None else nbytes} {seconds * 1000:.1f}ms\n"
             for _, method, path, _, status, nbytes, _, seconds, _, _ in records

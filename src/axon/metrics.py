@@ -34,7 +34,7 @@ own counts exact, the others' at most 0.25 s old. A worker that exits leaves its
 never go backwards; its in-flight requests stop counting. ``axon serve --metrics`` gives the
 workers a fresh directory.
 
-The metrics read the App's records (axon.records): the request path makes one tuple, shared with
+The metrics read the App's records (axon.records): the request path makes one record, shared with
 the access log, and the counting is done a batch at a time, with C loops, because a call per
 response would cost as much as the App's own work (what it costs: deploy/README.md, and
 ``python -m axon.bench.observe_cost``).
@@ -57,13 +57,13 @@ import time
 import weakref
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol
 
 from .config import environment
 from .records import Record, Records
 
-if TYPE_CHECKING:  # the app module imports nothing from here; keep it that way at run time too
-    from .app import App, Request
+if TYPE_CHECKING:
+    from .request import Request
     from .response import Response
 
 __all__ = ["CONTENT_TYPE", "DEFAULT_BUCKETS", "Metrics", "instrument"]
@@ -80,7 +80,7 @@ DEFAULT_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0
 PUBLISH_INTERVAL = 0.25
 
 _METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"))
-_PATH = operator.itemgetter(2)  # a record's path (axon.records)
+_PATH = operator.attrgetter("path")  # a record's (axon.records)
 # Axon's error bodies are {"error": {"status": 404, "code": "not_found", ...}} (errors.py); the
 # code is the first "code" key in it. Only the first bytes are searched.
 _ERROR_CODE = re.compile(rb'"code":\s*"([A-Za-z0-9_.-]{1,64})"')
@@ -146,7 +146,7 @@ class Metrics:
         Counter, map, sum): a Python loop per response would cost as much as the App's work."""
         path = self.path
         if path in map(_PATH, records):  # scrapes are not traffic: count the rest
-            traffic = [r for r in records if r[2] != path]
+            traffic = [r for r in records if r.path != path]
         else:
             traffic = records
         scrapes = len(records) - len(traffic)
@@ -333,7 +333,17 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def instrument(app: "App", *, path: str = "/metrics", directory: str | os.PathLike[str] | None = None,
+class Instrumented(Protocol):
+    """What :func:`instrument` needs of an App: this module sits below the App and names none."""
+
+    records: Records
+    public_paths: set[str]  # open without a signature
+
+    def add_route(self, pattern: str, handler: Callable[[Request], Response], methods: Iterable[str], *,
+                  blocking: bool | None = None) -> None: ...
+
+
+def instrument(app: Instrumented, *, path: str = "/metrics", directory: str | os.PathLike[str] | None = None,
                buckets: Iterable[float] = DEFAULT_BUCKETS) -> Metrics:
     """Count every response of ``app`` and serve the counts at ``GET path``. Returns the
     :class:`Metrics`. ``directory`` (default ``$AXON_METRICS_DIR``) sums a server's workers:

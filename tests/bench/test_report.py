@@ -103,6 +103,7 @@ def test_render_whole_report(results):
     assert "## Summary: burst" in short and "## gunicorn" not in short
 
 
+@pytest.mark.slow  # matplotlib draws the chart
 def test_chart(results, tmp_path):
     pytest.importorskip("matplotlib")
     from axon.bench import chart

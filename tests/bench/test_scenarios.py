@@ -190,6 +190,7 @@ def test_distinct_variants_carry_a_header_that_changes_and_do_the_same_work():
     assert as_distinct(as_distinct(find("T1"))) == as_distinct(find("T1"))
 
 
+@pytest.mark.slow  # writes the 10,000-file pool
 def test_the_pool_is_made_once_distinct_and_in_small_directories(tmp_path):
     root = tmp_path / "files"
     assert ensure_pool(root, count=2500) == 2500

@@ -160,6 +160,7 @@ def test_list_from_stdin(
     assert [r.files for r in http_server.requests] == [NAMES[:2]]
 
 
+@pytest.mark.slow  # the real command in a process
 @pytest.mark.parametrize("live_axon", ["native"], indirect=True)
 def test_the_real_command_counts_in_words_and_keeps_progress_off_a_pipe(live_axon, tmp_path: Path) -> None:
     """``axon fetch`` run as a user runs it, its stderr a pipe (not a terminal): no progress

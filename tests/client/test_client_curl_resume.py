@@ -19,7 +19,7 @@ import pytest
 from cut_proxy import CutProxy
 from live_server import LiveAxon
 
-from axon.client.protocol import build_request
+from axon.batchclient.request import build_request
 
 pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 

@@ -14,7 +14,7 @@ from multipart_support import BOUNDARY, CONTENT_TYPE, axon_body, axon_headers, b
 from scripted_server import Recorded, Reply, ScriptedServer
 
 from axon.client import FetchError, FetchResult, MultipartError, UnsafePathError, afetch, fetch
-from axon.client.protocol import MAX_GET_TARGET, build_request
+from axon.batchclient.request import MAX_GET_TARGET, build_request
 
 FILES = {
     "a.bin": b"alpha" * 1000,

@@ -24,6 +24,8 @@ from slow_proxy import SlowProxy
 
 from axon.client.journal import JOURNAL_DIR
 
+pytestmark = pytest.mark.slow  # real processes interrupted with signals
+
 RATE = 1_000_000  # bytes a second through the proxy: the batch below takes about 6 s
 SIZES = [1_500_000, 10_000, 1_000_000, 1_000_000, 1_000_000, 1_500_000]
 NAMES = [f"slow/f{i}.bin" for i in range(len(SIZES))]

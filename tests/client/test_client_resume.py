@@ -26,7 +26,7 @@ from axon.client import FetchedFile, FetchError, UnsafePathError, afetch, fetch
 from axon.client import cli as fetch_cli
 from axon.client.journal import JOURNAL_DIR
 from axon.http.multipart_parser import boundary_from_content_type
-from axon.client.protocol import build_request
+from axon.batchclient.request import build_request
 
 
 def raw(live: LiveAxon, files: list[str], headers: dict[str, str] | None = None, method: str = "GET"):

@@ -41,7 +41,10 @@ RATES = {"local": 120.0, "s3": 40.0}
 DURATION, KILL_AT, RESTART_AT = 10.0, 3.0, 6.0
 
 refused = namespaces_refused()
-pytestmark = pytest.mark.skipif(refused is not None, reason=refused or "")
+pytestmark = [
+    pytest.mark.slow,  # network namespaces, nginx and three nodes under load
+    pytest.mark.skipif(refused is not None, reason=refused or ""),
+]
 
 
 def _files() -> dict[str, bytes]:

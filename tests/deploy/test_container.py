@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from deploy_rig import REPO, Stack, free_port, nginx_binary
 
+pytestmark = pytest.mark.slow  # real deployments: containers, installs, nginx in front
+
 DOCKERFILE = REPO / "Dockerfile"
 COMPOSE = REPO / "compose.yaml"
 

@@ -25,6 +25,8 @@ from deploy_rig import HOST, REPO, free_port
 
 from axon.limits import DEFAULT_LIMITS
 
+pytestmark = pytest.mark.slow  # real deployments: containers, installs, nginx in front
+
 # Where each runtime listens, replacing its default port (8000 or 8080, taken on a shared host).
 LISTEN = {
     "Axon's server": lambda port: ["--host", HOST, "--port", str(port)],

@@ -27,6 +27,8 @@ from deploy_rig import (
 
 from axon.limits import DEFAULT_LIMITS
 
+pytestmark = pytest.mark.slow  # real deployments: containers, installs, nginx in front
+
 
 def directives(path: Path) -> list[tuple[str, str]]:
     """(key, value) for each ``Key=value`` line of a unit file, comments left out."""

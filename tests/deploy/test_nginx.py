@@ -20,6 +20,8 @@ from deploy_rig import HOST, GiB, KiB, MiB, Stack
 
 from axon.limits import DEFAULT_LIMITS
 
+pytestmark = pytest.mark.slow  # real deployments: containers, installs, nginx in front
+
 
 def request(stack: Stack, method: str, target: str, body: bytes | None = None, headers: dict | None = None,
             conn: http.client.HTTPConnection | None = None, source: str | None = None):

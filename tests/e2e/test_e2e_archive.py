@@ -13,7 +13,7 @@ import pytest
 
 from e2e_wire import HOSTILE_NAME, JSON_HEADERS, UNICODE_NAME, check_length, files_body
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]  # every runtime over real sockets
 
 PATHS = [
     "examples/a.bin", "examples/b.bin", "deep/dir/c.bin", "examples/empty.bin",

@@ -12,7 +12,7 @@ import pytest
 
 from e2e_wire import A_SIZE, HOSTILE_NAME, UNICODE_NAME, check_batch
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]  # every runtime over real sockets
 
 JSON = [("Accept", "application/json")]
 

@@ -11,7 +11,7 @@ import pytest
 
 from e2e_wire import batch_target, content_type_of, walk_multipart
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]  # every runtime over real sockets
 
 AB = ["examples/a.bin", "examples/b.bin"]
 A = "/files/examples/a.bin"

@@ -9,7 +9,7 @@ import pytest
 
 from e2e_wire import A_SIZE, content_type_of, parse_multipart, walk_multipart
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]  # every runtime over real sockets
 
 A = "/files/examples/a.bin"
 

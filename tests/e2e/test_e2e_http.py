@@ -17,7 +17,7 @@ from e2e_wire import (
     tree_read_bytes,
 )
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]  # every runtime over real sockets
 
 AB = ["examples/a.bin", "examples/b.bin"]
 BIG_BATCH = batch_target(["examples/big.bin"] * 4)  # 1 GiB

@@ -20,7 +20,7 @@ from e2e_wire import (
     parse_multipart,
 )
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]  # every runtime over real sockets
 
 
 def test_max_files_post(server, served_root):

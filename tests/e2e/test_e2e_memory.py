@@ -24,6 +24,8 @@ from e2e_wire import (
     content_type_of,
 )
 
+pytestmark = pytest.mark.slow  # every runtime over real sockets
+
 MAX_GROWTH = 32 * MiB
 CHUNK = 64 * KiB
 

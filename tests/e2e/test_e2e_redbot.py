@@ -17,7 +17,7 @@ if sys.version_info < (3, 11):  # pyproject's test extra installs REDbot only th
 from e2e_redbot import BAD, lint
 from e2e_wire import batch_target
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]  # every runtime over real sockets
 
 # Longer than the 97 bytes REDbot's range probe asks for: on a shorter body the probe covers it
 # all, and REDbot warns that the 206 is as long as the 200 (true, but of the probe, not Axon).

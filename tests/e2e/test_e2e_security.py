@@ -12,7 +12,7 @@ import pytest
 
 from e2e_wire import HOSTILE_NAME, UNICODE_NAME, batch_target, check_batch
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(30)]  # every runtime over real sockets
 
 BAD = (400, 403, 404)
 

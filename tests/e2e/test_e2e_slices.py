@@ -20,7 +20,7 @@ from e2e_wire import (
     walk_multipart,
 )
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]  # every runtime over real sockets
 
 A, B, SMALL = "examples/a.bin", "examples/b.bin", "examples/small.txt"
 

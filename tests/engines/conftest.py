@@ -151,3 +151,52 @@ def served(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     log = tmp_path_factory.mktemp("engines-log") / "access.jsonl"
     with axon_serving(corpus, log) as address:
         yield Served(address, corpus, log)
+
+
+# -- README's engines subsection: the files its examples name, served as its examples expect --------
+
+
+def write_readme_files(root: Path) -> None:
+    """What README's "Reading from data pipelines" serves: labelled samples and a sales table."""
+    samples = root / "samples"
+    samples.mkdir(parents=True)
+    for i in range(8):
+        (samples / f"{i:03}.cls").write_text(str(i % 3))
+        (samples / f"{i:03}.txt").write_text(f"sample {i}\n")
+    tables = root / "tables"
+    tables.mkdir()
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    regions = ["north", "south", "east", "west"] * 50
+    pq.write_table(pa.table({"region": regions, "amount": list(range(200))}), tables / "sales.parquet")
+
+
+@pytest.fixture(scope="session")
+def readme_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    root = tmp_path_factory.mktemp("engines-readme-root")
+    write_readme_files(root)
+    log = tmp_path_factory.mktemp("engines-readme-log") / "access.jsonl"
+    with axon_serving(root, log) as address:
+        yield Served(address, root, log)
+
+
+@pytest.fixture(scope="session")
+def secret_served(corpus: Path) -> Iterator[tuple[str, str]]:
+    """``axon serve`` over the corpus with ``AXON_SECRET`` set (every file needs a token):
+    ``(host:port, secret)``."""
+    secret = "engines-test-secret"
+    port = _free_port()
+    argv = [sys.executable, "-m", "axon.cli", "serve", str(corpus), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AXON_")}, "AXON_SECRET": secret}
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not _healthy(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("axon serve with AXON_SECRET did not become healthy")
+            time.sleep(0.05)
+        yield f"127.0.0.1:{port}", secret
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        process.wait(10)

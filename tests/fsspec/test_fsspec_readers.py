@@ -155,6 +155,7 @@ sys.stderr.write(sys.modules["axon"].__file__)
 """
 
 
+@pytest.mark.slow  # builds and installs a wheel
 def test_fsspec_finds_axon_by_its_entry_point_in_a_fresh_process(served: Served, installed_site: Path):
     env = {**os.environ, "PYTHONPATH": str(installed_site)}
     done = subprocess.run([sys.executable, "-c", FRESH, served.url(f"data/{'é ü 名前.txt'}")],

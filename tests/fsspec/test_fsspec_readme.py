@@ -22,6 +22,7 @@ ADDRESS = "127.0.0.1:8000"
 def section_code() -> list[str]:
     text = README.read_text()
     section = text.split("## Reading from data pipelines", 1)[1].split("\n## ", 1)[0]
+    section = section.split("\n### ", 1)[0]  # the engines' subsections have their tests in tests/engines
     return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
 
 

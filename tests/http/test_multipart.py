@@ -166,6 +166,7 @@ def _render(segs):
     return b"".join(s if isinstance(s, bytes) else os.pread(s.fd, s.count, s.offset) for s in segs)
 
 
+@pytest.mark.slow  # hypothesis, many examples
 @SETTINGS
 @given(contents=st.lists(st.binary(max_size=300), min_size=1, max_size=6), inline=st.lists(st.booleans(), min_size=6, max_size=6))
 @example(contents=[b"\r\n--", b"\r", b"\n", b""], inline=[False] * 6)

@@ -118,6 +118,7 @@ def test_random_splits_give_identical_events(index: int, rng: random.Random) -> 
     assert parse(random_splits(body, rng, max_piece=rng.choice([1, 7, 64, 4096]))) == parse([body])
 
 
+@pytest.mark.slow  # hypothesis, many examples
 @settings(max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(st.tuples(st.binary(max_size=300), st.booleans()), max_size=6),
@@ -364,6 +365,7 @@ def test_whole_parts_come_as_one_event_each() -> None:
     assert [type(e) for e in MultipartParser(BOUNDARY, whole_parts=True).feed(TWO_FILES[:cut])] == [PartStart, PartData]
 
 
+@pytest.mark.slow  # hypothesis, many examples
 @settings(max_examples=150, deadline=None, database=None)
 @given(st.sampled_from(range(len(SPLIT_CORPUS))), st.randoms(use_true_random=False))
 def test_whole_parts_stand_for_the_events_of_any_split(index: int, rng: random.Random) -> None:
@@ -576,6 +578,7 @@ def expand(pieces: list):
             yield piece
 
 
+@pytest.mark.slow  # parses 256 MiB
 def test_256_mib_stream_in_64_kib_chunks_uses_constant_memory() -> None:
     chunk = 64 * 1024
     block = random.Random(1).randbytes(chunk - 7)  # misaligned, so delimiters straddle chunks

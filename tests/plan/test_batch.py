@@ -380,7 +380,7 @@ def test_whole_files_are_framed_as_frame_frames_them(store):
         for boundary in (None, "fixed-boundary"):
             etag, ctype, _, heads = multipart_mixed(KEY, boundary, sigs)
             identity = identity_of(KEY, sigs, boundary)
-            framed = frame(identity.boundary, [(file_part_headers(s[0], s[7], s[1]), s[2]) for s in sigs])
+            framed = frame(identity.boundary, [(file_part_headers(s.path, s.name, s.content_type), s.size) for s in sigs])
             assert (etag, ctype) == (identity.etag, f"multipart/mixed; boundary={identity.boundary}")
             assert heads == tuple(framed[0::2])
     finally:

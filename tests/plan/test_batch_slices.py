@@ -198,6 +198,7 @@ _slices = st.one_of(
 )
 
 
+@pytest.mark.slow  # hypothesis, many examples
 @given(st.lists(st.tuples(st.sampled_from(sorted(_DATA)), _slices), min_size=1, max_size=12))
 @settings(max_examples=200, deadline=None)
 def test_any_slice_list_gives_the_slices(data_store, render, items):

@@ -6,21 +6,21 @@ from __future__ import annotations
 import pytest
 
 from axon.errors import RangeNotSatisfiable
-from axon.http.batch_identity import identity_of
+from axon.http.batch_identity import Signature, identity_of
 from axon.limits import Limits
 from axon.plan.batch import plan_batch
 from axon.plan.formats import multipart_mixed, tar, zip_stored
 
 KEY = b"k" * 32
 LIMITS = Limits()
-A = ("a.txt", "text/plain; charset=utf-8", 12, 1, 2, 3, 4, "a.txt")
-B = ("sub/../b.bin", "application/octet-stream", 5, 1, 2, 5, 4, "b.bin")
+A = Signature("a.txt", "text/plain; charset=utf-8", device=4, inode=3, size=12, mtime_ns=1, ctime_ns=2, name="a.txt")
+B = Signature("sub/../b.bin", "application/octet-stream", device=4, inode=5, size=5, mtime_ns=1, ctime_ns=2, name="b.bin")
 
 
 def listing(key, boundary, signatures, crcs=()):
     """Not a real format: each file after a line naming it, and a last line."""
     etag = identity_of(key, signatures, boundary).etag if key is not None else None
-    heads = [f"{s[0]} {s[2]}\n".encode() for s in signatures]
+    heads = [f"{s.path} {s.size}\n".encode() for s in signatures]
     blocks = (heads[0], *(b"\n" + head for head in heads[1:]), b"\nend\n") if heads else (b"end\n",)
     return etag, "text/x-listing", "batch.listing", blocks
 

@@ -26,6 +26,18 @@ KEY = b"k" * 32
 LIMITS = Limits()
 
 
+def known_crcs(store: FileStore, *paths: str) -> list[int | None]:
+    """The CRC-32s the store knows for ``paths`` as they are now, asked without reading any
+    (None: not known). With ``settled_ns = 0`` the store keeps every CRC it reads, so a None
+    also says the file was not read."""
+    files = [store.open(path) for path in paths]
+    try:
+        return store.crc32s(files, read=False)
+    finally:
+        for f in files:
+            f.close()
+
+
 def test_zip_round_trip_in_zipfile(root, store):
     paths = ["a.txt", "sub/../b.bin", "empty.txt", "sub/deeper/d.txt"]
     response = plan_batch(store, paths, LIMITS, key=KEY, headers={}, fmt=zip_stored)
@@ -119,9 +131,9 @@ def test_a_file_edited_in_place_gets_a_new_crc(root, tmp_path):
             assert archive.testzip() is None
             return archive.infolist()[0].CRC, archive.read("b.bin")
 
+    assert known_crcs(store, "b.bin") == [None]
     first, data = crc_served()
-    assert first == zlib.crc32(path.read_bytes()) and store.crcs.computed == 1
-    assert crc_served()[0] == first and store.crcs.computed == 1  # known: not read again
+    assert first == zlib.crc32(path.read_bytes()) and known_crcs(store, "b.bin") == [first]  # kept
     fd = os.open(path, os.O_WRONLY)
     try:
         time.sleep(0.02)  # past one tick of the filesystem clock, so the ctime moves
@@ -132,9 +144,10 @@ def test_a_file_edited_in_place_gets_a_new_crc(root, tmp_path):
     after = os.stat(path)
     assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
     assert after.st_ctime_ns != before.st_ctime_ns
+    assert known_crcs(store, "b.bin") == [None]  # a new version: the old CRC is not its
     second, data = crc_served()
     assert second != first and data == path.read_bytes() and second == zlib.crc32(data)
-    assert store.crcs.computed == 2
+    assert known_crcs(store, "b.bin") == [second]
 
 
 class GrowingStore:
@@ -174,12 +187,13 @@ def test_a_file_that_keeps_changing_is_a_503(root, store, open_fds):
 
 def test_head_reads_no_file_for_its_crc(root):
     store = FileStore(root)
+    store.crcs.settled_ns = 0  # keep every CRC read: a CRC not known was not read
     head = plan_batch(store, ["a.txt", "b.bin"], LIMITS, key=KEY, headers={}, method="HEAD", fmt=zip_stored)
     head.close()
-    assert store.crcs.computed == 0
+    assert known_crcs(store, "a.txt", "b.bin") == [None, None]
     get = plan_batch(store, ["a.txt", "b.bin"], LIMITS, key=KEY, headers={}, fmt=zip_stored)
     get.close()
-    assert store.crcs.computed == 2
+    assert None not in known_crcs(store, "a.txt", "b.bin")
     assert dict(head.headers) == dict(get.headers)
 
 
@@ -193,24 +207,25 @@ def test_on_the_loop_a_long_crc_read_is_refused_before_reading(root, store):
     before = set(os.listdir("/proc/self/fd"))
     with pytest.raises(WouldBlock):
         plan_batch(store, ["a.txt", "big.bin"], LIMITS, key=KEY, headers={}, fmt=zip_stored, on_loop=True)
-    assert store.crcs.computed == 0  # nothing was read, not even the small file
+    assert known_crcs(store, "a.txt", "big.bin") == [None, None]  # nothing was read, not even the small file
     assert set(os.listdir("/proc/self/fd")) <= before  # and every file it opened is closed
     # Where it may block, the same batch is read and framed; after that, it is planned on the
     # loop too: its CRCs are known.
     first = render(plan_batch(store, ["a.txt", "big.bin"], LIMITS, key=KEY, headers={}, fmt=zip_stored))
-    assert store.crcs.computed == 2
+    assert None not in known_crcs(store, "a.txt", "big.bin")
     again = render(plan_batch(store, ["a.txt", "big.bin"], LIMITS, key=KEY, headers={}, fmt=zip_stored, on_loop=True))
-    assert again == first and store.crcs.computed == 2
+    assert again == first  # on the loop, and not refused: nothing left to read
 
 
 def test_on_the_loop_a_short_crc_read_stays_inline(root, store):
     from axon.plan.batch import INLINE_READ_BYTES
 
+    store.crcs.settled_ns = 0  # keep every CRC read
     (root / "edge.bin").write_bytes(os.urandom(INLINE_READ_BYTES - 12))
     # Two cold files, INLINE_READ_BYTES in all, an empty one and a repeat: read here.
     paths = ["a.txt", "edge.bin", "empty.txt", "a.txt"]
     body = render(plan_batch(store, paths, LIMITS, key=KEY, headers={}, fmt=zip_stored, on_loop=True))
-    assert (root / "a.txt").stat().st_size == 12 and store.crcs.computed == 3
+    assert (root / "a.txt").stat().st_size == 12 and None not in known_crcs(store, "a.txt", "edge.bin", "empty.txt")
     with zipfile.ZipFile(io.BytesIO(body)) as archive:
         assert archive.testzip() is None and archive.namelist() == paths
 
@@ -277,7 +292,7 @@ def test_ut_time_is_clamped_to_32_unsigned_bits(tmp_path):
 
 def test_the_zip_etag_changed_with_its_bytes():
     # A resume (If-Range) from a zip made before the UT field must not splice in the new bytes.
-    from axon.http.batch_identity import identity_of
+    from axon.http.batch_identity import Signature, identity_of
 
-    a = ("a.txt", "text/plain; charset=utf-8", 12, 1, 2, 3, 4, "a.txt")
+    a = Signature("a.txt", "text/plain; charset=utf-8", device=4, inode=3, size=12, mtime_ns=1, ctime_ns=2, name="a.txt")
     assert zip_stored(KEY, None, (a,), (0,))[0] != identity_of(KEY, (a,), None, "zip").etag

@@ -18,7 +18,7 @@ from axon.storage.local import FileStore
 
 from archive_support import tool
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # writes and reads back a 4 GiB archive
 KEY = b"k" * 32
 BIG = (1 << 32) + 1000  # past 0xFFFFFFFF: needs a Zip64 size, and pushes what follows past 4 GiB
 

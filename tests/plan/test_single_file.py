@@ -292,6 +292,7 @@ def test_own_last_modified_is_honoured(root, store, mtime_ns):
     r.close()
 
 
+@pytest.mark.slow  # waits for a change to be a second old
 @pytest.mark.parametrize("mtime_ns", [1_700_000_000_999_999_600, -1_500_000_000])
 def test_own_last_modified_is_honoured_at_the_edges(root, store, mtime_ns):
     _set_mtime_ns(root / "b.bin", mtime_ns)

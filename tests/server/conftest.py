@@ -501,7 +501,8 @@ class Harness:
         import asyncio
 
         for _ in range(rounds):
-            if not self.proto._busy:
+            cycle = self.proto.cycle
+            if cycle is None or cycle.task is None:  # no answer pending in a task
                 break
             self.loop.run_until_complete(asyncio.sleep(0.002))
 

@@ -153,6 +153,7 @@ def _serve_fails(*args: str, env: dict | None = None) -> subprocess.CompletedPro
                           timeout=20, env={**os.environ, **(env or {})})
 
 
+@pytest.mark.slow  # a process per failure
 def test_startup_errors_are_one_line_and_nonzero(root, tmp_path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -169,6 +170,7 @@ def test_startup_errors_are_one_line_and_nonzero(root, tmp_path) -> None:
     assert done.returncode != 0 and "both" in done.stderr
 
 
+@pytest.mark.slow  # worker processes
 def test_metrics_are_summed_over_the_workers(spawn, monkeypatch) -> None:
     monkeypatch.delenv("AXON_METRICS_DIR", raising=False)
     server = spawn("--workers", "2", "--metrics")

@@ -11,6 +11,8 @@ import pytest
 
 import axon
 
+pytestmark = pytest.mark.slow  # a process per bad input
+
 
 def axon_cli(*argv: str, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("AXON_")}

@@ -89,6 +89,7 @@ def errors():
     logger.removeHandler(handler)
 
 
+@pytest.mark.slow  # fuzz
 @settings(max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_fuzz_fake_transport(harness, errors, data) -> None:

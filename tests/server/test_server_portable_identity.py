@@ -12,6 +12,8 @@ import pytest
 
 from conftest import FILES, Client, batch_target
 
+pytestmark = pytest.mark.slow  # several axon serve nodes
+
 MTIME_NS = 1_700_000_000_987_654_321
 SECRET = {"AXON_IDENTITY_SECRET": "shared by every node", "AXON_SECRET": ""}
 BATCH = ["a.txt", "mid.bin", "sub/c.json", "small/f01.bin", "b.bin", "a.txt"]

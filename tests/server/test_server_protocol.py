@@ -16,6 +16,7 @@ from conftest import FILES, counted
 from axon.app import App, Request
 from axon.response import Response, stream_response
 from axon.server.protocol import _target
+from axon.server.state import State
 
 
 def test_target_is_decoded_once() -> None:
@@ -72,7 +73,7 @@ def test_plain_handlers_answer_inline_without_a_task(harness) -> None:
     assert [r.status for r in h.responses()] == [200, 200]
     assert h.responses()[1].body == FILES["a.txt"]
     assert not [t for t in asyncio.all_tasks(h.loop) if not t.done()]
-    assert not h.proto._busy
+    assert h.proto.state is State.IDLE  # both answered: waiting for the next request
 
 
 def gated_app(root) -> tuple[App, asyncio.Event]:
@@ -93,11 +94,11 @@ def test_pipelined_answers_keep_order_and_reading_pauses_while_pending(harness, 
     h = harness(app)
     h.receive(b"GET /slow HTTP/1.1\r\n\r\nGET /api/health HTTP/1.1\r\n\r\n")
     h.loop.run_until_complete(asyncio.sleep(0.01))
-    assert h.transport.out == b"" and h.proto._busy
+    assert h.transport.out == b"" and h.proto.state is State.ANSWER
     # more bytes while the response is pending: kept, not parsed; reading pauses
     h.receive(b"GET /files/a.txt HTTP/1.1\r\n\r\n")
     assert not h.transport.reading
-    assert h.proto._stash
+    assert h.transport.out == b"" and h.proto.state is State.ANSWER  # nothing answered out of turn
     gate.set()
     h.pump()
     assert [r.status for r in h.responses()] == [200, 200, 200]

@@ -29,6 +29,10 @@ class OnlyTheProtocol:
     def store(self):
         return self._app.store
 
+    @store.setter
+    def store(self, source):  # the server serves through a source that shares open files
+        self._app.store = source
+
     def remembers(self):
         return self._app.remembers()
 

@@ -21,6 +21,8 @@ from conftest import (
     wait_for,
 )
 
+pytestmark = pytest.mark.slow  # pre-forked worker processes: signals, slow readers, restarts
+
 MiB = 1024 * 1024
 
 

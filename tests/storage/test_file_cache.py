@@ -1,6 +1,6 @@
-"""The open-file cache (axon.file_cache) behind FileStore.open: shared descriptors, and exactly
-when a change on disk is seen. Real files, real descriptors; no clock is faked (the validity
-window is made short instead).
+"""The open-file cache (axon.storage.file_cache) behind SharedFiles.open: shared descriptors, and
+exactly when a change on disk is seen. Real files, real descriptors; no clock is faked (the
+validity window is made short instead).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 
 from axon.errors import HTTPError
 from axon.storage.local import FileStore
+from axon.storage.shared_files import SharedFiles
 
 VALID = 0.2  # seconds a path's resolution is trusted in these tests
 INACTIVE = 0.6  # seconds an unused entry stays
@@ -49,10 +50,9 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def store(root: Path):
-    store = FileStore(root)
-    store.enable_cache(size=64, valid=VALID, inactive=INACTIVE)
+    store = SharedFiles(FileStore(root), size=64, valid=VALID, inactive=INACTIVE)
     yield store
-    store.enable_cache(0)
+    store.close()
 
 
 def test_a_hit_shares_the_descriptor_and_closing_keeps_it_open(store) -> None:
@@ -70,11 +70,11 @@ def test_a_hit_shares_the_descriptor_and_closing_keeps_it_open(store) -> None:
     os.fstat(fd)
 
 
-def test_disabling_the_cache_closes_idle_descriptors(store) -> None:
+def test_closing_the_cache_closes_idle_descriptors(store) -> None:
     f = store.open("a.txt")
     fd = f.fd
     f.close()
-    store.enable_cache(0)
+    store.close()
     with pytest.raises(OSError):
         os.fstat(fd)
 
@@ -192,13 +192,12 @@ def test_a_symlink_swapped_to_a_dot_file_is_refused_after_the_validity_window(st
 
 
 def test_the_least_recently_used_entry_is_evicted_and_closed_when_idle(root) -> None:
-    store = FileStore(root)
-    store.enable_cache(size=2, valid=60)
+    store = SharedFiles(FileStore(root), size=2, valid=60)
     a = store.open("a.txt")  # held: evicted later, closed only when released
     store.open("b.txt").close()
     store.open("b.txt").close()  # b is now more recent than a
     c = store.open("c.txt")  # evicts a (least recently used)
-    assert len(store._cache) == 2
+    assert len(store.cache) == 2
     assert read(a) == b"version 1\n"  # still readable by its user
 
     def cached() -> list[str]:
@@ -210,12 +209,11 @@ def test_the_least_recently_used_entry_is_evicted_and_closed_when_idle(root) -> 
     store.open("sub/x.txt").close()  # evicts b, idle: closed at once
     assert cached() == ["c.txt", "x.txt"]
     c.close()
-    store.enable_cache(0)
+    store.close()
 
 
 def test_threads_sharing_the_cache_leak_nothing(root) -> None:
-    store = FileStore(root)
-    store.enable_cache(size=3, valid=0.01)  # constant eviction and expiry
+    store = SharedFiles(FileStore(root), size=3, valid=0.01)  # constant eviction and expiry
     paths = ["a.txt", "b.txt", "c.txt", "sub/x.txt", "sub/y.txt"]
     expected = {p: (root / p).read_bytes() for p in paths}
     errors: list[BaseException] = []
@@ -239,8 +237,8 @@ def test_threads_sharing_the_cache_leak_nothing(root) -> None:
         t.join()
     assert not errors, errors[0]
     open_files = [t for t in fd_targets() if t.startswith(str(root)) and t.endswith(".txt")]
-    assert len(open_files) == len(store._cache) <= 3
-    store.enable_cache(0)
+    assert len(open_files) == len(store.cache) <= 3
+    store.close()
     assert not [t for t in fd_targets() if t.startswith(str(root)) and t.endswith(".txt")]
 
 
@@ -294,11 +292,11 @@ def test_prune_closes_what_was_not_used_for_the_idle_time(store, root) -> None:
     store.open("a.txt").close()
     os.remove(root / "a.txt")  # deleted, and nobody asks for it again
     time.sleep(VALID * 1.5)
-    store.prune_cache()  # past the validity, not the idle time: kept
-    assert len(store._cache) == 2
+    store.prune()  # past the validity, not the idle time: kept
+    assert len(store.cache) == 2
     time.sleep(INACTIVE)
-    store.prune_cache()
-    assert len(store._cache) == 0
+    store.prune()
+    assert len(store.cache) == 0
     assert f"{root}/a.txt (deleted)" not in fd_targets()  # its space is given back
     assert f"{root}/b.txt" in fd_targets() and read(held) == b"B"
     held.close()
@@ -313,7 +311,7 @@ def test_a_path_past_its_validity_is_checked_not_opened_again(store, root) -> No
     f.close()
     for _ in range(3):
         time.sleep(VALID * 1.2)
-        store.prune_cache()
+        store.prune()
         g = store.open("sub/x.txt")
         assert g.fd == fd and read(g) == b"X"
         g.close()
@@ -324,18 +322,17 @@ def test_a_pool_larger_than_the_bound_holds_at_most_size_descriptors(root) -> No
     (root / "pool").mkdir()
     for i in range(50):
         (root / "pool" / f"{i}.bin").write_bytes(b"%d" % i)
-    store = FileStore(root)
-    store.enable_cache(size=10, valid=VALID, inactive=INACTIVE)
+    store = SharedFiles(FileStore(root), size=10, valid=VALID, inactive=INACTIVE)
     try:
         for round_ in range(3):
             for i in range(50):
                 f = store.open(f"pool/{i}.bin")
                 assert read(f) == b"%d" % i
                 f.close()
-        assert len(store._cache) == 10
+        assert len(store.cache) == 10
         assert sum(t.startswith(f"{root}/pool/") for t in fd_targets()) == 10
     finally:
-        store.enable_cache(0)
+        store.close()
     assert not any(t.startswith(f"{root}/pool/") for t in fd_targets())
 
 
@@ -343,8 +340,7 @@ def test_small_files_bytes_stay_within_their_budget(root, settled) -> None:
     (root / "pool").mkdir()
     for i in range(20):
         (root / "pool" / f"{i}.bin").write_bytes(bytes([i]) * 1000)
-    store = FileStore(root)
-    store.enable_cache(size=64, valid=VALID, inactive=INACTIVE, small_bytes=5000)
+    store = SharedFiles(FileStore(root), size=64, valid=VALID, inactive=INACTIVE, small_bytes=5000)
     try:
         kept = 0
         for i in range(20):
@@ -353,10 +349,10 @@ def test_small_files_bytes_stay_within_their_budget(root, settled) -> None:
             kept += f.data is not None
             assert read(f) == bytes([i]) * 1000
             f.close()
-        assert kept == 5 and store._cache.small_total == 5000
-        store.enable_cache(0)  # dropped entries give their bytes back
+        assert kept == 5 and store.cache.small_total == 5000
+        store.close()  # dropped entries give their bytes back
     finally:
-        store.enable_cache(0)
+        store.close()
 
 
 def test_a_descriptor_closed_by_someone_else_is_forgotten_not_reused(store, root, caplog) -> None:
@@ -381,4 +377,4 @@ def test_long_paths_are_not_cached(store, root) -> None:
     f = store.open(long)
     assert read(f) == b"version 1\n" and not f.shared
     f.close()
-    assert len(store._cache) == 0
+    assert len(store.cache) == 0

@@ -757,6 +757,7 @@ def _outcome(store: FileStore, requested: str, root: Path, open_fds):
             f.close()
 
 
+@pytest.mark.slow  # hypothesis: many trees of links
 @SETTINGS
 @given(tree=_trees(), requests=st.lists(_REQUESTS, min_size=1, max_size=8))
 @example(tree={".h": ("file", None), "a": ("link", ".h")}, requests=["a"])

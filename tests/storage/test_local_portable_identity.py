@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from axon.storage.crc_cache import FileChanged
+from axon.errors import FileChanged
 from axon.storage.local import FileStore
+from axon.storage.shared_files import SharedFiles
 
 MTIME_NS = 1_700_000_000_123_456_789
 
@@ -34,9 +35,8 @@ def _facts(f) -> tuple:
 def test_copies_have_the_same_facts(root: Path, tmp_path: Path, cache: int) -> None:
     copy = _copy(root, tmp_path / "copy")
     stores = [FileStore(r, portable_identity=True) for r in (root, copy)]
-    for store in stores:
-        if cache:
-            store.enable_cache(cache)
+    if cache:
+        stores = [SharedFiles(store, cache) for store in stores]
     for _ in range(2):  # the second round comes from the open-file cache when it is on
         a, b = (s.open("sub/c.json") for s in stores)
         try:

@@ -26,6 +26,8 @@ from axon.storage.object_stream import ObjectStreamBroken  # noqa: E402
 from axon.storage.objects import OPEN_READ, ObjectSource  # noqa: E402
 from test_objects import call  # noqa: E402  # one App call, its body read whole, for both files
 
+pytestmark = pytest.mark.slow  # counts a real SeaweedFS's requests
+
 SMALL = 40  # more than LIST_MIN
 LARGE = 20
 

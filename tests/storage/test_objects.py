@@ -167,7 +167,7 @@ def test_a_zip_carries_each_objects_crc(app, source):
     # A large object's CRC is read once and kept by (key, ETag); a small one's comes from the
     # bytes opening brought.
     f = source.open("big.bin")
-    assert f.data is None and source._crcs[(f.key, f.etag)] == zlib.crc32(OBJECTS["big.bin"])
+    assert f.data is None and source.crc32s([f], read=False) == [zlib.crc32(OBJECTS["big.bin"])]  # kept: no request
     assert source.open("b.bin").data == OBJECTS["b.bin"]
 
 
@@ -181,7 +181,7 @@ def test_a_tar(app):
 
 def test_a_crc_of_a_replaced_object_is_refused(weed, prefix):
     from axon.config import object_store_environment
-    from axon.storage.crc_cache import FileChanged
+    from axon.errors import FileChanged
 
     source = ObjectSource(weed.url(f"{prefix}-crc"), env=object_store_environment(weed.env()))
     weed.put(f"{prefix}-crc/x.bin", b"1" * 100_000)

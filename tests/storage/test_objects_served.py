@@ -17,6 +17,8 @@ import pytest
 
 from conftest import HOST, RUNTIMES, serve
 
+pytestmark = pytest.mark.slow  # SeaweedFS served by three runtimes over sockets
+
 pytest.importorskip("obstore")
 
 MiB = 1 << 20

@@ -26,7 +26,6 @@ but regular files and directories (``tarfile``'s ``data`` filter for the rest).
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
 import re
@@ -38,11 +37,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..batchclient.errors import BatchTooLarge, FetchError, UnsafePathError
+from ..batchclient.head import Head
+from ..batchclient.refusal import error_from_response
+from ..batchclient.request import BatchRequest, build_request
 from .download import Progress, prepare_destination
-from .errors import BatchTooLarge, FetchError, UnsafePathError
-from .fetch import DEFAULT_CHUNK_SIZE, DEFAULT_TIMEOUT, _connection, _content_length, _network_errors
+from .fetch import DEFAULT_CHUNK_SIZE, DEFAULT_TIMEOUT
 from .paths import ensure_parent, resolve_destination
-from .protocol import MAX_ERROR_BODY, BatchRequest, build_request, error_from_response
+from .transport import Exchange
 
 __all__ = ["ARCHIVE_FORMATS", "ArchiveResult", "fetch_archive", "unpack"]
 
@@ -91,70 +93,65 @@ def fetch_archive(
         extra.update({"Range": f"bytes={offset}-", "If-Range": etag})  # type: ignore[dict-item]
     request = build_request(base_url, files, method=method, headers=extra, secret=secret, fmt=fmt)
     _check_fits(request, len(files), _server_limits(base_url, request, timeout, headers))
-    connection = _connection(request, timeout)
-    try:
-        with _network_errors(request, "sending the request"):
-            connection.request(request.method, request.target, request.body or None, dict(request.headers))
-            response = connection.getresponse()
-        if response.status == 416 and offset:
-            # The saved part no longer fits any version of the batch: start again, once.
-            _forget(partial, note)
-            connection.close()
-            return fetch_archive(base_url, files, path, fmt, chunk_size=chunk_size, timeout=timeout,
-                                 headers=headers, method=method, progress=progress, resume=resume, secret=secret)
-        if response.status not in (200, 206):
-            with _network_errors(request, "reading the error response"):
-                body = response.read(MAX_ERROR_BODY)
-            raise error_from_response(response.status, response.reason, body)
-        start, total = _extent(response, offset)
-        prepare_destination(path.parent)
-        if resume and response.headers.get("ETag"):
-            note.write_text(json.dumps(dict(batch, etag=response.headers["ETag"], length=total)), encoding="utf-8")
-        if progress is not None:
-            progress.response_started(total - start)
-        received = 0
-        with open(partial, "r+b" if start else "wb") as out:
-            out.truncate(start)
-            out.seek(start)
-            try:
-                while True:
-                    with _network_errors(request, "receiving the response"):
-                        chunk = response.read1(chunk_size)
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    received += len(chunk)
-                    if progress is not None:
-                        progress.data_received(len(chunk))
-                if start + received != total:
-                    raise FetchError(f"the archive stopped after {start + received} of its {total} bytes")
-            except BaseException:
-                out.close()
-                if not resume:
-                    _forget(partial, note)
-                raise
-        os.replace(partial, path)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(note)
-        return ArchiveResult(path, total, received, start)
-    finally:
-        connection.close()
+    with Exchange(request, timeout) as exchange:
+        head = exchange.start()
+        if not (head.status == 416 and offset):
+            return _receive(exchange, head, offset, path, batch, resume=resume, progress=progress, chunk_size=chunk_size)
+    # The saved part no longer fits any version of the batch: start again, once.
+    _forget(path.with_name(path.name + PARTIAL), path.with_name(path.name + PARTIAL + ".json"))
+    return fetch_archive(base_url, files, path, fmt, chunk_size=chunk_size, timeout=timeout,
+                         headers=headers, method=method, progress=progress, resume=resume, secret=secret)
+
+
+def _receive(
+    exchange: Exchange, head: Head, offset: int, path: Path, batch: dict, *,
+    resume: bool, progress: Progress | None, chunk_size: int,
+) -> ArchiveResult:
+    """The body of a 200 or 206 into ``path``'s partial file, renamed to ``path`` once whole."""
+    partial = path.with_name(path.name + PARTIAL)
+    note = path.with_name(path.name + PARTIAL + ".json")
+    if head.status not in (200, 206):
+        raise error_from_response(head.status, head.reason, exchange.error_body())
+    start, total = _extent(head, offset)
+    prepare_destination(path.parent)
+    if resume and head.headers.get("ETag"):
+        note.write_text(json.dumps(dict(batch, etag=head.headers["ETag"], length=total)), encoding="utf-8")
+    if progress is not None:
+        progress.response_started(total - start)
+    received = 0
+    with open(partial, "r+b" if start else "wb") as out:
+        out.truncate(start)
+        out.seek(start)
+        try:
+            for chunk in exchange.chunks(chunk_size):
+                out.write(chunk)
+                received += len(chunk)
+                if progress is not None:
+                    progress.data_received(len(chunk))
+            if start + received != total:
+                raise FetchError(f"the archive stopped after {start + received} of its {total} bytes")
+        except BaseException:
+            out.close()
+            if not resume:
+                _forget(partial, note)
+            raise
+    os.replace(partial, path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(note)
+    return ArchiveResult(path, total, received, start)
 
 
 def _server_limits(
     base_url: str, request: BatchRequest, timeout: float | None, headers: Mapping[str, str] | None
 ) -> dict[str, Any] | None:
     """The server's ``GET /api/limits`` (open without a signature), or None if it has none."""
-    connection = _connection(request, timeout)
     target = urlsplit(base_url).path.rstrip("/") + "/api/limits"
-    try:
-        with _network_errors(request, "asking for its limits"):
-            connection.request("GET", target, headers={**(headers or {}), "Accept": "application/json"})
-            response = connection.getresponse()
-            body = response.read(MAX_ERROR_BODY)
-    finally:
-        connection.close()
-    if response.status != 200:
+    limits_request = BatchRequest(request.scheme, request.host, request.port, "GET", target,
+                                  tuple({**(headers or {}), "Accept": "application/json"}.items()), b"")
+    with Exchange(limits_request, timeout) as exchange:
+        head = exchange.start()
+        body = exchange.error_body()  # small either way: the limits, or why there are none
+    if head.status != 200:
         return None  # a server from before /api/limits (404): the batch's own answer will say
     try:
         limits = json.loads(body)
@@ -194,14 +191,14 @@ def _saved(partial: Path, note: Path, batch: dict) -> tuple[int, str | None]:
     return size, etag
 
 
-def _extent(response: http.client.HTTPResponse, offset: int) -> tuple[int, int]:
+def _extent(head: Head, offset: int) -> tuple[int, int]:
     """(first byte this body carries, the archive's whole length) from the answer's head."""
-    length = _content_length(response.headers)
-    if response.status == 200:
+    length = head.content_length
+    if head.status == 200:
         if length is None:
             raise FetchError("the server sent an archive without a Content-Length")
         return 0, length
-    found = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range") or "")
+    found = _CONTENT_RANGE.fullmatch(head.headers.get("Content-Range") or "")
     if found is None or int(found[1]) != offset or int(found[2]) + 1 != int(found[3]):
         raise FetchError(f"the server answered a range this download did not ask for: {found and found[0]!r}")
     return offset, int(found[3])

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from ..signing import mint_token, sign_url
-from .protocol import build_request
+from ..batchclient.request import build_request
 
 __all__ = ["add_parser", "run"]
 

@@ -17,31 +17,31 @@ import contextlib
 import os
 import secrets
 import time
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from email.message import Message
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from .errors import FetchError
-from .journal import Journal, SavedBatch, SavedPart
+from ..batchclient.errors import FetchError
+from ..batchclient.parts import AnyOrder
+from ..batchclient.reader import BatchReader
+from ..batchclient.resume import Saved, Verdict, judge, keeps_saved_after, resume_headers
 from ..http.multipart_parser import (
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_PARTS,
-    Event,
     MultipartError,
-    MultipartParser,
     PartData,
     PartEnd,
     PartStart,
     State,
-    boundary_from_content_type,
 )
+from .journal import Journal, SavedBatch, SavedPart
 from .paths import ensure_parent, resolve_destination
 
 __all__ = [
-    "BatchDownload", "FetchResult", "FetchedFile", "Progress", "open_download", "plan_resume", "prepare_destination",
+    "BatchDownload", "FetchResult", "FetchedFile", "Progress", "forget_if_refused", "open_download", "plan_resume",
+    "prepare_destination",
 ]
 
 CHECKPOINT_INTERVAL = 1.0  # seconds between journal saves while a journaled download runs
@@ -159,14 +159,13 @@ class BatchDownload:
         journal: Journal | None = None,
         etag: str | None = None,
     ) -> None:
-        try:
-            boundary = boundary_from_content_type(content_type or "")
-        except MultipartError as exc:
-            raise FetchError(f"the server did not answer with a multipart body: {exc}") from exc
-        self._parser = MultipartParser(boundary, max_header_bytes=max_header_bytes, max_parts=max_parts)
-        self._boundary = boundary
+        self._check = AnyOrder(requested)
+        # The parser, the check of each part against what was asked, the body's length: the core's.
+        self._reader: BatchReader[str] = BatchReader(
+            content_type, self._check, content_length=content_length,
+            max_header_bytes=max_header_bytes, max_parts=max_parts,
+        )
         self._root = root
-        self._due = Counter(requested)
         self._content_type = content_type or ""
         self._content_length = content_length
         self._progress = progress
@@ -202,14 +201,17 @@ class BatchDownload:
         """The download ``saved`` described, ready to be fed the rest of the body from
         ``saved.offset``. Raises ValueError or OSError if the saved state cannot be used."""
         download = cls(root, requested, saved.content_type, saved.length, journal=journal, etag=saved.etag, **limits)
-        download._parser = MultipartParser.restore(download._boundary, saved.parser, **limits)
+        download._reader = BatchReader(
+            saved.content_type, download._check, content_length=saved.length, parser=saved.parser,
+            body_bytes=saved.offset, **limits,
+        )
         download.result.body_bytes = saved.offset
         for path, size in saved.done:
-            download._take_due(path, "a saved file")
+            download._check.take(path)
             download.result.files.append(FetchedFile(path, resolve_destination(root, path), size))
         if saved.part is not None:
             path = saved.part.path
-            download._take_due(path, "the saved part")
+            download._check.take(path)
             target = resolve_destination(root, path)
             temp = journal.temp_path(saved.part)
             download._part = _PartFile.reopen(path, target, saved.part.declared, temp, saved.part.written)
@@ -241,17 +243,20 @@ class BatchDownload:
 
     def feed(self, chunk: bytes) -> None:
         self._clean = False
-        self.result.body_bytes += len(chunk)
-        if self._content_length is not None and self.result.body_bytes > self._content_length:
-            raise FetchError(f"the response body is longer than its Content-Length {self._content_length}")
-        for event in self._parse(chunk):
-            if isinstance(event, PartData):
-                assert self._part is not None
-                self._part.write(event.data)
-            elif isinstance(event, PartStart):
-                self._start_part(event)
-            elif isinstance(event, PartEnd):
-                self._end_part()
+        try:
+            for path, event in self._reader.feed(chunk):
+                if isinstance(event, PartData):
+                    assert self._part is not None
+                    self._part.write(event.data)
+                elif isinstance(event, PartStart):
+                    assert path is not None
+                    self._start_part(event, path)
+                elif isinstance(event, PartEnd):
+                    self._end_part()
+        except MultipartError as exc:
+            raise FetchError(f"invalid multipart response: {exc}") from exc
+        finally:
+            self.result.body_bytes = self._reader.body_bytes
         self._clean = True
         if self._journal is not None and (
             self._journal_stale or time.monotonic() - self._saved_at >= CHECKPOINT_INTERVAL
@@ -268,18 +273,14 @@ class BatchDownload:
         if (
             self._journal is not None
             and self.result.body_bytes < (self._content_length or 0)
-            and self._parser.state is not State.DONE
+            and self._reader.parser.state is not State.DONE
         ):
             # Cut short: saved now, while the parser still stands where the bytes stopped.
             self._before_close = self._checkpoint()
-        self._parse(b"")
-        if self._content_length is not None and self.result.body_bytes != self._content_length:
-            raise FetchError(
-                f"the response body ended after {self.result.body_bytes} of its {self._content_length} bytes"
-            )
-        missing = sorted(self._due.elements())
-        if missing:
-            raise FetchError(f"the server did not send {len(missing)} requested file(s): {missing[:5]}")
+        try:
+            self._reader.close()
+        except MultipartError as exc:
+            raise FetchError(f"invalid multipart response: {exc}") from exc
         self.result.elapsed = time.monotonic() - self._started
         if self._journal is not None:
             self._journal.remove()
@@ -298,7 +299,7 @@ class BatchDownload:
             return None
         if self._before_close is not None:
             return self._before_close
-        if self._clean and self._parser.state not in (State.ERROR, State.DONE):
+        if self._clean and self._reader.parser.state not in (State.ERROR, State.DONE):
             return self._checkpoint()
         return None
 
@@ -313,34 +314,17 @@ class BatchDownload:
             self._content_type,
             self._content_length or 0,
             self.result.body_bytes,
-            self._parser.snapshot(),
+            self._reader.parser.snapshot(),
             [(f.path, f.size) for f in self.result.files],
             part,
         )
 
-    def _take_due(self, path: str, what: str) -> None:
-        if self._due[path] <= 0:
-            raise ValueError(f"{what} {path!r} is not in this batch")
-        self._due[path] -= 1
-
-    def _parse(self, chunk: bytes) -> list[Event]:
-        try:
-            return self._parser.feed(chunk)
-        except MultipartError as exc:
-            raise FetchError(f"invalid multipart response: {exc}") from exc
-
-    def _start_part(self, start: PartStart) -> None:
-        where = f"part {start.index}"
-        path = start.path
-        if path is None:
-            raise FetchError(f"{where} has no Content-Location: cannot tell which file it is")
+    def _start_part(self, start: PartStart, path: str) -> None:
+        """Part ``start`` carries ``path``, which the core's check admitted (asked, safe in shape,
+        with a length): now to a temporary file beside its final name, never outside the root."""
         length = start.content_length
-        if length is None:
-            raise FetchError(f"{where} ({path!r}) has no Content-Length: its size cannot be verified")
-        target = resolve_destination(self._root, path)  # refuse hostile paths before the rest
-        if self._due[path] <= 0:
-            raise FetchError(f"{where} carries {path!r}, which was not requested (or came twice)")
-        self._due[path] -= 1
+        assert length is not None
+        target = resolve_destination(self._root, path)
         ensure_parent(self._root, target)
         token = None if self._journal is None else self._journal.part_token(start.index)
         self._part = _PartFile(path, target, length, token)
@@ -371,8 +355,14 @@ def plan_resume(
     journal = Journal(Path(os.path.realpath(dest)), base_url, files)
     saved = journal.load()
     if saved is not None:
-        extra.update({"Range": f"bytes={saved.offset}-", "If-Range": saved.etag})
+        extra.update(resume_headers(_facts(saved)))
     return journal, saved, extra
+
+
+def forget_if_refused(status: int, journal: Journal | None, saved: SavedBatch | None) -> None:
+    """After a refusal, discard what was saved if the refusal makes it useless (a 416)."""
+    if journal is not None and saved is not None and not keeps_saved_after(status):
+        journal.discard(saved)
 
 
 def open_download(
@@ -390,43 +380,29 @@ def open_download(
 
     A 206 continues the saved download from where it stopped. Any other success means the batch
     changed (``If-Range`` did not match) or the server ignores ``Range``: what was saved is
-    discarded and the whole new batch is written, so the files end up as the server has them now.
+    discarded and the whole new batch is written, so the files end up as the server has them now
+    (the core decides which: :func:`axon.batchclient.resume.judge`).
     """
-    if saved is not None and journal is not None and status == 206:
-        problem = _continuation_problem(saved, headers, content_length)
-        if problem is None:
-            try:
-                return BatchDownload.resume(root, requested, saved, journal, progress=progress)
-            except (OSError, ValueError) as exc:
-                problem = str(exc)
-        journal.discard(saved)
-        raise FetchError(f"cannot continue the saved partial download ({problem}); it was discarded: fetch again")
+    if journal is None:
+        saved = None
+    verdict, problem = judge(status, headers, content_length, None if saved is None else _facts(saved))
+    if verdict is Verdict.CONTINUE:
+        assert saved is not None and journal is not None
+        try:
+            return BatchDownload.resume(root, requested, saved, journal, progress=progress)
+        except (OSError, ValueError) as exc:
+            verdict, problem = Verdict.UNUSABLE, str(exc)
     if saved is not None and journal is not None:
         journal.discard(saved)
-    if status == 206:
-        raise FetchError("the server answered 206 Partial Content to a request for whole files")
+        if verdict is Verdict.UNUSABLE:
+            raise FetchError(f"cannot continue the saved partial download ({problem}); it was discarded: fetch again")
+    if verdict is Verdict.UNUSABLE:
+        raise FetchError(problem or "the answer does not continue anything")
     return BatchDownload(
         root, requested, headers.get("Content-Type"), content_length,
         progress=progress, journal=journal, etag=headers.get("ETag"),
     )
 
 
-def _continuation_problem(saved: SavedBatch, headers: Message, content_length: int | None) -> str | None:
-    expected = f"bytes {saved.offset}-{saved.length - 1}/{saved.length}"
-    got = (headers.get("Content-Range") or "").strip()
-    if got != expected:
-        return f"Content-Range is {got!r}, not {expected!r}"
-    etag = headers.get("ETag")
-    if etag is not None and etag.strip() != saved.etag:
-        return f"ETag is {etag!r}, not {saved.etag!r}"
-    if content_length is not None and content_length != saved.length - saved.offset:
-        return f"Content-Length is {content_length}, not {saved.length - saved.offset}"
-    content_type = headers.get("Content-Type")
-    if content_type is not None:
-        try:
-            same = boundary_from_content_type(content_type) == boundary_from_content_type(saved.content_type)
-        except MultipartError:
-            same = False
-        if not same:
-            return "the multipart boundary changed"
-    return None
+def _facts(saved: SavedBatch) -> Saved:
+    return Saved(saved.etag, saved.content_type, saved.length, saved.offset)

@@ -1,38 +1,33 @@
 """Fetch a batch of files into a directory: ``fetch`` (blocking) and ``afetch`` (asyncio).
 
-Both send the same request (:mod:`.protocol`) and hand the response body to the same
-:class:`~.download.BatchDownload`, which parses it and writes the files; they differ only in how
-bytes cross the network: ``http.client`` for one, ``asyncio.open_connection`` for the other.
-``timeout`` bounds each network operation (connect, each read), not the whole transfer.
-``fetch`` takes a :class:`~.cancel.Cancel` to be stopped from another thread at once (Ctrl-C in
-``axon fetch``); ``afetch`` is stopped by cancelling its task. Either way a resumable batch saves
-where it stood.
+Both build the same request and read the answer through the same sans-IO core
+(:mod:`axon.batchclient`: the request, the refusal, the checks of each part, the resume
+decision) into the same :class:`~.download.BatchDownload`, which writes the files; they differ
+only in the transport that moves the bytes: ``http.client`` (:mod:`.transport`) for one,
+aiohttp (:mod:`axon.batchclient.aio`, the ``fsspec`` extra) for the other. ``timeout`` bounds
+each network operation (connect, each read), not the whole transfer. ``fetch`` takes a
+:class:`~.cancel.Cancel` to be stopped from another thread at once (Ctrl-C in ``axon fetch``);
+``afetch`` is stopped by cancelling its task. Either way a resumable batch saves where it stood.
 """
 
 from __future__ import annotations
 
-import asyncio
-import http.client
-import io
 import os
-import socket
-import ssl
-import string
-from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, aclosing, contextmanager, nullcontext, suppress
-from email.message import Message
+from collections.abc import Iterable, Mapping
 
+from ..batchclient.errors import FetchError
+from ..batchclient.head import Head
+from ..batchclient.refusal import error_from_response
+from ..batchclient.request import build_request
 from .cancel import Cancel
-from .download import FetchResult, Progress, open_download, plan_resume, prepare_destination
-from .errors import FetchError
+from .download import FetchResult, Progress, forget_if_refused, open_download, plan_resume, prepare_destination
 from .journal import Journal, SavedBatch
-from .protocol import MAX_ERROR_BODY, BatchRequest, build_request, error_from_response
+from .transport import Exchange
 
 __all__ = ["afetch", "fetch"]
 
 DEFAULT_CHUNK_SIZE = 256 * 1024
 DEFAULT_TIMEOUT = 60.0
-MAX_RESPONSE_HEAD = 64 * 1024
 
 
 def fetch(
@@ -66,54 +61,17 @@ def fetch(
     files = list(files)
     journal, saved, headers = plan_resume(dest, base_url, files, headers, resume)
     request = build_request(base_url, files, method=method, headers=headers, secret=secret)
-    connection = _connection(request, timeout)
-    try:
-        with _network_errors(request, "connecting", cancel):
-            connection.connect()  # now, not inside request(): a Cancel must know the socket first
-        with _watched(cancel, connection.sock):
-            return _exchange(connection, request, dest, files, journal, saved, progress, chunk_size, cancel)
-    finally:
-        connection.close()
-
-
-def _exchange(
-    connection: http.client.HTTPConnection,
-    request: BatchRequest,
-    dest: str | os.PathLike[str],
-    files: list[str],
-    journal: Journal | None,
-    saved: SavedBatch | None,
-    progress: Progress | None,
-    chunk_size: int,
-    cancel: Cancel | None,
-) -> FetchResult:
-    """:func:`fetch`'s request and answer, on a connection already open."""
-    with _network_errors(request, "sending the request", cancel):
-        connection.request(request.method, request.target, request.body or None, dict(request.headers))
-        response = connection.getresponse()
-    if not 200 <= response.status < 300:
-        with _network_errors(request, "reading the error response", cancel):
-            body = response.read(MAX_ERROR_BODY)
-        _refused(response.status, journal, saved)
-        raise error_from_response(response.status, response.reason, body)
-    with open_download(
-        prepare_destination(dest),  # only now: a refused request leaves no empty directory
-        files,
-        response.status,
-        response.headers,
-        _content_length(response.headers),
-        journal=journal,
-        saved=saved,
-        progress=progress,
-    ) as download:
-        while True:
-            with _network_errors(request, "receiving the response", cancel):
-                chunk = response.read1(chunk_size)
-            if cancel is not None:
-                cancel.check()  # between chunks, where the download's state is whole to save
-            if not chunk:
-                return download.finish()
-            download.feed(chunk)
+    with Exchange(request, timeout, cancel) as exchange:
+        head = exchange.start()
+        if not head.ok:
+            raise _refused(head, exchange.error_body(), journal, saved)
+        with open_download(
+            prepare_destination(dest),  # only now: a refused request leaves no empty directory
+            files, head.status, head.headers, head.content_length, journal=journal, saved=saved, progress=progress,
+        ) as download:
+            for chunk in exchange.chunks(chunk_size):
+                download.feed(chunk)
+            return download.finish()
 
 
 async def afetch(
@@ -129,172 +87,35 @@ async def afetch(
     resume: bool = False,
     secret: str | bytes | None = None,
 ) -> FetchResult:
-    """The asyncio twin of :func:`fetch`: same arguments, same result, same errors.
+    """The asyncio twin of :func:`fetch`: same arguments, same result, same errors; on aiohttp
+    (the ``fsspec`` extra brings it).
 
     Files are written with ordinary blocking writes between reads; a local disk keeps up.
     """
+    # Here, not at the top: ``import axon.client`` (and ``axon fetch``) need nothing but the
+    # standard library.
+    try:
+        from ..batchclient.aio import Exchange as AioExchange, session_for_one_fetch
+    except ModuleNotFoundError as exc:  # pragma: no cover - without the extra
+        raise ModuleNotFoundError(f"afetch runs on aiohttp: pip install 'axon-stream[fsspec]' ({exc})",
+                                  name=exc.name) from exc
+
     files = list(files)
     journal, saved, headers = plan_resume(dest, base_url, files, headers, resume)
     request = build_request(base_url, files, method=method, headers=headers, secret=secret)
-    with _network_errors(request, "connecting"):
-        reader, writer = await asyncio.wait_for(_open(request), timeout)
-    try:
-        with _network_errors(request, "sending the request"):
-            writer.write(request.head_bytes() + request.body)
-            await asyncio.wait_for(writer.drain(), timeout)
-            status, reason, response_headers = await _read_head(reader, timeout)
-        async with aclosing(_body_chunks(reader, response_headers, chunk_size, timeout, request)) as body:
-            if not 200 <= status < 300:
-                error_body = b""
-                async for chunk in body:
-                    error_body += chunk
-                    if len(error_body) >= MAX_ERROR_BODY:
-                        break
-                _refused(status, journal, saved)
-                raise error_from_response(status, reason, error_body)
-            with open_download(
-                prepare_destination(dest),
-                files,
-                status,
-                response_headers,
-                _content_length(response_headers),
-                journal=journal,
-                saved=saved,
-                progress=progress,
-            ) as download:
-                async for chunk in body:
-                    download.feed(chunk)
-                return download.finish()
-    finally:
-        writer.close()
-        with suppress(OSError, ssl.SSLError):  # the connection is going away either way
-            await writer.wait_closed()
+    async with session_for_one_fetch(timeout) as session, AioExchange(session, request) as exchange:
+        head = await exchange.start()
+        if not head.ok:
+            raise _refused(head, await exchange.error_body(), journal, saved)
+        with open_download(
+            prepare_destination(dest), files, head.status, head.headers, head.content_length,
+            journal=journal, saved=saved, progress=progress,
+        ) as download:
+            async for chunk in exchange.chunks(chunk_size):
+                download.feed(chunk)
+            return download.finish()
 
 
-def _refused(status: int, journal: Journal | None, saved: SavedBatch | None) -> None:
-    # 416: the saved offset does not fit the batch any more; nothing saved can be used. Other
-    # refusals (a file now missing...) keep it: If-Range decides once the batch is servable.
-    if status == 416 and journal is not None:
-        journal.discard(saved)
-
-
-# -- blocking transport
-
-
-def _connection(request: BatchRequest, timeout: float | None) -> http.client.HTTPConnection:
-    if request.scheme == "https":
-        return http.client.HTTPSConnection(
-            request.host, request.port, timeout=timeout, context=ssl.create_default_context()
-        )
-    return http.client.HTTPConnection(request.host, request.port, timeout=timeout)
-
-
-@contextmanager
-def _network_errors(request: BatchRequest, doing: str, cancel: Cancel | None = None) -> Iterator[None]:
-    """Turns a socket or HTTP failure inside the block into a :class:`FetchError` saying when
-    (a :class:`~.cancel.Cancelled` if ``cancel`` was set: the failure is its shutting the socket)."""
-    try:
-        yield
-    except (OSError, http.client.HTTPException, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
-        if cancel is not None:
-            cancel.check()
-        detail = str(exc) or type(exc).__name__
-        raise FetchError(f"{request.origin}: failed while {doing}: {detail}") from exc
-
-
-def _watched(cancel: Cancel | None, sock: socket.socket | None) -> AbstractContextManager[None]:
-    return nullcontext() if cancel is None or sock is None else cancel.watching(sock)
-
-
-def _content_length(headers: Message) -> int | None:
-    values = set(headers.get_all("Content-Length") or [])
-    if len(values) != 1:
-        return None if not values else _bad_length(values)
-    (value,) = values
-    if not (value.isascii() and value.strip().isdigit()):
-        _bad_length(values)
-    return int(value)
-
-
-def _bad_length(values: set[str]) -> int:
-    raise FetchError(f"the response has an invalid Content-Length: {sorted(values)}")
-
-
-# -- asyncio transport
-
-
-async def _open(request: BatchRequest) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    if request.scheme == "https":
-        return await asyncio.open_connection(
-            request.host, request.port, ssl=ssl.create_default_context(), limit=MAX_RESPONSE_HEAD
-        )
-    return await asyncio.open_connection(request.host, request.port, limit=MAX_RESPONSE_HEAD)
-
-
-async def _read_head(reader: asyncio.StreamReader, timeout: float | None) -> tuple[int, str, Message]:
-    """Status and headers, skipping any interim 1xx answers; headers parsed as http.client does."""
-    while True:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
-        except asyncio.LimitOverrunError:
-            raise FetchError(f"the response headers exceed {MAX_RESPONSE_HEAD} bytes") from None
-        status_line, _, header_block = head.partition(b"\r\n")
-        version, _, rest = status_line.decode("latin-1").partition(" ")
-        code, _, reason = rest.partition(" ")
-        if not version.startswith("HTTP/1.") or not (code.isascii() and code.isdigit() and len(code) == 3):
-            raise FetchError(f"not an HTTP/1.x response: {status_line[:100]!r}")
-        if not 100 <= int(code) < 200:
-            headers = http.client.parse_headers(io.BytesIO(header_block))
-            return int(code), reason.strip(), headers
-
-
-async def _body_chunks(
-    reader: asyncio.StreamReader,
-    headers: Message,
-    chunk_size: int,
-    timeout: float | None,
-    request: BatchRequest,
-) -> AsyncGenerator[bytes, None]:
-    """The response body's bytes, undoing chunked transfer coding if the server used it.
-
-    A body that stops short simply ends here; the caller notices what is missing.
-    """
-    if "chunked" in (headers.get("Transfer-Encoding") or "").lower():
-        async for chunk in _dechunk(reader, chunk_size, timeout, request):
-            yield chunk
-        return
-    remaining = _content_length(headers)
-    while remaining is None or remaining > 0:
-        size = chunk_size if remaining is None else min(chunk_size, remaining)
-        with _network_errors(request, "receiving the response"):
-            chunk = await asyncio.wait_for(reader.read(size), timeout)
-        if not chunk:
-            return
-        if remaining is not None:
-            remaining -= len(chunk)
-        yield chunk
-
-
-async def _dechunk(
-    reader: asyncio.StreamReader, chunk_size: int, timeout: float | None, request: BatchRequest
-) -> AsyncGenerator[bytes, None]:
-    while True:
-        with _network_errors(request, "receiving the response"):
-            size_line = await asyncio.wait_for(reader.readuntil(b"\r\n"), timeout)
-        size_text = size_line.split(b";", 1)[0].strip().decode("latin-1")
-        if not size_text or not all(c in string.hexdigits for c in size_text):
-            raise FetchError(f"invalid chunk size in the response: {size_line[:40]!r}")
-        size = int(size_text, 16)
-        if size == 0:
-            return  # trailers, if any, are not needed
-        while size > 0:
-            with _network_errors(request, "receiving the response"):
-                chunk = await asyncio.wait_for(reader.read(min(size, chunk_size)), timeout)
-            if not chunk:
-                return
-            size -= len(chunk)
-            yield chunk
-        with _network_errors(request, "receiving the response"):
-            crlf = await asyncio.wait_for(reader.readexactly(2), timeout)
-        if crlf != b"\r\n":
-            raise FetchError("malformed chunked response: missing CRLF after a chunk")
+def _refused(head: Head, body: bytes, journal: Journal | None, saved: SavedBatch | None) -> FetchError:
+    forget_if_refused(head.status, journal, saved)
+    return error_from_response(head.status, head.reason, body)

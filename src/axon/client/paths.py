@@ -8,9 +8,10 @@ destination directory once symlinks already there are resolved.
 from __future__ import annotations
 
 import os
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path, PurePosixPath
 
-from .errors import UnsafePathError
+from ..batchclient.errors import UnsafePathError
+from ..batchclient.paths import check_path_shape
 
 __all__ = ["UnsafePathError", "check_path_shape", "ensure_parent", "resolve_destination"]
 
@@ -42,20 +43,3 @@ def ensure_parent(root: str | os.PathLike[str], target: Path) -> None:
 def _check_inside(root: str | os.PathLike[str], directory: Path) -> None:
     if not Path(os.path.realpath(directory)).is_relative_to(root):
         raise UnsafePathError(f"directory {str(directory)!r} resolves outside the destination")
-
-
-def check_path_shape(path: str) -> None:
-    """Refuse a path that could never be safe, whatever the destination: checked before sending."""
-    if not path:
-        raise UnsafePathError("empty path")
-    if "\x00" in path:
-        raise UnsafePathError(f"path {path!r} contains NUL")
-    if "\\" in path:
-        raise UnsafePathError(f"path {path!r} contains a backslash")
-    if path.startswith("/") or PureWindowsPath(path).drive:
-        raise UnsafePathError(f"path {path!r} is absolute")
-    segments = path.split("/")
-    if ".." in segments:
-        raise UnsafePathError(f"path {path!r} has a '..' segment")
-    if segments[-1] in ("", "."):
-        raise UnsafePathError(f"path {path!r} does not name a file")

@@ -9,30 +9,19 @@ names the path, ``Content-Range`` the slice). Memory stays what the sinks keep.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterable, Callable, Sequence
 from typing import Protocol
 
-from ..http.multipart_parser import ContentRange, MultipartError, MultipartParser, Part, PartData, PartEnd, PartStart, StreamEnd
-from .slices import Item, check_part
+from ..batchclient.parts import InOrder
+from ..batchclient.reader import BatchReader
+from ..batchclient.request import batch_body as body
+from ..batchclient.request import compact_json
+from ..http.multipart_parser import Part, PartData, PartEnd, PartStart
+from .slices import Item
 
 __all__ = ["PartSink", "body", "pack", "read_parts"]
 
 _ENVELOPE = len(b'{"files":[]}')
-
-
-# One encoder for every call: json.dumps with options other than its defaults builds a new one
-# each time, which costs more than encoding a path (pack encodes each item).
-_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
-
-
-def _json(value: object) -> bytes:
-    return _ENCODER.encode(value).encode("ascii")
-
-
-def body(items: Sequence[Item]) -> bytes:
-    """The ``POST /api/stream-files`` body naming ``items``."""
-    return _json({"files": list(items)})
 
 
 def pack(items: Sequence[Item], max_files: int, max_body_bytes: int) -> list[list[int]]:
@@ -42,7 +31,7 @@ def pack(items: Sequence[Item], max_files: int, max_body_bytes: int) -> list[lis
     current: list[int] = []
     size = _ENVELOPE
     for index, item in enumerate(items):
-        cost = len(_json(item)) + (1 if current else 0)  # the comma before it
+        cost = len(compact_json(item)) + (1 if current else 0)  # the comma before it
         if current and (len(current) >= max_files or size + cost > max_body_bytes):
             batches.append(current)
             current, size, cost = [], _ENVELOPE, cost - 1
@@ -69,56 +58,39 @@ class PartSink(Protocol):
 async def read_parts(
     chunks: AsyncIterable[bytes],
     content_type: str,
-    paths: Sequence[str],
     items: Sequence[Item],
     open_sink: Callable[[int, int], PartSink],
 ) -> None:
-    """Read an answer to the batch of ``items`` (asking for ``paths``) into sinks.
+    """Read an answer to the batch of ``items`` into sinks.
 
     ``open_sink(index, first)`` is called as part ``index`` starts, with the offset in the file
-    of its first byte. Any mismatch, truncation or malformed framing is a :class:`MultipartError`
-    naming the part, and the sink of the part under way is aborted.
+    of its first byte. The core reads the answer and checks each part against the item it
+    answers (:class:`~axon.batchclient.parts.InOrder`): any mismatch, truncation or malformed
+    framing is a :class:`~axon.http.multipart_parser.MultipartError` naming the part (a body that
+    is not multipart a :class:`~axon.batchclient.errors.FetchError`), and the sink of the part
+    under way is aborted.
     """
-    parser = MultipartParser.from_content_type(content_type, max_parts=len(items), whole_parts=True)
+    reader = BatchReader(content_type, InOrder(items), max_parts=len(items), whole_parts=True)
     sink: PartSink | None = None
-    started = 0
-
-    def begin(index: int, path: str | None, content_range: ContentRange | None) -> PartSink:
-        _check(index, path, content_range, paths[started], items[started])
-        return open_sink(started, 0 if content_range is None else content_range.first)
-
     try:
         async for chunk in chunks:
-            for event in parser.feed(chunk):
-                if isinstance(event, Part):  # a part whole in one chunk (small files): one event
-                    sink = begin(event.start.index, event.path, event.content_range)
-                    started += 1
-                    sink.write(event.data)
+            for k, event in reader.feed(chunk):
+                kind = type(event)
+                if kind is PartData:
+                    sink.write(event.data)  # type: ignore[union-attr]  # the parser starts a part first
+                elif kind is Part:  # a part whole in one chunk (small files): one event
+                    sink = open_sink(k, 0 if event.content_range is None else event.content_range.first)  # type: ignore
+                    sink.write(event.data)  # type: ignore[union-attr]
                     sink.finish()
                     sink = None
-                elif isinstance(event, PartData):
-                    sink.write(event.data)  # type: ignore[union-attr]  # the parser starts a part first
-                elif isinstance(event, PartStart):
-                    sink = begin(event.index, event.path, event.content_range)
-                    started += 1
-                elif isinstance(event, PartEnd):
+                elif kind is PartStart:
+                    content_range = event.content_range  # type: ignore[union-attr]
+                    sink = open_sink(k, 0 if content_range is None else content_range.first)  # type: ignore[arg-type]
+                elif kind is PartEnd:
                     sink.finish()  # type: ignore[union-attr]
                     sink = None
-                elif isinstance(event, StreamEnd):
-                    pass
-        parser.close()
-        if started != len(items):
-            raise MultipartError(f"the answer holds {started} parts for the {len(items)} items asked")
+        reader.close()
     except BaseException:
         if sink is not None:
             sink.abort()
         raise
-
-
-def _check(index: int, named: str | None, content_range: ContentRange | None, path: str, item: Item) -> None:
-    """Part ``index`` (its Content-Location ``named``) must answer ``item``, which asked for ``path``."""
-    if named != path:
-        raise MultipartError(f"Content-Location names {named!r}, not {path!r}", part_index=index, path=path)
-    why = check_part(item, content_range)
-    if why is not None:
-        raise MultipartError(why, part_index=index, path=path)

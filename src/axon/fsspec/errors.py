@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import errno
-import json
 
 import aiohttp
 
-__all__ = ["ListingOff", "error_body", "error_for", "listing_off", "status_error"]
+from ..batchclient.refusal import MAX_ERROR_BODY, error_object
 
-MAX_ERROR_BODY = 1 << 20  # bytes of an error answer read at most
+__all__ = ["ListingOff", "error_body", "error_for", "listing_off", "status_error"]
 
 # Statuses that say "not now" rather than "not this": worth trying again later.
 _UNAVAILABLE = {429: errno.EAGAIN, 502: errno.ECONNREFUSED, 503: errno.EAGAIN}
@@ -59,11 +58,8 @@ def error_for(status: int, message: str, path: str) -> Exception:
 async def error_body(response: aiohttp.ClientResponse) -> dict:
     """The ``error`` object of Axon's JSON answer (or the start of whatever else came)."""
     raw = await response.content.read(MAX_ERROR_BODY)
-    try:
-        error = json.loads(raw)["error"]
-        return error if isinstance(error, dict) else {}
-    except (ValueError, KeyError, TypeError):
-        return {"message": raw[:200].decode("utf-8", "replace")}
+    error = error_object(raw)
+    return error if error is not None else {"message": raw[:200].decode("utf-8", "replace")}
 
 
 async def status_error(response: aiohttp.ClientResponse, path: str) -> Exception:

@@ -26,32 +26,31 @@ from __future__ import annotations
 
 import contextvars
 import errno
+import functools
 import os
 import time
 import warnings
 import weakref
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
-import yarl
 from fsspec.asyn import AsyncFileSystem
 from fsspec.callbacks import DEFAULT_CALLBACK
 from fsspec.implementations.http import HTTPFileSystem
 
-from ..http.multipart_parser import parse_content_range
-from ..limits import DEFAULT_LIMITS
-from ..signing import mint_token, sign_url
+from ..signing import sign_url
 from .batches import PartSink
 from .errors import ListingOff, error_body, error_for, listing_off, status_error
-from .file import AxonAsyncFile, AxonFile
-from .slices import EMPTY, Slice, check_part, plan
-from .transfer import Collect, FileSink, ServerLimits, Transfer, Want, item_path, raise_first
+from .file import AxonAsyncFile, AxonFile, RangeReader
+from .servers import Servers
+from .slices import EMPTY, Slice, plan
+from .transfer import Collect, FileSink, SinkFactory, Transfer, Want, raise_first
 
 __all__ = ["AxonFileSystem"]
-
-TOKEN_LIFETIME = 3600  # seconds a bearer token minted from the secret is valid
-TOKEN_MARGIN = 300  # mint a new one when less than this is left, so none expires in flight
 
 # While ``_get`` runs fsspec's own path expansion, ``_get_file`` only collects what to fetch.
 _collecting: contextvars.ContextVar[list | None] = contextvars.ContextVar("axon_fsspec_get", default=None)
@@ -100,8 +99,9 @@ class AxonFileSystem(AsyncFileSystem):
         self.cache_type = cache_type
         self.client_kwargs = client_kwargs or {}
         self._session: aiohttp.ClientSession | None = None
-        self._servers: dict[str, ServerLimits] = {}
-        self._minted: tuple[str, float] | None = None
+        # How each server is addressed, authenticated and what it takes: handed to the transfers
+        # and the open files, which need nothing else of the filesystem.
+        self._servers = Servers(scheme, self.secret, token, self.set_session)
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -133,46 +133,6 @@ class AxonFileSystem(AsyncFileSystem):
         if not netloc or "@" in netloc:
             raise ValueError(f"an axon path starts with the server's host:port (axon://host:port/dir/file), not {path!r}")
         return netloc, rel
-
-    def _url(self, netloc: str, target: str) -> yarl.URL:
-        # Encoded here, once: yarl must not re-encode (or decode) what quote() wrote.
-        return yarl.URL(f"{self.scheme}://{netloc}{target}", encoded=True)
-
-    def _file_target(self, rel: str) -> str:
-        return "/files/" + quote(rel, safe="/")
-
-    def _headers(self, **extra: str) -> dict[str, str]:
-        headers = {"Accept-Encoding": "identity", **extra}
-        token = self._bearer()
-        if token is not None:
-            headers["Authorization"] = f"Bearer {token}"
-        return headers
-
-    def _bearer(self) -> str | None:
-        if self.secret is None:
-            return self.token
-        now = time.time()
-        if self._minted is None or self._minted[1] - now < TOKEN_MARGIN:
-            expires = int(now) + TOKEN_LIFETIME
-            self._minted = (mint_token(self.secret, expires), expires)
-        return self._minted[0]
-
-    async def _server(self, netloc: str) -> ServerLimits:
-        known = self._servers.get(netloc)
-        if known is not None:
-            return known
-        session = await self.set_session()
-        async with session.get(self._url(netloc, "/api/limits"), headers=self._headers()) as response:
-            if response.status == 404:  # a server from before /api/limits (and slices)
-                known = ServerLimits(DEFAULT_LIMITS.max_files, DEFAULT_LIMITS.max_body_bytes, slices=False)
-            elif response.status == 200:
-                data = await response.json(content_type=None)
-                browse = data["browse"] is not None if "browse" in data else None
-                known = ServerLimits(int(data["max_files"]), int(data["max_body_bytes"]), slices=True, browse=browse)
-            else:
-                raise await status_error(response, f"{netloc}/api/limits")
-        self._servers[netloc] = known
-        return known
 
     # -- reading many: batches -----------------------------------------------------------------
 
@@ -231,7 +191,7 @@ class AxonFileSystem(AsyncFileSystem):
         def empty(index: int) -> None:
             out[index] = b""
 
-        for index, error in enumerate(await Transfer(self, wants, sink, empty).run()):
+        for index, error in enumerate(await self._transfer(wants, sink, empty).run()):
             if error is not None:
                 out[index] = error
         return out
@@ -245,7 +205,12 @@ class AxonFileSystem(AsyncFileSystem):
         def empty(index: int) -> None:  # pragma: no cover - a whole file is never empty before asking
             open(pairs[index][1], "wb").close()
 
-        return await Transfer(self, wants, sink, empty).run()
+        return await self._transfer(wants, sink, empty).run()
+
+    def _transfer(self, wants: list[Want], sink: SinkFactory, empty: Callable[[int], None]) -> Transfer:
+        """One call's reads, handed what they need of the filesystem and nothing else."""
+        return Transfer(self._servers, wants, sink, empty,
+                        concurrency=self.batch_concurrency, files_per_batch=self.files_per_batch)
 
 
     async def _cat_file(self, path, start=None, end=None, **kwargs):
@@ -253,45 +218,8 @@ class AxonFileSystem(AsyncFileSystem):
         chosen = plan(rel, start, end)
         if chosen is EMPTY:
             return b""
-        data, first = await self._ranged_get(netloc, chosen)
+        data, first = await self._servers.ranged_get(netloc, chosen)
         return chosen.cut(data, first)
-
-    async def _read_range(self, path: str, start: int, end: int, etag: str | None) -> bytes:
-        """``file[start:end]`` for :class:`AxonFile`, refused if the file is no longer ``etag``."""
-        netloc, rel = self._split(path)
-        if end <= start:
-            return b""
-        extra = {} if etag is None else {"If-Match": etag}
-        data, _ = await self._ranged_get(netloc, Slice({"path": rel, "offset": start, "length": end - start}), extra)
-        return data
-
-    async def _ranged_get(self, netloc: str, chosen: Slice, extra: dict[str, str] | None = None) -> tuple[bytes, int]:
-        """The bytes a GET on ``/files/`` answers for one slice, checked; and the first one's offset."""
-        item = chosen.item
-        headers = self._headers(**(extra or {}))
-        if isinstance(item, dict):
-            offset, length = item["offset"], item.get("length")
-            last = "" if offset < 0 or length is None else str(offset + length - 1)
-            headers["Range"] = f"bytes={offset}-{last}" if offset >= 0 else f"bytes={offset}"
-        rel = item_path(item)
-        session = await self.set_session()
-        async with session.get(self._url(netloc, self._file_target(rel)), headers=headers) as response:
-            if response.status == 416:  # a range past the end holds nothing, as a Python slice
-                return b"", 0
-            if response.status == 412:
-                raise OSError(errno.ESTALE, "the file changed while it was read", f"{netloc}/{rel}")
-            if response.status not in (200, 206):
-                raise await status_error(response, f"{netloc}/{rel}")
-            data = await response.read()
-            value = response.headers.get("Content-Range") if response.status == 206 else None
-        try:
-            content_range = None if value is None else parse_content_range(value)
-        except ValueError as exc:
-            raise OSError(f"{netloc}/{rel}: {exc}") from None
-        why = check_part(item, content_range)
-        if why is not None:
-            raise OSError(f"{netloc}/{rel}: {why}")
-        return data, 0 if content_range is None else content_range.first
 
     def _open(self, path, mode="rb", block_size=None, autocommit=True, cache_type=None, cache_options=None,
               size=None, **kwargs):
@@ -300,8 +228,9 @@ class AxonFileSystem(AsyncFileSystem):
         details = self.info(path)
         if details["type"] != "file":
             raise IsADirectoryError(errno.EISDIR, "not a file", path)
+        path = self._strip_protocol(path)
         return AxonFile(
-            self, self._strip_protocol(path), etag=details.get("ETag"), size=size or details["size"],
+            self, path, self._range_reader(path), etag=details.get("ETag"), size=size or details["size"],
             block_size=block_size or self.block_size, cache_type=cache_type or self.cache_type,
             cache_options=cache_options, **kwargs,
         )
@@ -312,7 +241,13 @@ class AxonFileSystem(AsyncFileSystem):
         details = await self._info(path)
         if details["type"] != "file":
             raise IsADirectoryError(errno.EISDIR, "not a file", path)
-        return AxonAsyncFile(self, self._strip_protocol(path), etag=details.get("ETag"), size=details["size"], **kwargs)
+        path = self._strip_protocol(path)
+        return AxonAsyncFile(self, path, self._range_reader(path), etag=details.get("ETag"), size=details["size"],
+                             **kwargs)
+
+    def _range_reader(self, path: str) -> RangeReader:
+        """What an open file calls for ``path[start:end]`` (``If-Match: etag``): one ranged GET."""
+        return functools.partial(self._servers.read_range, *self._split_stripped(path))
 
     # -- what is there: HEAD and the listing ---------------------------------------------------
 
@@ -326,7 +261,7 @@ class AxonFileSystem(AsyncFileSystem):
         if cached:
             return cached[0]
         session = await self.set_session()
-        async with session.head(self._url(netloc, self._file_target(rel)), headers=self._headers(),
+        async with session.head(self._servers.url(netloc, Servers.file_target(rel)), headers=self._servers.headers(),
                                 allow_redirects=False) as response:
             if response.status == 200:
                 return {"name": path, "size": int(response.headers["Content-Length"]), "type": "file",
@@ -347,8 +282,8 @@ class AxonFileSystem(AsyncFileSystem):
         """Why the server does not serve ``rel`` as a file: the exception, and the error's code.
         A GET, since the answer to a HEAD has no body to say it ("Forbidden" alone says nothing)."""
         session = await self.set_session()
-        headers = self._headers(Range="bytes=0-0")  # a file made since the HEAD: one byte of it, not all
-        async with session.get(self._url(netloc, self._file_target(rel)), headers=headers,
+        headers = self._servers.headers(Range="bytes=0-0")  # a file made since the HEAD: one byte of it, not all
+        async with session.get(self._servers.url(netloc, Servers.file_target(rel)), headers=headers,
                                allow_redirects=False) as response:
             if response.status < 400:
                 return FileNotFoundError(errno.ENOENT, "no such file (one appeared as it was looked up)", path), None
@@ -404,12 +339,12 @@ class AxonFileSystem(AsyncFileSystem):
         return entries if detail else [entry["name"] for entry in entries]
 
     async def _list(self, netloc: str, rel: str, path: str) -> list[dict]:
-        if (await self._server(netloc)).browse is False:
+        if (await self._servers.limits(netloc)).browse is False:
             raise listing_off(netloc, path)  # without asking: its /api/limits said "browse": null
         target = "/browse/" + (quote(rel, safe="/") + "/" if rel else "")
         session = await self.set_session()
-        headers = self._headers(Accept="application/json")
-        async with session.get(self._url(netloc, target), headers=headers, allow_redirects=False) as response:
+        headers = self._servers.headers(Accept="application/json")
+        async with session.get(self._servers.url(netloc, target), headers=headers, allow_redirects=False) as response:
             if 300 <= response.status < 400:
                 raise NotADirectoryError(errno.ENOTDIR, "not a directory", path)
             if response.status == 404:
@@ -431,6 +366,16 @@ class AxonFileSystem(AsyncFileSystem):
     def ukey(self, path):
         return self.info(path).get("ETag") or super().ukey(path)
 
+    def modified(self, path):
+        """When the file last changed, in UTC (DuckDB asks before it reads a file): the listing's
+        mtime if the listing was read, else the ``Last-Modified`` of the HEAD."""
+        details = self.info(path)
+        if details.get("mtime") is not None:
+            return datetime.fromtimestamp(details["mtime"], tz=timezone.utc)
+        if details.get("Last-Modified"):
+            return parsedate_to_datetime(details["Last-Modified"])
+        raise NotImplementedError(f"the server gives no modification time for {path!r}: {details['type']}")
+
     # -- signed URLs -----------------------------------------------------------------------------
 
     def sign(self, path, expiration=100, **kwargs):
@@ -438,5 +383,5 @@ class AxonFileSystem(AsyncFileSystem):
         if self.secret is None:
             raise NotImplementedError("signing needs the server's secret: AxonFileSystem(secret=...)")
         netloc, rel = self._split(path)
-        url = f"{self.scheme}://{netloc}{self._file_target(rel)}"
+        url = f"{self.scheme}://{netloc}{Servers.file_target(rel)}"
         return sign_url(url, self.secret, int(time.time() + expiration))

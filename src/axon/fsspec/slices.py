@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..http.multipart_parser import ContentRange
+from ..batchclient.parts import check_slice as check_part  # a part checked against the slice asked
+from ..batchclient.request import Item
 
-__all__ = ["EMPTY", "Slice", "check_part", "plan"]
-
-Item = str | dict
+__all__ = ["EMPTY", "Item", "Slice", "check_part", "plan"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,26 +84,3 @@ def _position(value: int, size: int) -> int:
     if value < 0:
         value += size
     return min(max(value, 0), size)
-
-
-def check_part(item: Item, content_range: ContentRange | None) -> str | None:
-    """Why a part's Content-Range does not answer ``item``, or None if it does.
-
-    A whole file comes without one. A slice comes with one that starts where asked (a suffix:
-    ends at the file's end) and spans what was asked, cut at the end of the file.
-    """
-    if isinstance(item, str):
-        return None if content_range is None else "a whole file came with a Content-Range"
-    if content_range is None or content_range.complete_length is None:
-        return "a slice came without a Content-Range naming the file's size"
-    size = content_range.complete_length
-    offset, length = item["offset"], item.get("length")
-    if offset < 0:
-        want_first, want_span = max(size + offset, 0), min(-offset, size)
-    else:
-        want_first = offset
-        want_span = size - offset if length is None else min(length, size - offset)
-    if (content_range.first, content_range.span) != (want_first, want_span):
-        got = f"bytes {content_range.first}-{content_range.last}/{size}"
-        return f"asked offset {offset}, length {length}; the part holds {got}"
-    return None

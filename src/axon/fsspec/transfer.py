@@ -7,6 +7,11 @@ single failure) say which paths; 404/403/400 become those paths' exceptions; a 4
 file's size, with which the range is planned again (and often found empty without asking). A 413
 halves the batch. A server without slices (one from before ``/api/limits``) gets each range as a
 ranged GET.
+
+A batch is built, sent and read by the clients' shared core (:mod:`axon.batchclient`: the request,
+the aiohttp transport, the refusal's JSON, each part checked against its item); what this module
+adds is fsspec's: many servers, batches in flight, refusals settled path by path. It is handed
+what it needs (:class:`~.servers.Servers`, the concurrency, the batch size), never the filesystem.
 """
 
 from __future__ import annotations
@@ -16,33 +21,23 @@ import os
 from collections import defaultdict
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-import aiohttp
-
+from ..batchclient.aio import Exchange
+from ..batchclient.errors import FetchError
+from ..batchclient.head import Head
+from ..batchclient.parts import item_path
+from ..batchclient.refusal import error_object, failures_by_path
+from ..batchclient.request import build_post
 from ..http.multipart_parser import MultipartError
-from .batches import PartSink, body, pack, read_parts
-from .errors import error_body, error_for
+from .batches import PartSink, pack, read_parts
+from .errors import error_for
+from .servers import Servers
 from .slices import EMPTY, Slice, plan
 
-if TYPE_CHECKING:
-    from .filesystem import AxonFileSystem
-
-__all__ = ["Collect", "FileSink", "ServerLimits", "Transfer", "Want", "raise_first"]
+__all__ = ["Collect", "FileSink", "SinkFactory", "Transfer", "Want", "raise_first"]
 
 _TOO_LARGE = 413
-
-
-@dataclass(frozen=True)
-class ServerLimits:
-    """What one server takes in a batch. ``slices``: it takes ``{"path", "offset", ...}`` items
-    (it is a server with ``/api/limits``). ``browse``: whether it lists directories, None when
-    it does not say (a server from before ``/api/limits`` said so)."""
-
-    max_files: int
-    max_body_bytes: int
-    slices: bool
-    browse: bool | None = None
 
 
 class Want(NamedTuple):
@@ -73,10 +68,20 @@ class Transfer:
     """One call's reads. ``run()`` returns each want's exception, or None once its sink finished
     (or ``empty(index)`` was called: a range that holds no bytes whatever the file)."""
 
-    def __init__(self, fs: AxonFileSystem, wants: list[Want], sink: SinkFactory, empty: Callable[[int], None]):
-        self.fs, self.wants, self.sink, self.empty = fs, wants, sink, empty
+    def __init__(
+        self,
+        servers: Servers,
+        wants: list[Want],
+        sink: SinkFactory,
+        empty: Callable[[int], None],
+        *,
+        concurrency: int,
+        files_per_batch: int | None = None,
+    ) -> None:
+        self.servers, self.wants, self.sink, self.empty = servers, wants, sink, empty
+        self.files_per_batch = files_per_batch
         self.errors: list[BaseException | None] = [None] * len(wants)
-        self.slots = asyncio.Semaphore(fs.batch_concurrency)
+        self.slots = asyncio.Semaphore(concurrency)
 
     async def run(self) -> list[BaseException | None]:
         by_server: dict[str, list[int]] = defaultdict(list)
@@ -86,7 +91,7 @@ class Transfer:
         return self.errors
 
     async def _from_server(self, netloc: str, indices: list[int]) -> None:
-        server = await self.fs._server(netloc)
+        server = await self.servers.limits(netloc)
         batched: list[tuple[int, Slice]] = []
         ranged: list[tuple[int, Slice]] = []
         for index in indices:
@@ -98,7 +103,7 @@ class Transfer:
                 ranged.append((index, chosen))
             else:
                 batched.append((index, chosen))
-        per_batch = min(server.max_files, self.fs.files_per_batch or server.max_files)
+        per_batch = min(server.max_files, self.files_per_batch or server.max_files)
         groups = pack([chosen.item for _, chosen in batched], per_batch, server.max_body_bytes)
         await run_all([
             *(self._batch(netloc, [batched[k] for k in group]) for group in groups),
@@ -109,7 +114,7 @@ class Transfer:
         """One range from a server that takes no slices in a batch: a ranged GET."""
         async with self.slots:
             try:
-                data, first = await self.fs._ranged_get(netloc, chosen)
+                data, first = await self.servers.ranged_get(netloc, chosen)
             except (OSError, ValueError) as exc:  # ValueError: a 400, a path the server cannot take
                 self.errors[index] = exc
                 return
@@ -166,25 +171,22 @@ class Transfer:
 
     async def _post(self, netloc: str, entries: list[tuple[int, Slice]]) -> Refusal | None:
         items = [chosen.item for _, chosen in entries]
-        paths = [item_path(item) for item in items]
-        session = await self.fs.set_session()
-        headers = self.fs._headers(**{"Content-Type": "application/json", "Accept": "multipart/mixed"})
-        url = self.fs._url(netloc, "/api/stream-files")
-        async with session.post(url, data=body(items), headers=headers) as response:
-            if response.status != 200:
-                return await refusal_of(response)
+        request = build_post(self.servers.base_url(netloc), items, self.servers.headers())
 
-            def open_sink(k: int, first: int) -> PartSink:
-                index, chosen = entries[k]
-                return self.sink(index, chosen, first)
+        def open_sink(k: int, first: int) -> PartSink:
+            index, chosen = entries[k]
+            return self.sink(index, chosen, first)
 
-            try:
-                await read_parts(response.content.iter_any(), response.headers.get("Content-Type", ""),
-                                 paths, items, open_sink)
-            except MultipartError as exc:
-                raise OSError(f"the batch from {netloc} does not answer what was asked: {exc}") from exc
-            except aiohttp.ClientPayloadError as exc:  # cut short: fsspec's callers expect an OSError
-                raise OSError(f"the batch from {netloc} was cut short: {exc}") from exc
+        try:
+            async with Exchange(await self.servers.session(), request) as exchange:
+                head = await exchange.start()
+                if head.status != 200:
+                    return refusal_of(head, await exchange.error_body())
+                await read_parts(exchange.chunks(), head.headers.get("Content-Type", ""), items, open_sink)
+        except MultipartError as exc:
+            raise OSError(f"the batch from {netloc} does not answer what was asked: {exc}") from exc
+        except FetchError as exc:  # the network, or a body cut short: fsspec's callers expect an OSError
+            raise OSError(f"the batch from {netloc} failed: {exc}") from exc
         return None
 
 
@@ -239,25 +241,16 @@ async def run_all(coroutines: Iterable[Coroutine]) -> None:
         raise
 
 
-def item_path(item: str | dict) -> str:
-    return item if isinstance(item, str) else item["path"]
-
-
 def raise_first(results: Sequence[Any]) -> None:
     for result in results:
         if isinstance(result, BaseException):
             raise result
 
 
-async def refusal_of(response: aiohttp.ClientResponse) -> Refusal:
-    error = await error_body(response)
-    status = response.status
-    per_path: dict[str, dict] = {}
-    for detail in error.get("details") or ():
-        if isinstance(detail, dict) and isinstance(detail.get("path"), str):
-            per_path[detail["path"]] = {"status": status, **detail}
-    if not per_path:  # one refused path: the error itself names it
-        for path in error.get("paths") or ():
-            if isinstance(path, str):
-                per_path[path] = {"status": status, "code": error.get("code"), "message": error.get("message", "")}
-    return Refusal(status, str(error.get("code", "")), str(error.get("message", response.reason or "")), per_path)
+def refusal_of(head: Head, body: bytes) -> Refusal:
+    """A refused batch, from its head and the start of its body (the core reads the JSON)."""
+    error = error_object(body)
+    if error is None:
+        error = {"message": body[:200].decode("utf-8", "replace")}
+    per_path = failures_by_path(head.status, error)
+    return Refusal(head.status, str(error.get("code", "")), str(error.get("message", head.reason or "")), per_path)

@@ -19,7 +19,8 @@ import hashlib
 import struct
 from functools import lru_cache
 from collections.abc import Sequence
-from typing import NamedTuple, Union
+from operator import attrgetter
+from typing import NamedTuple, Optional
 
 from .multipart import CACHED_PATH_CHARS, OTHER_CACHE
 
@@ -32,14 +33,28 @@ class BatchIdentity(NamedTuple):
     boundary: str  # 32 hex characters: 128 bits
 
 
-#: What names one file's part of a batch, as plain facts: its path as requested, content type,
-#: size, mtime and ctime in nanoseconds, inode and device (all hashed into the identity), and its
-#: name under the root (in the part's headers, and given by the path). A part that is a slice of
-#: its file has a ninth fact, the span ``(start, stop)`` of the file it carries.
-Signature = Union[
-    tuple[str, str, int, int, int, int, int, str],
-    tuple[str, str, int, int, int, int, int, str, tuple[int, int]],
-]
+class Signature(NamedTuple):
+    """What names one file's part of a batch, as plain facts. The first seven are hashed into the
+    identity; built by position (a hot path: one per file of a batch)."""
+
+    path: str  # as requested
+    content_type: str
+    device: int  # the five facts of a file's version, in the order storage keeps them
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int  # moves on every write and utime
+    name: str  # under the root: in the part's headers, and given by the path
+    #: ``(start, stop)``: the part is that slice of the file (hashed too); None: the whole file.
+    span: Optional[tuple[int, int]] = None
+
+
+_SPAN = attrgetter("span")
+
+
+def has_slices(signatures: Sequence[Signature]) -> bool:
+    """Whether a part of the batch is a slice of its file (in C: a batch of whole files pays ~nothing)."""
+    return any(map(_SPAN, signatures))
 
 
 def identity_of(
@@ -48,14 +63,14 @@ def identity_of(
     """The ETag and boundary of the batch whose files (one per requested path, in order) have
     these signatures, framed in the format named ``fmt``. A caller-chosen ``boundary`` is part of
     the bytes, so it is hashed in and returned as is."""
-    if signatures and max(map(len, signatures)) > 8:  # in C: a batch of whole files pays ~nothing
+    if has_slices(signatures):
         return _sliced_identity(key, signatures, boundary, fmt)
     return identity_from(key, [record_of(signature) for signature in signatures], boundary, fmt)
 
 
 def record_of(signature: Signature, cached: bool = True) -> bytes:
     """What one whole file adds to a batch's digest (kept per file version unless ``cached`` is false)."""
-    return (_cached_record if cached and len(signature[0]) <= CACHED_PATH_CHARS else _record)(*signature)
+    return (_cached_record if cached and len(signature.path) <= CACHED_PATH_CHARS else _record)(signature)
 
 
 def identity_from(key: bytes, records: Sequence[bytes], boundary: str | None = None, fmt: str = "multipart") -> BatchIdentity:
@@ -75,8 +90,9 @@ def _sliced_identity(key: bytes, signatures: Sequence[Signature], boundary: str 
     h = _keyed(key, fmt + "-slices").copy()
     h.update(_field((boundary or "").encode("ascii")))
     for signature in signatures:
-        h.update(_record(*signature[:8]))
-        h.update(struct.pack(">BQQ", 1, *signature[8]) if len(signature) > 8 else _WHOLE)
+        h.update(_record(signature))
+        span = signature.span
+        h.update(_WHOLE if span is None else struct.pack(">BQQ", 1, *span))
     digest = h.hexdigest()
     return BatchIdentity(f'"{digest[:32]}"', boundary or digest[32:])
 
@@ -100,9 +116,10 @@ def _keyed(key: bytes, fmt: str = "multipart") -> "hashlib._Hash":
     return h
 
 
-def _record(path: str, content_type: str, size: int, mtime_ns: int, ctime_ns: int, inode: int, device: int,
-            name: str = "") -> bytes:
-    """What one file adds to the digest; cached, since a hot file's record rarely changes."""
+def _record(signature: Signature) -> bytes:
+    """What one file adds to the digest (its span aside); cached, since a hot file's record rarely changes."""
+    path, content_type, device, inode, size, mtime_ns, ctime_ns, _, _ = signature
+    # Hashed in the identity's own order (the version's bytes): another order would change every ETag.
     stat = struct.pack(">QQQQQ", size, mtime_ns & (2**64 - 1), ctime_ns & (2**64 - 1), inode, device & (2**64 - 1))
     return _field(path.encode("utf-8", "surrogateescape")) + _field(content_type.encode("utf-8")) + stat
 

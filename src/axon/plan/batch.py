@@ -32,9 +32,10 @@ pool; a small read stays inline, as the native server reads small slices inline 
 
 from __future__ import annotations
 
-from ..errors import BadRequest, HTTPError, PayloadTooLarge, PreconditionFailed, ServiceUnavailable, WouldBlock
+from ..errors import (
+    BadRequest, FileChanged, HTTPError, PayloadTooLarge, PreconditionFailed, ServiceUnavailable, WouldBlock,
+)
 from ..storage import File, Source
-from ..storage.crc_cache import FileChanged
 from ..limits import Limits
 from ..response import Response
 from ..http.batch_identity import Signature
@@ -143,7 +144,7 @@ def plan_batch(
             )
         signatures = tuple(map(file_signature, chosen))
         if spans is not None:
-            signatures = tuple([sig if s is None else (*sig, s) for sig, s in zip(signatures, spans)])
+            signatures = tuple([sig if s is None else sig._replace(span=s) for sig, s in zip(signatures, spans)])
         crcs: tuple[int, ...] = ()
         if fmt in NEEDS_CRC:
             # The CRCs change a zip's bytes, never its length or ETag: HEAD reads no file.
@@ -215,7 +216,7 @@ def checksums(store: Source, chosen: list[File], read_limit: int | None = None) 
 
 def file_signature(f: File) -> Signature:
     """An open file's facts, as the identity and the framing of a batch take them."""
-    return (f.path, f.content_type, f.size, f.mtime_ns, f.ctime_ns, f.inode, f.device, f.name)
+    return Signature(f.path, f.content_type, f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns, f.name)
 
 
 def _ranged(

@@ -28,7 +28,7 @@ from typing import Callable, Optional
 from ..http.archive import (
     TAR_END, tar_header, tar_padding, zip_central_record, zip_end, zip_entry, zip_local_header,
 )
-from ..http.batch_identity import Signature, identity_from, identity_of, record_of
+from ..http.batch_identity import Signature, has_slices, identity_from, identity_of, record_of
 from ..http.multipart import (
     CACHED_PATH_CHARS, CACHED_TEXT_BYTES, PER_FILE_CACHE, file_part_headers, frame, new_boundary, part_headers,
 )
@@ -46,7 +46,8 @@ def multipart_mixed(
     """RFC 2046 ``multipart/mixed``, one part per file (:mod:`axon.http.multipart` frames it).
     With a key, its identity names the ETag and the boundary; without one, the batch has no
     ETag and a random boundary (or the one given)."""
-    if signatures and max(map(len, signatures)) == 8:
+    sliced = has_slices(signatures)
+    if signatures and not sliced:
         return _whole_files(key, boundary, signatures)
     if key is None:
         etag, boundary = None, boundary or new_boundary()
@@ -55,10 +56,10 @@ def multipart_mixed(
         etag, boundary = identity.etag, identity.boundary
     # Each file stands in as its length: all that frame() needs of it. A
     # signature with a span (a slice of the file) frames that span, and says so.
-    if signatures and max(map(len, signatures)) > 8:
-        parts = [_sliced_part(s) if len(s) > 8 else _whole_part(s) for s in signatures]
+    if sliced:
+        parts = [_whole_part(s) if s.span is None else _sliced_part(s) for s in signatures]
     else:
-        parts = [(file_part_headers(s[0], s[7], s[1]), s[2]) for s in signatures]
+        parts = [_whole_part(s) for s in signatures]
     framed = frame(boundary, parts)
     # The name the article's own ``curl -o`` gives a batch.
     return etag, f"multipart/mixed; boundary={boundary}", "batch.multipart", tuple(framed[0::2])  # type: ignore[arg-type]
@@ -67,7 +68,7 @@ def multipart_mixed(
 def _whole_files(key: bytes | None, boundary: str | None, signatures: tuple[Signature, ...]) -> Layout:
     """``multipart_mixed`` of whole files, the common case, from what is kept per file version
     (:func:`_piece`): the bytes :func:`~axon.http.multipart.frame` would make, in one pass."""
-    pieces = [_piece(s) if len(s[0]) + len(s[7]) <= CACHED_PATH_CHARS else _piece_of(s) for s in signatures]
+    pieces = [_piece(s) if len(s.path) + len(s.name) <= CACHED_PATH_CHARS else _piece_of(s) for s in signatures]
     if key is None:
         etag, boundary = None, boundary or new_boundary()
     else:
@@ -82,7 +83,7 @@ def _whole_files(key: bytes | None, boundary: str | None, signatures: tuple[Sign
 
 def _piece_of(s: Signature) -> tuple[bytes, bytes]:
     """One whole file's record in the batch identity, and its part's header lines to the blank line."""
-    return record_of(s, cached=False), f"{part_headers(s[0], s[7], s[1])}Content-Length: {s[2]}\r\n\r\n".encode("ascii")
+    return record_of(s, cached=False), f"{part_headers(s.path, s.name, s.content_type)}Content-Length: {s.size}\r\n\r\n".encode("ascii")
 
 
 #: Pieces by signature (a file version): emptied when full, as wire.py's header blocks (cheaper
@@ -103,12 +104,12 @@ def _piece(s: Signature) -> tuple[bytes, bytes]:
 
 
 def _whole_part(s: Signature) -> tuple[str, int]:
-    return file_part_headers(s[0], s[7], s[1]), s[2]
+    return file_part_headers(s.path, s.name, s.content_type), s.size
 
 
 def _sliced_part(s: Signature) -> tuple[str, int]:
-    start, stop = s[8]  # type: ignore[misc]
-    headers = file_part_headers(s[0], s[7], s[1]) + f"Content-Range: {content_range((start, stop), s[2])}\r\n"
+    start, stop = s.span  # type: ignore[misc]
+    headers = file_part_headers(s.path, s.name, s.content_type) + f"Content-Range: {content_range((start, stop), s.size)}\r\n"
     return headers, stop - start
 
 
@@ -116,8 +117,8 @@ def tar(key: bytes | None, boundary: str | None, signatures: tuple[Signature, ..
     """POSIX ustar (pax headers where a name or size needs them), one entry per file."""
     blocks, padding = [], b""
     for s in signatures:
-        blocks.append(padding + tar_header(s[7], s[2], s[3]))
-        padding = tar_padding(s[2])
+        blocks.append(padding + tar_header(s.name, s.size, s.mtime_ns))
+        padding = tar_padding(s.size)
     blocks.append(padding + TAR_END)
     return _etag(key, signatures, "tar"), "application/x-tar", "batch.tar", tuple(blocks)
 
@@ -126,11 +127,11 @@ def zip_stored(key: bytes | None, boundary: str | None, signatures: tuple[Signat
     """A zip of stored entries (the file's bytes are the entry's), then its central directory."""
     blocks, directory, offset = [], [], 0
     for s, crc in zip(signatures, crcs, strict=True):
-        info = zip_entry(s[7], s[2], s[3], crc)
+        info = zip_entry(s.name, s.size, s.mtime_ns, crc)
         local = zip_local_header(info)
         directory.append(zip_central_record(info, offset))
         blocks.append(local)
-        offset += len(local) + s[2]
+        offset += len(local) + s.size
     central = b"".join(directory)
     blocks.append(central + zip_end(len(directory), offset, len(central)))
     return _etag(key, signatures, "zip", _ZIP_LAYOUT), "application/zip", "batch.zip", tuple(blocks)

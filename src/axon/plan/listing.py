@@ -36,8 +36,8 @@ from ..http.accept import negotiate
 from ..http.multipart import content_disposition
 from ..limits import Limits
 from ..response import NO_STORE, Response, redirect
-from ..storage import Entry
-from ..storage.local import FileStore, normalize
+from ..storage import Entry, Source
+from ..storage.local import normalize
 
 #: Where the App serves each thing the page links to.
 BROWSE, FILES, BATCH = "/browse/", "/files/", "/api/stream-files"
@@ -93,7 +93,7 @@ _ERROR_POLICY = f"default-src 'none'; style-src {_source(_STYLE)}; form-action '
 _UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 
 
-def plan_listing(store: FileStore, requested: str, headers: dict[str, str], limits: Limits) -> Response:
+def plan_listing(store: Source, requested: str, headers: dict[str, str], limits: Limits) -> Response:
     """The listing of ``requested`` (``""`` or ending in ``/``: a directory under the root), or
     a redirect: a directory named without its trailing slash to the URL with it (308, as nginx
     does, so that the page's own links resolve), a file to its ``/files/`` URL (308)."""

@@ -1,4 +1,4 @@
-"""Taking new connections off the listening socket: :class:`Acceptor`.
+"""The listening socket (:func:`bind`), and taking new connections off it: :class:`Acceptor`.
 
 uvloop's server takes one connection per turn of the loop (it accepts the next only once the
 last one's protocol was made, a turn later). A worker busy answering fifty clients turns its
@@ -20,6 +20,10 @@ import logging
 import socket
 import ssl
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import ServerConfig
 
 log = logging.getLogger("axon.server")
 
@@ -27,6 +31,29 @@ log = logging.getLogger("axon.server")
 SHARED_BURST = 4
 #: Seconds accepting pauses when the process is out of descriptors (as asyncio's loop does).
 OUT_OF_FDS_PAUSE = 0.1
+
+
+def bind(config: ServerConfig, *, listen: bool = True) -> socket.socket:
+    """The listening socket for ``config.host``/``config.port`` (port 0: any free port).
+
+    With ``config.reuse_port`` it joins the port's ``SO_REUSEPORT`` group; ``listen=False``
+    only holds the port (the supervisor's socket then: a bound socket that does not listen is
+    given no connections, and lets each worker bind a listening one of its own)."""
+    infos = socket.getaddrinfo(config.host or None, config.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if config.reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        if listen:
+            sock.listen(config.backlog)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class Acceptor:

@@ -22,16 +22,33 @@ import asyncio
 import logging
 from collections.abc import Awaitable
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..response import Response, error_response
 from .eager import resume
 
 if TYPE_CHECKING:
     from .exchange import Exchange
-    from .protocol import HTTPProtocol
+    from .roles import Host
+    from .writer import ResponseWriter
 
 log = logging.getLogger("axon.server")
+
+
+class Connection(Protocol):
+    """What the cycle uses of its connection (:class:`~.protocol.HTTPProtocol`, which imports
+    this module: named by what it offers, so that no import goes back)."""
+
+    worker: Host
+    writer: ResponseWriter | None
+    #: The worker stops gracefully: the answer in flight is the last.
+    stopping: bool
+
+    def answered(self, keep_alive: bool, later: bool = False) -> None: ...
+
+    def crashed(self, exc: BaseException) -> None: ...
+
+    def abort(self) -> None: ...
 
 
 class RequestCycle:
@@ -39,7 +56,7 @@ class RequestCycle:
 
     __slots__ = ("conn", "app", "loop", "task", "_runs_inline", "_shortcuts", "_respond_now", "_respond")
 
-    def __init__(self, conn: HTTPProtocol) -> None:
+    def __init__(self, conn: Connection) -> None:
         self.conn = conn
         worker = conn.worker
         self.app = worker.app

@@ -18,18 +18,24 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import ClientGone
-
-if TYPE_CHECKING:
-    from .protocol import HTTPProtocol
 
 _MSG_MORE = getattr(socket, "MSG_MORE", 0)
 
 
+class Stalls(Protocol):
+    """What flow control tells its connection (:class:`~.protocol.HTTPProtocol`, which imports
+    this module): that it waits for the client to read, and that it no longer does."""
+
+    def stalled(self) -> None: ...
+
+    def unstalled(self) -> None: ...
+
+
 class FlowControl:
-    def __init__(self, conn: HTTPProtocol, transport: Any, loop: asyncio.AbstractEventLoop, sock_fd: int) -> None:
+    def __init__(self, conn: Stalls, transport: Any, loop: asyncio.AbstractEventLoop, sock_fd: int) -> None:
         #: The connection's transport; the connection sets it again if it is replaced.
         self.transport = transport
         #: Reading is paused (``transport.pause_reading``).

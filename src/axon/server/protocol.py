@@ -38,6 +38,7 @@ from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser, par
 
 from ..app import Request
 from ..errors import BadRequest, HeadersTooLarge, HTTPError, URITooLong
+from ..runtime import declared_length
 from .cycle import RequestCycle
 from .exchange import Exchange
 from .flow import FlowControl
@@ -46,7 +47,7 @@ from .wire import CONTINUE, CRLF
 from .writer import ResponseWriter
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .roles import Host
 
 log = logging.getLogger("axon.server")
 
@@ -71,7 +72,7 @@ class NotImplementedEncoding(HTTPError):
 
 
 class HTTPProtocol(asyncio.Protocol):
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Host) -> None:
         self.worker = worker
         self.app = worker.app
         self.loop = worker.loop
@@ -82,6 +83,7 @@ class HTTPProtocol(asyncio.Protocol):
         self._remembered = shortcuts.remembered
         self._open = worker.app.store.open
         self._record_sent = worker.app.record_sent
+        self._sync_files = worker.sync_files
         self.state = NEW
         self.deadline: float | None = None  # when the current state's clock runs out (see _to)
         self._transport: Any = None
@@ -302,7 +304,10 @@ class HTTPProtocol(asyncio.Protocol):
                     self._fail(NotImplementedEncoding(f"Transfer-Encoding {encoding!r} is not supported; use chunked"))
             length = headers.get("content-length")
             if length is not None:
-                self._check_body(int(length))  # llhttp checked it is digits
+                try:
+                    declared_length(length, self.limits)  # as every runtime reads it (llhttp checked the digits)
+                except HTTPError as exc:
+                    self._fail(exc)
             expect = headers.get("expect")
             if expect is not None and expect.strip().lower() == "100-continue" and http11:
                 if self._pipeline:  # answers owed before it: after them (see _advance)
@@ -331,6 +336,7 @@ class HTTPProtocol(asyncio.Protocol):
         method = parser.get_method()
         ex.head = method == b"HEAD"
         url = ex.url
+        self._sync_files()  # before anything opens a file for this request
         if keep_alive and ex.http11 and self._shortcut(ex, method, url):
             return
         try:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ..app import Request
-    from ..storage.local import FileStore
+    from ..storage import Source
     from ..limits import Limits
     from ..response import Response
 
@@ -30,9 +30,10 @@ class RouteKind(Protocol):
 class ServedApp(Protocol):
     #: Request limits and timeouts: the parser's bounds, the connections' clocks.
     limits: Limits
-    #: Where files come from. The server reads files only by offset, so it lets requests share
-    #: open files (its open-file cache), which it switches on, prunes, and closes at the end.
-    store: FileStore
+    #: Where files come from. The server reads files only by offset, so while it serves, it puts
+    #: a source that lets requests share open files around this one in its place
+    #: (:func:`axon.storage.sources.share_open_files`), prunes it, and puts the App's back.
+    store: Source
     #: Changes whenever a route is added: the server forgets the heads it remembered.
     routes_version: int
 

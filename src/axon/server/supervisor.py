@@ -28,6 +28,7 @@ import sys
 import time
 from dataclasses import replace
 
+from .accept import bind
 from .config import ServerConfig
 from .loops import loop_name
 from .served import ServedApp
@@ -38,29 +39,6 @@ log = logging.getLogger("axon.server")
 #: A worker that lived at least this long before dying resets the restart back-off.
 _STABLE_SECONDS = 10.0
 _MAX_BACKOFF = 5.0
-
-
-def bind(config: ServerConfig, *, listen: bool = True) -> socket.socket:
-    """The listening socket for ``config.host``/``config.port`` (port 0: any free port).
-
-    With ``config.reuse_port`` it joins the port's ``SO_REUSEPORT`` group; ``listen=False``
-    only holds the port (the supervisor's socket then: a bound socket that does not listen is
-    given no connections, and lets each worker bind a listening one of its own)."""
-    infos = socket.getaddrinfo(config.host or None, config.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    family, kind, proto, _, address = infos[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if config.reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(address)
-        if listen:
-            sock.listen(config.backlog)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 def serve(app: ServedApp, config: ServerConfig) -> int:

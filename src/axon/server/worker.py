@@ -22,7 +22,8 @@ from typing import Any
 from ..app import Request
 from ..errors import ServiceUnavailable
 from ..response import error_response
-from .accept import SHARED_BURST, Acceptor
+from ..storage.sources import share_open_files
+from .accept import SHARED_BURST, Acceptor, bind
 from .config import ServerConfig
 from .loops import new_event_loop
 from .protocol import HTTPProtocol
@@ -47,13 +48,16 @@ class Worker:
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.parent_pid = parent_pid
         self._match = app.match
-        # This server reads files only by offset, so requests may share descriptors.
-        self._cached_store = app.store if config.file_cache else None
-        if self._cached_store is not None:
-            self._cached_store.enable_cache(
-                file_cache_size(config.file_cache), config.file_cache_valid, config.file_cache_inactive,
-                config.file_cache_bytes,
-            )
+        # This server reads files only by offset, so requests may share descriptors: the App
+        # serves through a source that shares them, around its own, while this worker serves.
+        self._shared = share_open_files(
+            app.store, file_cache_size(config.file_cache) if config.file_cache else 0, config.file_cache_valid,
+            config.file_cache_inactive, config.file_cache_bytes,
+        )
+        if self._shared is not None:
+            app.store = self._shared
+        #: Called as each request begins: the shared files take in what the kernel told of changes.
+        self.sync_files = self._shared.sync if self._shared is not None else _nothing_to_sync
         self._acceptor: Acceptor | None = None
         self._stop: asyncio.Future | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -135,8 +139,11 @@ class Worker:
             self._date_handle.cancel()
         self.app.close()
         self.shortcuts.clear()
-        if self._cached_store is not None:
-            self._cached_store.enable_cache(0)  # close what no response holds any more
+        shared = self._shared
+        if shared is not None:
+            if self.app.store is shared:
+                self.app.store = shared.store  # the App's own again
+            shared.close()  # close what no response holds any more
 
     def _refresh_date(self) -> None:
         now = time.time()
@@ -161,8 +168,8 @@ class Worker:
                 except Exception:
                     log.exception("timing out a connection failed")
                     conn.abort()
-        if self._cached_store is not None:
-            self._cached_store.prune_cache()
+        if self._shared is not None:
+            self._shared.prune()
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
             log.warning("the supervisor is gone; stopping")
             self.stop()
@@ -225,8 +232,6 @@ class ThreadServer:
     """
 
     def __init__(self, app: ServedApp, config: ServerConfig | None = None, sock: socket.socket | None = None) -> None:
-        from .supervisor import bind
-
         self.config = config or ServerConfig(port=0)
         self.sock = sock or bind(self.config)
         self.port = self.sock.getsockname()[1]
@@ -279,3 +284,7 @@ class ThreadServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _nothing_to_sync() -> None:
+    """No shared files (``--file-cache 0``, an object store): nothing to take in."""

@@ -35,8 +35,8 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..chunks import FileChanged, read_slice
-from ..errors import ClientGone, HTTPError
+from ..chunks import read_slice
+from ..errors import ClientGone, FileChanged, HTTPError
 from ..response import Response, error_response
 from ..streams import aiter_stream
 from .wire import CHUNKED, CLOSE, CRLF, KEEP_ALIVE, LAST_CHUNK, UnsafeHeader, chunk_head, encode_head
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from .exchange import Exchange
     from .flow import FlowControl
     from .shortcuts import FixedAnswer, Head
-    from .worker import Worker
+    from .roles import Host
 
 #: Bytes read from the file and handed to the transport when ``sendfile`` finds the socket full
 #: and no descriptor is left to watch the socket with.
@@ -87,7 +87,7 @@ class ResponseWriter:
     ``http11``).
     """
 
-    def __init__(self, transport: Any, flow: FlowControl, worker: Worker, sock_fd: int) -> None:
+    def __init__(self, transport: Any, flow: FlowControl, worker: Host, sock_fd: int) -> None:
         #: Where bytes go; the connection sets it again if it is replaced.
         self.transport = transport
         self._flow = flow

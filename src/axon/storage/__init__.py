@@ -16,7 +16,7 @@ costs what a call on the concrete class costs.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import Any, Callable, NamedTuple, Protocol
 
 from ..http.segments import Segment
 
@@ -61,7 +61,23 @@ class File(Protocol):
 
 
 class Source(Protocol):
-    """Where the files of one App come from."""
+    """Where the files of one App come from: all the App, the planners and the runtimes ask of
+    one. Two members are optional as values, not as attributes (``None`` where a source has no
+    use for them), so that the App reads them once and a request pays no call for them."""
+
+    #: What is served, as given (a directory's real path, or a store's URL): named in messages
+    #: and, with no secret, in the batch key.
+    root: str
+    #: Whether opening waits on the network (an object store): the async runtimes then run
+    #: Axon's own file endpoints in their thread pool, never on their event loop.
+    blocking: bool
+    #: ``for_batch(paths)``: a source for one batch that opens its paths together (an object
+    #: store asks for them all at once); None where each path is opened alone.
+    for_batch: Callable[[list[str]], Source] | None
+    #: ``body_stream(segments, chunk_size)``: a body holding this source's own segments as the
+    #: stream the runtimes send (an object store's slices are fetched as they are sent), or None
+    #: for a body of bytes only; the attribute is None where every segment is sendable as it is.
+    body_stream: Callable[[list[Segment], int], Any] | None
 
     def open(self, requested: str) -> File:
         """``requested`` (decoded once) as an open :class:`File`, or an
@@ -70,10 +86,25 @@ class Source(Protocol):
 
     def crc32s(self, files: list[File], read: bool = True) -> list[int | None]:
         """The CRC-32 of each of ``files`` (ones this source opened) as it was opened, for zip
-        entries; :class:`~axon.storage.crc_cache.FileChanged` naming the requested path of one
+        entries; :class:`~axon.errors.FileChanged` naming the requested path of one
         that is no longer that version. A source that stores checksums (an object store)
         answers from them. With ``read`` false, None where answering would mean reading that
         file (the caller must not block)."""
+        ...
+
+    def kind(self, requested: str) -> str:
+        """``"dir"`` or ``"file"``: what ``requested`` names (``""`` is the root); an HTTPError
+        for anything else, as serving it would refuse it."""
+        ...
+
+    def list_dir(self, requested: str, limit: int) -> tuple[list[Entry], bool]:
+        """The entries of the directory ``requested`` (``""`` or ending in ``/``), at most
+        ``limit`` of them, and whether there were more; an HTTPError as ``open`` gives one."""
+        ...
+
+    def batch_key(self, secret: str | bytes | None) -> bytes:
+        """The key that batch identities (ETag and boundary) are keyed with
+        (:mod:`.batch_key`): from ``secret`` when there is one, else this source's own."""
         ...
 
 

@@ -27,17 +27,25 @@ import threading
 import time
 import zlib
 from collections import OrderedDict, deque
+from typing import NamedTuple
 
+from ..errors import FileChanged
 from .file_cache import SETTLED_NS
 
-#: The facts that name one version of a file.
-Version = tuple[int, int, int, int, int]  # device, inode, size, mtime_ns, ctime_ns
+
+class Version(NamedTuple):
+    """The facts that name one version of a file on this host, in the one order storage keeps
+    them (the open-file cache's identity and key, an ``OpenFile``'s version token)."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+
 #: Bytes read per pread: large enough that the loop costs nothing beside the checksum.
 CHUNK = 1 << 20
-
-
-class FileChanged(Exception):
-    """The file is no longer the version a response was planned from."""
 
 
 class CrcCache:
@@ -52,8 +60,6 @@ class CrcCache:
         self._clock = clock
         self._entries: OrderedDict[Version, int] = OrderedDict()
         self._lock = threading.Lock()
-        #: How many CRCs were read rather than found (for tests and the benchmark's cold runs).
-        self.computed = 0
 
     def known(self, version: Version) -> int | None:
         return self.lookup([version])[0]
@@ -83,13 +89,11 @@ class CrcCache:
             return crc
         if data is None and not read:
             return None
-        size = version[2]
-        crc = zlib.crc32(data) if data is not None else read_crc32(fd, size)
+        crc = zlib.crc32(data) if data is not None else read_crc32(fd, version.size)
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != version:
             raise FileChanged(fd)
-        self.computed += 1
-        if self._clock() - version[4] >= self.settled_ns:
+        if self._clock() - version.ctime_ns >= self.settled_ns:
             with self._lock:
                 self._entries[version] = crc
                 self._entries.move_to_end(version)

@@ -1,9 +1,12 @@
 """An open-file cache for :class:`~axon.storage.local.FileStore`: resolve a path once, share its descriptor.
 
 nginx's ``open_file_cache`` is the model (``max``, ``inactive``, ``valid``), with one difference:
-every use still ``fstat``s the cached descriptor, so the size, times and identity a response
-declares are always the file's own, now. Only the path-to-file resolution is trusted, and only for
-``valid`` seconds at a time.
+the size, times and identity a response declares are always the file's own, now. Each use
+``fstat``s the cached descriptor, unless the kernel watches the file for the cache
+(:mod:`axon.storage.watch`, inotify): then the stat of the last use stands until the kernel tells
+of a change, which :meth:`FileCache.sync` takes in before each request (one system call a request,
+instead of one a file). Only the path-to-file resolution is trusted, and only for ``valid``
+seconds at a time.
 
 * **Bound.** At most ``size`` descriptors; past that the least recently used entry goes.
 * **Idle time.** An entry unused for ``inactive`` seconds is closed by :meth:`FileCache.prune`
@@ -16,11 +19,20 @@ declares are always the file's own, now. Only the path-to-file resolution is tru
 
 When a change on disk is seen:
 
-* a file written, truncated, appended to or touched in place: at once (the ``fstat`` of every use);
+* a file written, truncated, appended to or touched in place: at once (the ``fstat`` of every use,
+  or the kernel's event taken in by the next request's ``sync``);
 * a file deleted, or replaced by a rename over it (the usual atomic deploy): at once. The cached
   inode has no name left (``st_nlink`` 0), so the path is resolved again;
 * anything else that changes which file a path names (a symlink or directory re-pointed, a file
-  replaced while another hard link keeps the old one alive): within ``valid`` seconds.
+  replaced while another hard link keeps the old one alive): within ``valid`` seconds;
+* what inotify cannot see (writes through a shared ``mmap``, another host's on a network file
+  system): within ``valid`` seconds too, when the revalidation ``fstat``s the file again.
+
+Only an entry whose bytes are in memory goes without its ``fstat`` (it is served from those
+bytes, so nothing is read from a descriptor someone else might have closed), and only from its
+third use: the watch is added at the second, the stat trusted from the next ``fstat`` after it.
+A file touched once costs no watch. Watches are at most one an entry (the cache's ``size``) and
+leave with it; the inotify instance is one descriptor for the whole cache.
 
 A small file (up to ``SMALL_FILE``) keeps its bytes in the entry too, read once its last change
 is ``SETTLED_NS`` old and served while the ``fstat`` of each use still shows the size, mtime and
@@ -45,6 +57,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from . import FILE_CACHE_BYTES, FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID
+from .watch import Watcher, open_watcher
 
 log = logging.getLogger("axon")
 
@@ -64,7 +77,7 @@ class CachedDescriptor:
     """One cached open file: its descriptor, how many ``OpenFile`` views still use it, and for a
     small file its bytes with the stat they were read under."""
 
-    __slots__ = ("fd", "identity", "name", "content_type", "checked", "used", "refs", "dropped", "small", "_cache")
+    __slots__ = ("fd", "identity", "name", "content_type", "checked", "used", "refs", "dropped", "small", "_cache", "wd", "fresh")
 
     def __init__(self, cache: FileCache, fd: int, identity: tuple[int, int], name: str, content_type: str,
                  now: float) -> None:
@@ -78,6 +91,10 @@ class CachedDescriptor:
         self.dropped = False
         self.small: tuple[tuple[int, int, int], bytes] | None = None
         self._cache = cache
+        self.wd = 0  # the kernel's watch on the file: 0 none yet, -1 none to be had
+        #: The stat of the last use while the kernel watches the file and told of no change since:
+        #: what the next use declares without an ``fstat`` (None: ``fstat`` it).
+        self.fresh: os.stat_result | None = None
 
     def content(self, st: os.stat_result) -> bytes | None:
         """The file's bytes if it is small and settled, as of ``st`` (an ``fstat`` just taken),
@@ -124,7 +141,7 @@ class FileCache:
     def __init__(
         self, size: int = DEFAULT_SIZE, valid: float = DEFAULT_VALID, *, inactive: float = DEFAULT_INACTIVE,
         small_bytes: int = DEFAULT_SMALL_BYTES, recheck: Callable[[CachedDescriptor], bool] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic, watcher: Watcher | None = None,
     ) -> None:
         if size < 1 or valid < 0 or inactive < 0 or small_bytes < 0:
             raise ValueError("a file cache needs a size of at least 1, and no negative time or byte budget")
@@ -138,6 +155,21 @@ class FileCache:
         self._clock = clock
         self._entries: OrderedDict[str, CachedDescriptor] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
+        self._watcher = watcher
+        self._watched: dict[int, list[CachedDescriptor]] = {}  # watch -> the entries of its inode
+        self._syncs = 0  # how many times events were taken in: a stat older than one is not trusted
+        self._due = False  # a request began since events were last taken in
+
+    @classmethod
+    def watched(cls, *args, **kwargs) -> FileCache:  # noqa: ANN002, ANN003 - FileCache's own
+        """A cache whose files the kernel watches (:mod:`axon.storage.watch`) where it can."""
+        return cls(*args, watcher=open_watcher(), **kwargs)
+
+    @property
+    def watched_by_kernel(self) -> bool:
+        """Whether the kernel tells this cache of changes (inotify): then a hit whose bytes are in
+        memory needs no ``fstat``."""
+        return self._watcher is not None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -147,6 +179,8 @@ class FileCache:
         None: not cached, no longer linked, or no longer what the path names. The key is the
         path exactly as requested: it passed the store's checks when the entry was made, and
         they depend on nothing else."""
+        if self._due:
+            self._take_events()
         lock = self._lock
         with lock:
             entry = self._entries.get(requested)
@@ -155,6 +189,12 @@ class FileCache:
             entry.refs += 1
             self._entries.move_to_end(requested)
             entry.used = now = self._clock()
+            syncs = self._syncs
+        st = entry.fresh
+        if st is not None:
+            if now - entry.checked < self.valid:
+                return entry, st
+            entry.fresh = None  # fstat it again now and then: inotify misses mmap and NFS writes
         try:
             st = os.fstat(entry.fd)
         except OSError:
@@ -174,8 +214,55 @@ class FileCache:
                 self._forget(requested, entry)
             entry.release()
             return None
+        if entry.wd >= 0 and self._watcher is not None:
+            self._trust(entry, st, syncs)
         return entry, st
 
+    def _trust(self, entry: CachedDescriptor, st: os.stat_result, syncs: int) -> None:
+        """Let later uses of ``entry`` go without an ``fstat``, if its bytes are in memory as of
+        ``st``: watch it at its first such use, trust ``st`` from the next (so that no change can
+        fall between the ``fstat`` and the watch)."""
+        small = entry.small
+        if small is None or small[0] != (st.st_size, st.st_mtime_ns, st.st_ctime_ns):
+            return
+        if entry.wd == 0:
+            wd = self._watcher.watch(entry.fd)  # type: ignore[union-attr]
+            with self._lock:
+                if wd is None:
+                    entry.wd = -1
+                elif entry.dropped:
+                    self._unwatch(wd)
+                else:
+                    entry.wd = wd
+                    self._watched.setdefault(wd, []).append(entry)
+            return
+        with self._lock:
+            if syncs == self._syncs and not entry.dropped:  # no event taken in since the fstat
+                entry.fresh = st
+
+    def sync(self) -> None:
+        """A request begins: take in what the kernel told of before its first use of the cache
+        (so a request that opens no file costs nothing). The server calls this for each request."""
+        self._due = self._watcher is not None
+
+    def _take_events(self) -> None:
+        """Every event queued now: a changed file is ``fstat``-ed at its next use."""
+        self._due = False
+        watcher = self._watcher
+        if watcher is None or not watcher.pending():
+            return
+        events = watcher.read()
+        with self._lock:
+            self._syncs += 1
+            if events.overflowed:
+                for entry in self._entries.values():
+                    entry.fresh = None
+            for wd in events.changed:
+                for entry in self._watched.get(wd, ()):
+                    entry.fresh = None
+            for wd in events.removed:  # no events will come for it: fstat its entries from now on
+                for entry in self._watched.pop(wd, ()):
+                    entry.fresh, entry.wd = None, -1
     def _checked(self, entry: CachedDescriptor, now: float) -> bool:
         if not self._recheck(entry):
             return False
@@ -213,6 +300,13 @@ class FileCache:
             while self._entries:
                 self._drop(self._entries.popitem(last=False)[1])
 
+    def close(self) -> None:
+        """:meth:`clear`, and close the kernel's watcher."""
+        self.clear()
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None
+
     def _forget(self, key: str, entry: CachedDescriptor) -> None:
         # Called with the lock held: drop ``entry`` if it is still the one cached for ``key``.
         if self._entries.get(key) is entry:
@@ -222,9 +316,21 @@ class FileCache:
     def _drop(self, entry: CachedDescriptor) -> None:
         # Called with the lock held, the entry already out of the table.
         entry.dropped = True
+        entry.fresh = None
+        if entry.wd > 0:
+            watched = self._watched.get(entry.wd)
+            if watched is not None:
+                watched.remove(entry)
+                if not watched:
+                    del self._watched[entry.wd]
+                    self._unwatch(entry.wd)
         small = entry.small
         if small is not None:
             self.small_total -= len(small[1])
             entry.small = None
         if entry.refs == 0 and entry.fd >= 0:
             os.close(entry.fd)
+
+    def _unwatch(self, wd: int) -> None:
+        if self._watcher is not None:
+            self._watcher.unwatch(wd)

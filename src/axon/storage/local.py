@@ -32,10 +32,11 @@ import stat
 import sys
 
 from ..config import environment
-from ..errors import BadRequest, Forbidden, HTTPError, NotFound, ServiceUnavailable
+from ..errors import BadRequest, FileChanged, Forbidden, HTTPError, NotFound, ServiceUnavailable
 from . import Entry
-from .crc_cache import CrcCache, FileChanged
-from .file_cache import DEFAULT_INACTIVE, DEFAULT_SIZE, DEFAULT_SMALL_BYTES, DEFAULT_VALID, CachedDescriptor, FileCache
+from .batch_key import derive_key
+from .crc_cache import CrcCache, Version
+from .file_cache import CachedDescriptor
 from ..http.segments import FileSlice, Segment
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -90,12 +91,12 @@ _OPENAT2 = _openat2()
 class OpenFile:
     """A checked regular file inside the root, as it was when opened. Whoever holds it closes it.
 
-    Its descriptor is its own, or shared with other requests through the store's open-file
-    cache (:mod:`axon.storage.file_cache`); either way ``close()`` is what gives it back. Read it with
+    Its descriptor is its own, or shared with other requests through the open-file cache
+    (:mod:`axon.storage.shared_files`); either way ``close()`` is what gives it back. Read it with
     explicit offsets (``pread``, ``sendfile``): a shared descriptor's file position is shared too.
     """
 
-    __slots__ = ("fd", "path", "name", "size", "mtime_ns", "inode", "device", "content_type", "ctime_ns", "data",
+    __slots__ = ("fd", "path", "name", "device", "inode", "size", "mtime_ns", "ctime_ns", "content_type", "data",
                  "_shared", "_version")
 
     def __init__(
@@ -103,24 +104,24 @@ class OpenFile:
         fd: int,
         path: str,  # the path as requested (decoded once), for headers and error messages
         name: str,  # the normalized path relative to the root
+        device: int,  # the five facts of a Version (crc_cache), in its order
+        inode: int,
         size: int,
         mtime_ns: int,
-        inode: int,
-        device: int,
+        ctime_ns: int,  # changes on every write and utime: what mtime alone cannot promise
         content_type: str,
-        ctime_ns: int = 0,  # changes on every write and utime: what mtime alone cannot promise
         shared: CachedDescriptor | None = None,
         data: bytes | None = None,  # the whole content, when the open-file cache holds it
     ) -> None:
         self.fd = fd
         self.path = path
         self.name = name
+        self.device = device
+        self.inode = inode
         self.size = size
         self.mtime_ns = mtime_ns
-        self.inode = inode
-        self.device = device
-        self.content_type = content_type
         self.ctime_ns = ctime_ns
+        self.content_type = content_type
         self.data = data
         self._shared = shared
         self._version: tuple[int, int, int, int, int] | None = None  # the host's, where the facts above are not
@@ -130,9 +131,11 @@ class OpenFile:
 
     @property
     def version(self) -> tuple[int, int, int, int, int]:
-        """An opaque token of the file as opened on this host (inode, device, size, mtime, ctime):
-        equal tokens are the same bytes, whatever the facts above say of a portable identity."""
-        return self._version or (self.inode, self.device, self.size, self.mtime_ns, self.ctime_ns)
+        """An opaque token of the file as opened on this host: equal tokens are the same bytes,
+        whatever the facts above say of a portable identity. A :class:`~.crc_cache.Version`'s facts
+        in its order, as a plain tuple: made per file of every remembered head and only compared,
+        where a tuple costs a fraction of a NamedTuple to build."""
+        return self._version or (self.device, self.inode, self.size, self.mtime_ns, self.ctime_ns)
 
     @property
     def shared(self) -> bool:
@@ -157,6 +160,15 @@ class OpenFile:
             except OSError:
                 pass
         self.fd = -1
+
+
+def portable(f: OpenFile) -> None:
+    """Name ``f`` to clients by the facts every copy of it shares (a store built with
+    ``portable_identity``): its host's facts kept as its version, inode and device 0, its ctime
+    its mtime."""
+    f._version = (f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns)
+    f.inode = f.device = 0
+    f.ctime_ns = f.mtime_ns
 
 
 def normalize(requested: str, *, root_ok: bool = False) -> list[str]:
@@ -210,6 +222,12 @@ def _walk_parts(stack: list[str], path: str) -> bool:
 class FileStore:
     """Opens requested paths under one root directory, and only there."""
 
+    # The Source members a local directory has no use for: opening never waits on the network,
+    # each path of a batch is opened alone, and every segment is sent as it is.
+    blocking = False
+    for_batch = None
+    body_stream = None
+
     def __init__(
         self, root: str | os.PathLike[str], *, allow_hidden: bool = False, openat2: bool | None = None,
         portable_identity: bool = False,
@@ -221,7 +239,7 @@ class FileStore:
         Its :class:`OpenFile` reports inode and device 0 and its ctime as its mtime, so that
         ETags and batch identities (which hash those) agree on every host; what is lost is
         that a file replaced, or rewritten in place with its size and mtime put back, keeps
-        its identity (docs/design-notes.md, "Portable identities"). The open-file cache and
+        its identity (docs/design-notes.md, "Several nodes"). The open-file cache and
         the CRCs still go by the real inode and ctime."""
         self.root = os.path.realpath(os.fspath(root))
         self.portable_identity = portable_identity
@@ -244,35 +262,22 @@ class FileStore:
             os.close(probe)
         else:
             self._openat2 = None  # ENOSYS (old kernel) or EPERM (a seccomp filter): walk instead
-        self._cache: FileCache | None = None
         self.crcs = CrcCache()
 
     def __del__(self) -> None:
-        cache = getattr(self, "_cache", None)
-        if cache is not None:
-            cache.clear()
         fd = getattr(self, "_root_fd", -1)
         if fd >= 0:
             os.close(fd)
 
-    def enable_cache(
-        self, size: int = DEFAULT_SIZE, valid: float = DEFAULT_VALID, inactive: float = DEFAULT_INACTIVE,
-        small_bytes: int = DEFAULT_SMALL_BYTES,
-    ) -> None:
-        """Share open descriptors between requests (:mod:`axon.storage.file_cache` says when a change
-        on disk is seen); ``size`` 0 turns it off. Only for runtimes that read files by offset:
-        Axon's own server."""
-        if self._cache is not None:
-            self._cache.clear()
-        self._cache = (
-            FileCache(size, valid, inactive=inactive, small_bytes=small_bytes, recheck=self._names)
-            if size > 0 else None
-        )
+    def batch_key(self, secret: str | bytes | None) -> bytes:
+        """The key of batch identities: ``secret``'s, else this host's and this root's
+        (:mod:`.batch_key`)."""
+        return derive_key(secret, self.root)
 
     def _names(self, entry: CachedDescriptor) -> bool:
-        """Whether the path ``entry`` was opened by still resolves, by every rule a request is
-        opened by (a symlink put in a directory's place is walked, and refused if it leaves the
-        root), to the same regular file."""
+        """For the open-file cache (:mod:`.shared_files`): whether the path ``entry`` was opened by
+        still resolves, by every rule a request is opened by (a symlink put in a directory's place
+        is walked, and refused if it leaves the root), to the same regular file."""
         try:
             fd = self._resolve(entry.name.split("/"), entry.name)
         except HTTPError:
@@ -283,43 +288,24 @@ class FileStore:
             os.close(fd)
         return (st.st_dev, st.st_ino) == entry.identity and stat.S_ISREG(st.st_mode)
 
-    def prune_cache(self) -> None:
-        """Close what the open-file cache has not used for long (see :mod:`axon.storage.file_cache`)."""
-        if self._cache is not None:
-            self._cache.prune()
-
     def open(self, requested: str) -> OpenFile:
-        """Open ``requested`` (already decoded once) as a regular file inside the root."""
-        cache = self._cache
-        if cache is None or len(requested) > MAX_CACHED_PATH:
-            f = self._open(requested)
-        else:
-            found = cache.acquire(requested)
-            if found is not None:
-                entry, st = found
-                f = OpenFile(
-                    entry.fd, requested, entry.name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev,
-                    entry.content_type, st.st_ctime_ns, entry, entry.content(st),
-                )
-            else:
-                f = self._open(requested)
-                f._shared = cache.add(requested, f.fd, (f.device, f.inode), f.name, f.content_type)
-        if self.portable_identity:  # what names the file to the client: the facts every copy shares
-            f._version = (f.inode, f.device, f.size, f.mtime_ns, f.ctime_ns)
-            f.inode = f.device = 0
-            f.ctime_ns = f.mtime_ns
+        """Open ``requested`` (already decoded once) as a regular file inside the root. Axon's own
+        server shares descriptors between requests through :class:`~.shared_files.SharedFiles`."""
+        f = self._open(requested)
+        if self.portable_identity:
+            portable(f)
         return f
 
     def crc32s(self, files: list[OpenFile], read: bool = True) -> list[int | None]:
         """The CRC-32 of each of ``files`` as opened: kept per file version
         (:mod:`axon.storage.crc_cache`), read by offset when not known (with ``read`` false, None
-        instead of reading); :class:`~axon.storage.crc_cache.FileChanged`, naming the requested
+        instead of reading); :class:`~axon.errors.FileChanged`, naming the requested
         path, if one changed. Pass a file once: one not known is read as often as it is given."""
         cache = self.crcs
         if self.portable_identity:
             versions = [self._host_version(f) for f in files]
         else:
-            versions = [(f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns) for f in files]
+            versions = [Version(f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns) for f in files]
         crcs = cache.lookup(versions)
         if None in crcs:
             for i, f in enumerate(files):
@@ -331,13 +317,13 @@ class FileStore:
         return crcs
 
     @staticmethod
-    def _host_version(f: OpenFile) -> tuple[int, int, int, int, int]:
+    def _host_version(f: OpenFile) -> Version:
         """A portable file's facts name no version on this host (every file has inode 0): its
         CRC is kept under the descriptor's own, if that is still the size and mtime opened."""
         st = os.fstat(f.fd)
         if (st.st_size, st.st_mtime_ns) != (f.size, f.mtime_ns):
             raise FileChanged(f.path)
-        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        return Version(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def _open(self, requested: str) -> OpenFile:
         parts = normalize(requested)
@@ -356,8 +342,8 @@ class FileStore:
             raise
         name = "/".join(parts)
         return OpenFile(
-            fd, requested, name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, self.content_type(name),
-            st.st_ctime_ns,
+            fd, requested, name, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+            self.content_type(name),
         )
 
     def _resolve(self, parts: list[str], requested: str) -> int:

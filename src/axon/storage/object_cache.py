@@ -38,8 +38,6 @@ class ObjectCache:
         self.used = 0  # bytes charged, payloads plus overheads: always <= capacity
         self._entries: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
         self._lock = threading.Lock()
-        #: Lookups answered and not (for tests and the benchmark).
-        self.hits = self.misses = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -51,10 +49,8 @@ class ObjectCache:
         with self._lock:
             found = self._entries.get(key)
             if found is None or found[0] != etag:
-                self.misses += 1
                 return None
             self._entries.move_to_end(key)
-            self.hits += 1
             return found[1]
 
     def put(self, key: str, etag: str | None, data: bytes) -> None:

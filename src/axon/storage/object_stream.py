@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Coroutine, Iterator, Protocol
 
 import obstore
 from obstore.exceptions import NotFoundError, PreconditionError
@@ -38,7 +38,7 @@ from obstore.exceptions import NotFoundError, PreconditionError
 from ..http.segments import ObjectSlice, Segment
 
 if TYPE_CHECKING:
-    from .objects import ObjectFile, ObjectSource
+    from .object_cache import ObjectCache
 
 #: The most bytes one ranged GET asks for: large objects arrive as several ranges at once.
 PIECE = 1 << 20
@@ -48,6 +48,29 @@ PREFETCH_BYTES = 8 << 20
 MAX_REQUESTS = 32
 
 
+class StreamSource(Protocol):
+    """What a stream uses of its source (:class:`~.objects.ObjectSource`, which imports this
+    module: named here by what it offers, so that no import goes back)."""
+
+    store: Any  # obstore's
+    cache: ObjectCache | None
+    prefetch_bytes: int
+    timeout: float
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any: ...
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> Awaitable[Any]: ...
+
+
+class StreamObject(Protocol):
+    """What a stream uses of an object it sends (:class:`~.objects.ObjectFile`)."""
+
+    key: str
+    etag: str | None
+    size: int
+    head: bytes | None
+
+
 class ObjectStreamBroken(OSError):
     """An object could not be sent as planned: the connection must be cut."""
 
@@ -55,7 +78,7 @@ class ObjectStreamBroken(OSError):
 class ObjectBody:
     """The chunks of a body of bytes and object slices, fetched on the source's loop."""
 
-    def __init__(self, source: ObjectSource, segments: list[Segment], chunk_size: int) -> None:
+    def __init__(self, source: StreamSource, segments: list[Segment], chunk_size: int) -> None:
         self._source = source
         self._segments = segments
         self._chunk_size = chunk_size
@@ -99,7 +122,7 @@ class ObjectBody:
                 pass
 
 
-def _pieces(segments: list[Segment]) -> Iterator[bytes | tuple[ObjectFile, int, int]]:
+def _pieces(segments: list[Segment]) -> Iterator[bytes | tuple[StreamObject, int, int]]:
     for seg in segments:
         if type(seg) is not ObjectSlice:
             yield seg  # type: ignore[misc]
@@ -118,7 +141,7 @@ def _pieces(segments: list[Segment]) -> Iterator[bytes | tuple[ObjectFile, int, 
             count -= take
 
 
-async def _chunks(source: ObjectSource, segments: list[Segment], chunk_size: int) -> AsyncIterator[bytes | memoryview]:
+async def _chunks(source: StreamSource, segments: list[Segment], chunk_size: int) -> AsyncIterator[bytes | memoryview]:
     budget = source.prefetch_bytes
     todo = deque(_pieces(segments))
     window: deque[tuple[Any, int]] = deque()  # (bytes or a fetch task, bytes it holds ahead)
@@ -157,7 +180,7 @@ async def _chunks(source: ObjectSource, segments: list[Segment], chunk_size: int
                 task.cancel()
 
 
-async def _fetch(source: ObjectSource, obj: ObjectFile, offset: int, count: int) -> Any:
+async def _fetch(source: StreamSource, obj: StreamObject, offset: int, count: int) -> Any:
     # A small object whole: from the bytes kept for its ETag if there are (the listing that
     # named it is the freshness check), else fetched and kept for the next batch.
     cache = source.cache

@@ -59,11 +59,10 @@ from obstore.exceptions import NotFoundError, PermissionDeniedError, Preconditio
 from obstore.store import from_url
 
 from ..config import ObjectStoreEnvironment, environment, object_store_environment
-from ..errors import Forbidden, HTTPError, NotFound, ServiceUnavailable
+from ..errors import FileChanged, Forbidden, HTTPError, NotFound, ServiceUnavailable
 from ..http.segments import ObjectSlice, Segment
 from . import Entry
 from .batch_key import _machine_id, derive_key
-from .crc_cache import FileChanged
 from .local import FileStore, normalize
 from .object_cache import ObjectCache
 from .object_listing import ListingRefused, list_runs, plan_runs
@@ -426,7 +425,7 @@ class ObjectSource:
     def crc32(self, f: ObjectFile, read: bool = True) -> int | None:
         """The CRC-32 of ``f`` as opened, for a zip entry: S3 keeps no CRC-32 of a whole object
         (its checksums are per part, or absent), so the object is read once (``If-Match``) and
-        its CRC kept by (key, ETag); :class:`~.crc_cache.FileChanged` if it was replaced. With
+        its CRC kept by (key, ETag); :class:`~axon.errors.FileChanged` if it was replaced. With
         ``read`` false, None rather than a request to the store."""
         if f.data is not None:
             return zlib.crc32(f.data)
@@ -531,12 +530,6 @@ class ObjectSource:
         if not any(type(s) is ObjectSlice for s in segments):
             return None  # bytes only (a listing): sent as they are
         return ObjectBody(self, segments, chunk_size)
-
-    def enable_cache(self, *args: object) -> None:
-        """Nothing to keep open: a worker's open-file cache applies to local files only."""
-
-    def prune_cache(self) -> None:
-        pass
 
 
 class BatchOpener:

@@ -1,0 +1,114 @@
+"""What the runtimes do alike: a request from its parts (which methods carry a body, headers
+folded, a body read within the limits), the ``Date`` a response carries, and the App built on
+first use.
+
+WSGI (:mod:`axon.wsgi`), ASGI (:mod:`axon.asgi`) and Axon's own server (:mod:`axon.server`)
+each receive a request in their own shape (an environ, a scope and its messages, parser
+callbacks) and turn it into the same :class:`~axon.request.Request`; the rules for doing so are
+here, once. The native server applies them inside llhttp's callbacks, a header or a piece of
+body at a time, where a call more per header would be paid on every request: it takes
+:func:`declared_length` from here and keeps the folding and the counting of :class:`BodyReader`
+inline (``server/protocol.py``: ``on_header``, ``on_body``). Its ``Date`` is part of the head it
+frames, rebuilt on a timer (``server/wire.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from typing import Generic, TypeVar
+
+from .app import App
+from .errors import BadRequest
+from .http.conditional import http_date
+from .limits import DEFAULT_LIMITS, Limits
+
+__all__ = ["BODY_METHODS", "BodyReader", "DateHeader", "Lazy", "declared_length", "default_app", "fold_headers"]
+
+T = TypeVar("T")
+
+#: Methods whose request body the WSGI and ASGI adapters read (up to Limits.max_body_bytes).
+BODY_METHODS = ("POST", "PUT", "PATCH")
+
+
+def fold_headers(fields: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Header fields as the App reads them: names lower case, values latin-1 text (one character
+    per byte, as received), a repeated field's values joined by ", " in order (RFC 9110 5.3)."""
+    headers: dict[str, str] = {}
+    for name, value in fields:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    return headers
+
+
+def declared_length(text: str | None, limits: Limits) -> int | None:
+    """The body's ``Content-Length`` (None when there is none), refused before a byte of the body
+    is read: 400 when it is not a number of bytes, 413 when it is more than the limits allow."""
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit()):  # "²".isdigit() is True; int() takes "-1", " 1", "1_0"
+        raise BadRequest("bad Content-Length", code="bad_request")
+    size = int(text)
+    limits.check_body(size)
+    return size
+
+
+class BodyReader:
+    """A request body as its pieces arrive, refused (413) as soon as they pass the limit; the
+    runtime supplies the pieces from its own IO."""
+
+    __slots__ = ("_limits", "_parts", "size")
+
+    def __init__(self, limits: Limits) -> None:
+        self._limits = limits
+        self._parts: list[bytes] = []
+        self.size = 0
+
+    def add(self, piece: bytes) -> None:
+        self.size += len(piece)
+        self._limits.check_body(self.size)
+        self._parts.append(piece)
+
+    def body(self) -> bytes:
+        parts = self._parts
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+class DateHeader:
+    """``Date``, which an origin server with a clock must send (RFC 9110 6.6.1), formatted once a
+    second for a runtime that asks per response. Axon's own server instead rebuilds its
+    ``Date`` and ``Server`` line on a timer (``server/wire.py``: ``date_line``)."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._header = ("Date", "")
+
+    def __call__(self) -> tuple[str, str]:
+        second = int(time.time())
+        if second != self._second:
+            self._second, self._header = second, ("Date", http_date(second))
+        return self._header
+
+
+def default_app(root: str | os.PathLike[str] | None = None, *, limits: Limits = DEFAULT_LIMITS,
+                app: App | None = None) -> App:
+    """``app`` if given, else an App serving ``root`` (default ``$AXON_ROOT``, else the current
+    directory): what ``create_app`` of each runtime wraps."""
+    return app if app is not None else App(root, limits=limits)
+
+
+class Lazy(Generic[T]):
+    """``build()``'s result, built on the first call: ``axon.wsgi:application`` and
+    ``axon.asgi:application`` open nothing when their module is imported."""
+
+    def __init__(self, build: Callable[[], T]) -> None:
+        self._build = build
+        self._built: T | None = None
+
+    def __call__(self) -> T:
+        built = self._built
+        if built is None:
+            built = self._built = self._build()
+        return built

@@ -1,0 +1,81 @@
+"""Files served from memory while the kernel watches them (axon.storage.watch): every change made
+before a request is sent is in that request's answer, over a real socket, as without the watch.
+
+The files here count as settled at once (``SETTLED_NS`` patched in this process, where the
+ThreadServer runs), so that their bytes are cached from the first hit and their stat trusted from
+the third; each test then changes a file in a way only the kernel's event (or an ``fstat``) can
+tell, and asks again.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import Client, batch_target, parse_multipart
+
+from axon.app import App
+
+
+@pytest.fixture
+def settled(monkeypatch):
+    from axon.storage import file_cache
+
+    monkeypatch.setattr(file_cache, "SETTLED_NS", -(10**18))
+
+
+@pytest.fixture
+def live_root(tmp_path: Path) -> Path:
+    base = tmp_path / "live"
+    base.mkdir()
+    (base / "small.txt").write_bytes(b"version 1\n")
+    (base / "other.txt").write_bytes(b"other\n")
+    return base
+
+
+def warm(c: Client, target: str = "/files/small.txt") -> None:
+    for _ in range(5):  # the miss, the first read, the watch, the trusted stat, a trusted hit
+        assert c.get(target).status == 200
+
+
+def test_a_same_size_write_in_place_is_in_the_next_answer(serve, live_root, settled) -> None:
+    server = serve(App(live_root))
+    path = live_root / "small.txt"
+    with Client(server.port) as c:
+        warm(c)
+        warm(c, batch_target(["small.txt", "other.txt"]))
+        st = os.stat(path)
+        with open(path, "r+b") as f:
+            f.write(b"VERSION 2\n")
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # the mtime put back: the ETag must still move
+        resp = c.get("/files/small.txt")
+        assert resp.body == b"VERSION 2\n"
+        assert parse_multipart(c.get(batch_target(["small.txt", "other.txt"])))[0][1] == b"VERSION 2\n"
+
+
+def test_a_truncated_appended_or_deleted_file_is_in_the_next_answer(serve, live_root, settled) -> None:
+    server = serve(App(live_root))
+    path = live_root / "small.txt"
+    with Client(server.port) as c:
+        warm(c)
+        os.truncate(path, 3)
+        assert c.get("/files/small.txt").body == b"ver"
+        warm(c)
+        with open(path, "ab") as f:
+            f.write(b"sion 3\n")
+        assert c.get("/files/small.txt").body == b"version 3\n"
+        warm(c)
+        os.remove(path)
+        assert c.get("/files/small.txt").status == 404
+
+
+def test_a_file_renamed_over_is_in_the_next_answer_and_its_etag_changes(serve, live_root, settled) -> None:
+    server = serve(App(live_root))
+    with Client(server.port) as c:
+        warm(c)
+        etag = c.get("/files/small.txt").header("etag")
+        (live_root / "new.txt").write_bytes(b"replaced!\n")  # the same size
+        os.rename(live_root / "new.txt", live_root / "small.txt")
+        resp = c.get("/files/small.txt")
+        assert resp.body == b"replaced!\n" and resp.header("etag") != etag

@@ -1,0 +1,161 @@
+"""The open-file cache with the kernel watching its files (axon.storage.watch, inotify): a hit
+goes without an ``fstat`` until the kernel tells of a change, and ``sync`` (the server's, before
+each request) takes in every change made before it. Real files, a real inotify instance.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from axon.errors import HTTPError
+from axon.storage.local import FileStore
+from axon.storage.shared_files import SharedFiles
+
+VALID = 0.5  # seconds a path's resolution (and, watched, a file's stat) is trusted here
+
+
+@pytest.fixture
+def settled(monkeypatch):
+    """Treat every file as settled, so that its bytes are kept in the cache from its first hit."""
+    from axon.storage import file_cache
+
+    monkeypatch.setattr(file_cache, "SETTLED_NS", -(10**18))
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    root = Path(os.path.realpath(tmp_path)) / "root"
+    root.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (root / name).write_bytes(b"version 1\n")
+    return root
+
+
+@pytest.fixture
+def store(root: Path, settled):
+    store = SharedFiles(FileStore(root), size=8, valid=VALID, inactive=60)
+    if not store.cache.watched_by_kernel:
+        pytest.skip("no inotify here: the cache fstats every use")
+    yield store
+    store.close()
+
+
+def served(store: SharedFiles, name: str) -> bytes:
+    store.sync()  # as the server does before each request
+    f = store.open(name)
+    try:
+        return f.data if f.data is not None else os.pread(f.fd, f.size + 1, 0)  # a miss reads by offset
+    finally:
+        f.close()
+
+
+def trusted(store: SharedFiles, name: str) -> None:
+    """Use ``name`` until its stat is trusted: the miss, the first read, the watch, the trust."""
+    for _ in range(4):
+        store.sync()
+        store.open(name).close()
+
+
+def watches() -> int:
+    """The kernel's own count of this process's inotify watches (/proc/self/fdinfo)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:inotify":
+                continue
+            with open(f"/proc/self/fdinfo/{fd}") as info:
+                count += sum(line.startswith("inotify wd:") for line in info)
+        except OSError:  # closed meanwhile (the listing's own descriptor)
+            pass
+    return count
+
+
+def test_between_syncs_a_watched_file_is_not_stat_again(store, root) -> None:
+    trusted(store, "a.txt")
+    with open(root / "a.txt", "r+b") as f:
+        f.write(b"VERSION 2\n")  # same size: only the event or an fstat can tell
+    f = store.open("a.txt")  # no sync: the stat of the last use stands
+    assert f.data == b"version 1\n"
+    f.close()
+    assert served(store, "a.txt") == b"VERSION 2\n"  # the sync took the event in
+
+
+@pytest.mark.parametrize("change", ["write", "truncate", "touch", "append"])
+def test_a_change_in_place_is_seen_by_the_next_request(store, root, change) -> None:
+    trusted(store, "a.txt")
+    path = root / "a.txt"
+    if change == "write":
+        st = os.stat(path)
+        path.write_bytes(b"version 2\n")
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime put back: ctime still moves
+        assert served(store, "a.txt") == b"version 2\n"
+    elif change == "truncate":
+        os.truncate(path, 3)
+        assert served(store, "a.txt") == b"ver"
+    elif change == "touch":
+        os.utime(path, ns=(1, 1))  # the bytes stay; the Last-Modified and ETag must not
+        store.sync()
+        f = store.open("a.txt")
+        assert f.mtime_ns == 1
+        f.close()
+    else:
+        with open(path, "ab") as f:
+            f.write(b"more\n")
+        assert served(store, "a.txt") == b"version 1\nmore\n"
+
+
+def test_a_watched_file_deleted_or_renamed_over_is_seen_by_the_next_request(store, root) -> None:
+    trusted(store, "a.txt")
+    trusted(store, "b.txt")
+    (root / "new.txt").write_bytes(b"replaced\n")
+    os.rename(root / "new.txt", root / "a.txt")
+    assert served(store, "a.txt") == b"replaced\n"
+    os.remove(root / "b.txt")
+    store.sync()
+    with pytest.raises(HTTPError) as refused:
+        store.open("b.txt")
+    assert refused.value.status == 404
+
+
+def test_a_lost_event_queue_makes_every_file_stat_again(store, root) -> None:
+    trusted(store, "a.txt")
+    trusted(store, "b.txt")
+    with open("/proc/sys/fs/inotify/max_queued_events") as f:
+        limit = int(f.read())
+    fd = os.open(root / "b.txt", os.O_WRONLY)
+    try:
+        for _ in range(limit // 2 + 10):  # the queue overflows and later events are lost
+            os.pwrite(fd, b"v", 0)  # a modify, then an attrib: the kernel merges only repeats
+            os.fchmod(fd, 0o644)
+    finally:
+        os.close(fd)
+    (root / "a.txt").write_bytes(b"VERSION 9\n")  # its event is lost with the overflow
+    assert served(store, "a.txt") == b"VERSION 9\n"
+
+
+def test_a_write_inotify_cannot_see_is_seen_within_the_validity_window(store, root) -> None:
+    trusted(store, "a.txt")
+    with open(root / "a.txt", "r+b") as f, mmap.mmap(f.fileno(), 0) as mapped:
+        mapped[:7] = b"MAPPED!"  # writes through a shared mapping make no inotify event
+        mapped.flush()
+    deadline = time.monotonic() + VALID * 4
+    while served(store, "a.txt") != b"MAPPED! 1\n":
+        assert time.monotonic() < deadline, "an unseen change outlived the validity window"
+        time.sleep(0.05)
+
+
+def test_the_kernel_watches_at_most_what_the_cache_holds(store, root) -> None:
+    before = watches()
+    for i in range(20):
+        (root / f"f{i}.txt").write_bytes(b"%d\n" % i)
+    for i in range(20):
+        trusted(store, f"f{i}.txt")
+        assert watches() - before <= 8  # the cache's size: evicted entries take their watch along
+    assert watches() - before == 8
+    store.close()  # and the watcher's descriptor with it: no watch is left behind
+    assert watches() == before

@@ -1,0 +1,54 @@
+"""Which source serves a location (storage.sources), and the source a server shares open files
+through."""
+
+from __future__ import annotations
+
+import pytest
+
+from axon.storage.local import FileStore
+from axon.storage.shared_files import SharedFiles
+from axon.storage.sources import is_store_url, open_source, share_open_files
+
+
+@pytest.mark.parametrize("location, url", [
+    ("s3://bucket/prefix", True), ("gs://b", True), ("az://c/d", True), ("S3+x.y-z://b", True),
+    ("/srv/files", False), ("files", False), ("./s3://x", False), ("1s3://b", False), ("s3:/b", False),
+])
+def test_a_store_url_is_a_scheme_and_two_slashes(location, url):
+    assert is_store_url(location) is url
+
+
+def test_a_directory_is_a_file_store(tmp_path):
+    store = open_source(tmp_path, portable_identity=True)
+    assert isinstance(store, FileStore) and store.root == str(tmp_path.resolve()) and store.portable_identity
+    assert isinstance(open_source(str(tmp_path)), FileStore)
+
+
+def test_a_store_url_is_an_object_source():
+    pytest.importorskip("obstore")
+    from axon.storage.objects import ObjectSource
+
+    with pytest.raises(ValueError, match="names a bucket"):  # opened as a store, not as a directory
+        open_source("s3://")
+    assert ObjectSource.blocking
+
+
+def test_sharing_wraps_a_file_store_and_leaves_it_as_it_was(tmp_path):
+    (tmp_path / "a.txt").write_bytes(b"A")
+    store = FileStore(tmp_path)
+    shared = share_open_files(store, 8)
+    assert isinstance(shared, SharedFiles) and shared.store is store
+    try:
+        first = shared.open("a.txt")
+        fd = first.fd
+        first.close()
+        again = shared.open("a.txt")
+        assert again.shared and again.fd == fd  # the descriptor kept
+        again.close()
+        own = store.open("a.txt")
+        assert not own.shared  # the store itself shares nothing
+        own.close()
+        assert share_open_files(shared, 8).store is store  # never a wrapper of a wrapper
+    finally:
+        shared.close()
+    assert share_open_files(store, 0) is None
