@@ -322,15 +322,15 @@ def test_workers_are_summed_and_dead_ones_stop_being_in_flight(tmp_path: Path):
 
 
 def test_a_reused_pid_carries_on_from_its_file(tmp_path: Path):
-    from axon.metrics import _read_file, _Slots
+    from axon.metrics.files import Slots, read_file
 
     path = tmp_path / "123.metrics"
-    first = _Slots(path)
+    first = Slots(path)
     old = {f"r GET 200 {i}": float(i) for i in range(2000)}  # enough keys to grow the file
     first.write({**old, "started": sum(old.values()) + 3})  # and 3 requests in flight at death
-    second = _Slots(path)  # a new process that got the same pid
+    second = Slots(path)  # a new process that got the same pid
     second.write({"r GET 200 7": 1, "started": 2})  # 1 finished, 1 in flight
-    values = _read_file(path)
+    values = read_file(path)
     assert values["r GET 200 7"] == 8 and values["r GET 200 1999"] == 1999 and len(values) == 2001
     assert values["started"] - sum(v for k, v in values.items() if k.startswith("r ")) == 1
 

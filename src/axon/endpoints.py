@@ -32,7 +32,7 @@ _VARY = ("Vary", "Accept")
 _KEPT_BY_304 = frozenset({"Cache-Control", "Content-Location", "Expires", "Vary"})
 
 
-class Host(Protocol):
+class EndpointHost(Protocol):
     """What the endpoints need of the App that serves them."""
 
     limits: Limits
@@ -50,9 +50,9 @@ class Host(Protocol):
 
 
 class BuiltinEndpoints:
-    """The endpoints of one App (its :class:`Host`)."""
+    """The endpoints of one App (its :class:`EndpointHost`)."""
 
-    def __init__(self, app: Host) -> None:
+    def __init__(self, app: EndpointHost) -> None:
         self.app = app
         self.limits = app.limits
         self.browse = app.browse

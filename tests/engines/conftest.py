@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import os
 import signal
 import socket
@@ -34,6 +35,7 @@ from axon.fsspec import AxonFileSystem  # noqa: E402
 # The installed metadata may predate the entry point (an old editable install): name the class.
 fsspec.register_implementation("axon", AxonFileSystem, clobber=True)
 
+README = Path(__file__).resolve().parents[2] / "README.md"
 SMALL_FILES = 300  # small files in corpus/small/, 1-4 KiB each, distinct bytes
 
 
@@ -46,6 +48,14 @@ class Served:
 
     def url(self, rel: str) -> str:
         return f"axon://{self.address}/{rel}"
+
+    def run(self, block: str) -> tuple[dict, list[dict]]:
+        """Run a README code block against this server (its 127.0.0.1:8000 made this server's
+        address): the names it defined, and the access-log records of the requests it sent."""
+        names: dict = {}
+        mark = self.mark()
+        exec(compile(block.replace("127.0.0.1:8000", self.address), "README.md", "exec"), names)
+        return names, self.requests_since(mark)
 
     def mark(self) -> int:
         """Send a marker request and wait for its log record: the requests before it are logged."""
@@ -79,6 +89,14 @@ class Served:
                     records.append(record)
         return records
 
+
+
+def readme_block(heading: str, importing: str) -> str:
+    """The one python block that imports ``importing`` in README's section ``heading`` (a
+    ``### `` title, or its start), up to the next ``## ``."""
+    section = README.read_text().split(f"\n### {heading}", 1)[1].split("\n## ", 1)[0]
+    [block] = [b for b in re.findall(r"```python\n(.*?)```", section, re.DOTALL) if importing in b]
+    return block
 
 
 def write_corpus(root: Path) -> None:

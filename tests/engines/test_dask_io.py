@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 import os
 import pickle
-import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from conftest import readme_block
 
 dask = pytest.importorskip("dask")
 db = pytest.importorskip("dask.bag")
@@ -182,13 +181,7 @@ def test_bad_arguments_are_refused_at_once(served):
 
 
 def test_the_readme_example_runs_and_reads_the_files(readme_served, client):
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = text.split("\n### Dask\n", 1)[1].split("\n## ", 1)[0]
-    [block] = [b for b in re.findall(r"```python\n(.*?)```", section, re.DOTALL) if "axon.engines" in b]
-    names: dict = {}
-    mark = readme_served.mark()
-    exec(compile(block.replace("127.0.0.1:8000", readme_served.address), "README.md", "exec"), names)
-    seen = readme_served.requests_since(mark)
+    names, seen = readme_served.run(readme_block("Dask\n", "axon.engines"))
     assert names["labels"] == [i % 3 for i in range(8)]
     assert names["lines"] == [f"sample {i}\n" for i in range(8)]
     expected = dd.read_parquet(str(readme_served.root / "tables/sales.parquet"), columns=["region", "amount"])

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from conftest import readme_block
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
@@ -142,13 +141,7 @@ def test_ray_s_own_read_parquet_reads_ranges_file_by_file(served, ray_cluster):
 
 
 def test_the_readme_example_runs_and_reads_the_files(readme_served, ray_cluster):
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = text.split("\n### Ray Data\n", 1)[1].split("\n## ", 1)[0]
-    [block] = [b for b in re.findall(r"```python\n(.*?)```", section, re.DOTALL) if "axon.engines.ray_datasource" in b]
-    names: dict = {}
-    mark = readme_served.mark()
-    exec(compile(block.replace("127.0.0.1:8000", readme_served.address), "README.md", "exec"), names)
-    seen = readme_served.requests_since(mark)
+    names, seen = readme_served.run(readme_block("Ray Data\n", "axon.engines.ray_datasource"))
     assert names["texts"] == {f"{readme_served.address}/samples/{i:03}.txt": f"sample {i}\n" for i in range(8)}
     expected = pq.read_table(readme_served.root / "tables/sales.parquet", columns=["region", "amount"])
     assert names["sales_rows"].to_dict("list") == expected.to_pydict()  # Ray's pandas dtypes are Arrow's

@@ -4,13 +4,12 @@ in at most one request per row group plus the footer's."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
+from conftest import readme_block
 
 pa = pytest.importorskip("pyarrow", reason="pyarrow is in the test extra (scripts/setup.sh --all)")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -174,12 +173,8 @@ def test_the_readme_example_runs_and_reads_the_tables(readme_served, tmp_path, m
     datasets = pytest.importorskip("datasets")
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path)  # not the user's cache
     monkeypatch.setattr(datasets.config, "DOWNLOADED_DATASETS_PATH", tmp_path / "downloads")
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = text.split("\n### Engines: ", 1)[1].split("\n## ", 1)[0]
-    [block] = [b for b in re.findall(r"```python\n(.*?)```", section, re.DOTALL) if "axon.engines.tables" in b]
-    names: dict = {}
     try:
-        exec(compile(block.replace("127.0.0.1:8000", readme_served.address), "README.md", "exec"), names)
+        names, _ = readme_served.run(readme_block("Engines: ", "axon.engines.tables"))
     finally:
         duckdb.unregister_filesystem("axon")  # the README registers on DuckDB's default connection
     sales = pq.read_table(readme_served.root / "tables/sales.parquet")

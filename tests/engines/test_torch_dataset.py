@@ -7,11 +7,10 @@ import errno
 import json
 import multiprocessing
 import pickle
-import re
 import time
-from pathlib import Path
 
 import pytest
+from conftest import readme_block
 
 torch = pytest.importorskip("torch", reason="torch is in the test extra (scripts/setup.sh --all)")
 
@@ -249,20 +248,8 @@ def test_both_datasets_authenticate_with_the_secret_or_a_token(secret_served, co
 # -- README ----------------------------------------------------------------------------------------
 
 
-def readme_block(importing: str) -> str:
-    """The code block of README's engines subsection that imports ``importing``."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = text.split("\n### Engines: ", 1)[1].split("\n## ", 1)[0]
-    [block] = [b for b in re.findall(r"```python\n(.*?)```", section, re.DOTALL) if importing in b]
-    return block
-
-
 def test_the_readme_example_runs_and_reads_the_files(readme_served):
-    block = readme_block("axon.engines.torch_dataset")
-    names: dict = {}
-    mark = readme_served.mark()
-    exec(compile(block.replace("127.0.0.1:8000", readme_served.address), "README.md", "exec"), names)
-    seen = readme_served.requests_since(mark)
+    names, seen = readme_served.run(readme_block("Engines: ", "axon.engines.torch_dataset"))
     expected = [f"sample {i}" for i in range(8)]
     assert names["texts"] == expected
     assert names["worker_texts"] == expected

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from axon.fsspec.slices import EMPTY, Slice, check_part, plan
+from axon.fsspec.slices import EMPTY, Slice, check_slice, plan
 from axon.http.multipart_parser import ContentRange
 from axon.plan.slices import Slice as ServerSlice
 from axon.plan.slices import parse_items, resolve
@@ -38,7 +38,7 @@ def read(start, end, data: bytes) -> bytes:
         assert answer is not None, "a range planned with the size was refused again"
     part, first = answer
     if isinstance(chosen.item, dict):
-        assert check_part(chosen.item, ContentRange(first, first + len(part) - 1, len(data))) is None
+        assert check_slice(chosen.item, ContentRange(first, first + len(part) - 1, len(data))) is None
     return chosen.cut(part, first)
 
 
@@ -85,6 +85,6 @@ def test_what_needs_no_size_is_asked_as_is():
     ({"path": "f", "offset": -30}, ContentRange(0, 9, 10), None),
     ({"path": "f", "offset": -3}, ContentRange(6, 8, 10), "the part holds"),
 ])  # fmt: skip
-def test_check_part(item, content_range, why):
-    got = check_part(item, content_range)
+def test_check_slice(item, content_range, why):
+    got = check_slice(item, content_range)
     assert got is None if why is None else why in got

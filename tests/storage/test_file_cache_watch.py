@@ -159,3 +159,46 @@ def test_the_kernel_watches_at_most_what_the_cache_holds(store, root) -> None:
     assert watches() - before == 8
     store.close()  # and the watcher's descriptor with it: no watch is left behind
     assert watches() == before
+
+
+def test_a_use_while_another_thread_takes_events_in_waits_for_them(store, root, monkeypatch) -> None:
+    """Pool threads open files too (blocking handlers): one that comes while another thread is
+    reading the kernel's queue must not trust the stat that queue is about to clear."""
+    import threading
+
+    trusted(store, "a.txt")
+    with open(root / "a.txt", "r+b") as f:
+        f.write(b"VERSION 2\n")
+    watcher = store.cache._watcher  # noqa: SLF001 - held open mid-read, the only way to widen the window
+    inside, release = threading.Event(), threading.Event()
+    real_read = type(watcher).read
+
+    def slow_read(self):
+        events = real_read(self)
+        inside.set()
+        release.wait(10)
+        return events
+
+    monkeypatch.setattr(type(watcher), "read", slow_read)
+    store.sync()
+    first: list[bytes] = []
+    second: list[bytes] = []
+    a = threading.Thread(target=lambda: first.append(served_now(store)))
+    a.start()
+    assert inside.wait(10)
+    b = threading.Thread(target=lambda: second.append(served_now(store)))
+    b.start()
+    b.join(0.3)  # it waits for the take-in (without the wait it would be done, with stale bytes)
+    release.set()
+    a.join(10)
+    b.join(10)
+    assert first == second == [b"VERSION 2\n"]
+
+
+def served_now(store: SharedFiles) -> bytes:
+    """The bytes a use gives without a sync of its own (another thread's request is in flight)."""
+    f = store.open("a.txt")
+    try:
+        return f.data if f.data is not None else os.pread(f.fd, f.size + 1, 0)
+    finally:
+        f.close()

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from axon.storage import local as files
+from axon.storage import jail as resolving
 from axon.errors import HTTPError
 from axon.storage.local import FileStore, OpenFile, normalize
 
@@ -110,11 +110,11 @@ MODES = ["openat2", "walk"]
 def make_store(root, mode: str, **kwargs) -> FileStore:
     """A FileStore that opens with openat2 or, with ``mode="walk"``, by the portable walk only."""
     if mode == "walk":
-        saved, files._OPENAT2 = files._OPENAT2, None
+        saved, resolving._OPENAT2 = resolving._OPENAT2, None
         try:
             return FileStore(root, **kwargs)
         finally:
-            files._OPENAT2 = saved
+            resolving._OPENAT2 = saved
     store = FileStore(root, **kwargs)
     if store._openat2 is None:
         pytest.skip("openat2 is not available here")

@@ -14,20 +14,20 @@ time it reads: a forked worker never touches the session of its parent.
 
 from __future__ import annotations
 
-import json
 import operator
 import os
 import random
 import tarfile
 import time
-import urllib.error
-import urllib.request
+import http.client
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch.distributed
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from ..batchclient.refusal import MAX_ERROR_BODY, error_object
+from ..batchclient.request import build_request
 from ..fsspec import AxonFileSystem
 from ..fsspec.errors import error_for
 from ..signing import mint_token
@@ -184,23 +184,28 @@ class AxonShards(IterableDataset):
     def _read_tar(self, netloc: str, rels: list[str]) -> Iterator[tuple[str, bytes]]:
         """Each file of one tar batch as it arrives: ``("host:port/dir/file", bytes)``.
 
-        A new connection each shard (urllib keeps none alive): nothing outlives the iteration,
-        so nothing is shared across a fork. The server refuses the whole batch before its first
-        byte if any file is missing; a cut answer ends in ``tarfile.ReadError``.
+        The request is the batch client's (:mod:`axon.batchclient.request`), sent with
+        http.client on a connection of its own: nothing outlives the iteration, so nothing is
+        shared across a fork; no redirect is followed (the bearer token goes to this server
+        only) and no proxy of the environment is used, as for ``axon://``. The server refuses
+        the whole batch before its first byte if any file is missing; a cut answer ends in
+        ``tarfile.ReadError``.
         """
         scheme = self.storage_options.get("scheme", "http")
-        request = urllib.request.Request(
-            f"{scheme}://{netloc}/api/stream-files.tar", data=json.dumps({"files": rels}).encode(),
-            headers={"Content-Type": "application/json", **self._auth()}, method="POST")
+        request = build_request(f"{scheme}://{netloc}/", rels, method="POST", fmt="tar", headers=self._auth())
+        connection = (http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection)(
+            request.host, request.port, timeout=self.timeout)
         try:
-            response = urllib.request.urlopen(request, timeout=self.timeout)
-        except urllib.error.HTTPError as refused:
-            with refused:
-                raise _refusal(refused, netloc, rels) from None
-        with response, tarfile.open(fileobj=response, mode="r|") as archive:
-            for member in archive:
-                if member.isfile():
-                    yield f"{netloc}/{member.name}", archive.extractfile(member).read()
+            connection.request(request.method, request.target, request.body, dict(request.headers))
+            response = connection.getresponse()
+            if response.status != 200:
+                raise _refusal(response.status, response.reason, response.read(MAX_ERROR_BODY), netloc, rels)
+            with tarfile.open(fileobj=response, mode="r|") as archive:
+                for member in archive:
+                    if member.isfile():
+                        yield f"{netloc}/{member.name}", archive.extractfile(member).read()
+        finally:
+            connection.close()
 
     def _auth(self) -> dict[str, str]:
         secret, token = self.storage_options.get("secret"), self.storage_options.get("token")
@@ -219,12 +224,9 @@ def _shard(paths: Sequence[str]) -> list[str]:
     return shard
 
 
-def _refusal(refused: urllib.error.HTTPError, netloc: str, rels: list[str]) -> Exception:
+def _refusal(status: int, reason: str, body: bytes, netloc: str, rels: list[str]) -> Exception:
     """The exception ``axon://`` raises for the same refusal, naming the paths the server named."""
-    try:
-        error = json.loads(refused.read(1 << 20))["error"]
-    except (ValueError, KeyError, TypeError):
-        error = {}
+    error = error_object(body) or {}
     named = error.get("paths") or rels
     where = f"{netloc}/{named[0]}" if len(named) == 1 else f"{netloc}: {', '.join(map(str, named[:5]))}"
-    return error_for(refused.code, str(error.get("message") or refused.reason or ""), where)
+    return error_for(status, str(error.get("message") or reason or ""), where)

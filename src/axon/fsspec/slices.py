@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..batchclient.parts import check_slice as check_part  # a part checked against the slice asked
+from ..batchclient.parts import check_slice  # a part checked against the slice asked
 from ..batchclient.request import Item
 
-__all__ = ["EMPTY", "Item", "Slice", "check_part", "plan"]
+__all__ = ["EMPTY", "Item", "Slice", "check_slice", "plan"]
 
 
 @dataclass(frozen=True, slots=True)

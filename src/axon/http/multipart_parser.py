@@ -11,8 +11,9 @@ could begin a delimiter. Everything the stream promises is checked: each part's 
 closing delimiter, and the end of input (``feed(b"")`` or :meth:`~MultipartParser.close`)
 arriving only after it. Any violation raises :class:`MultipartError` naming the part.
 
-The client reads batches with it (``axon.client`` re-exports it). One module of some 500 lines on
-purpose: the parser is one state machine, and its events and errors are its vocabulary.
+The client reads batches with it (``axon.client`` re-exports it). One module of some 600 lines on
+purpose: the parser is one state machine, and its events and errors are its vocabulary; split,
+a reader would follow each state's transition into another module and back.
 """
 
 from __future__ import annotations

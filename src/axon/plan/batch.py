@@ -214,9 +214,13 @@ def checksums(store: Source, chosen: list[File], read_limit: int | None = None) 
     return tuple([read[id(f)] if crc is None else crc for f, crc in zip(chosen, crcs)])  # type: ignore[misc]
 
 
+_new_signature = tuple.__new__
+
+
 def file_signature(f: File) -> Signature:
     """An open file's facts, as the identity and the framing of a batch take them."""
-    return Signature(f.path, f.content_type, f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns, f.name)
+    # Built as a tuple is, every field given (Signature's own __new__ is a Python call): one per file.
+    return _new_signature(Signature, (f.path, f.content_type, f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns, f.name, None))
 
 
 def _ranged(

@@ -37,7 +37,7 @@ from ..http.multipart import content_disposition
 from ..limits import Limits
 from ..response import NO_STORE, Response, redirect
 from ..storage import Entry, Source
-from ..storage.local import normalize
+from ..storage.jail import normalize
 
 #: Where the App serves each thing the page links to.
 BROWSE, FILES, BATCH = "/browse/", "/files/", "/api/stream-files"

@@ -48,8 +48,9 @@ class ServerConfig:
     #: ``file_cache`` descriptors a worker (and at most half its open-files limit), each closed once
     #: unused for ``file_cache_inactive`` seconds, its path checked again every
     #: ``file_cache_valid`` seconds, small files' bytes kept up to ``file_cache_bytes`` in all.
-    #: A hit is one ``fstat``: edits, deletions and renames over a file are seen at once. 0 opens
-    #: every file for every request.
+    #: Edits, deletions and renames over a file are seen by the next request (a hit ``fstat``s
+    #: its file, or trusts the kernel's watch: storage/file_cache.py). 0 opens every file for
+    #: every request.
     file_cache: int = FILE_CACHE_SIZE
     file_cache_valid: float = FILE_CACHE_VALID
     file_cache_inactive: float = FILE_CACHE_INACTIVE

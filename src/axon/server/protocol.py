@@ -22,7 +22,10 @@ still sends is read and dropped for a moment (a lingering close, so the client s
 rather than a reset). Deadlines are checked by the worker's once-a-second sweep.
 
 The parser calls back into the connection, so reading a request needs the connection's queue,
-clock and transport: the callbacks live here, what runs an answer in :mod:`.cycle`.
+clock and transport: the callbacks live here, what runs an answer in :mod:`.cycle`. That is why
+this module stays whole at some 500 lines: its methods are one httptools parser protocol over
+one connection's state, and split apart each callback would sit a module away from the state it
+changes.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ answers or its observers change (the worker's sweep calls :meth:`Shortcuts.refre
   (Axon's file and batch endpoints), by the request's target and ``Accept``. A later GET of the
   same target and Accept, without ``Range`` or a precondition (whatever else its headers say:
   cookies, trace ids, ``X-Forwarded-For``), gets that head again, with the files opened anew
-  through the store (its open-file cache) and their bytes read as for any request, while every
+  through the store (the worker's shared files) and their bytes read as for any request, while every
   file is still the version the head was made from. A head holds no descriptor and no file's
   bytes: only its own bytes, the paths, their opaque version tokens and the framing between
   them, counted against a byte budget and a count. Each one sent is counted and recorded for
@@ -46,7 +46,7 @@ VARIANT_HEADERS = frozenset(("range", "if-range", "if-match", "if-none-match", "
 #: Remembered heads per worker, and the bytes they may hold in all (README, "axon serve").
 HEADS = 16384
 HEAD_BYTES = 16 * 1024 * 1024
-#: The most files one remembered head may name: each is opened (one fstat) when it is used.
+#: The most files one remembered head may name: each is opened (a cache hit) when it is used.
 HEAD_FILES = 64
 #: Keys seen once, kept (as hashes) to tell a second sight; emptied when full.
 SEEN = 16384

@@ -17,12 +17,13 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..app import Request
 from ..errors import ServiceUnavailable
 from ..response import error_response
-from ..storage.sources import share_open_files
+from ..storage.sources import SharingSource, share_open_files
 from .accept import SHARED_BURST, Acceptor, bind
 from .config import ServerConfig
 from .loops import new_event_loop
@@ -48,16 +49,10 @@ class Worker:
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.parent_pid = parent_pid
         self._match = app.match
-        # This server reads files only by offset, so requests may share descriptors: the App
-        # serves through a source that shares them, around its own, while this worker serves.
-        self._shared = share_open_files(
-            app.store, file_cache_size(config.file_cache) if config.file_cache else 0, config.file_cache_valid,
-            config.file_cache_inactive, config.file_cache_bytes,
-        )
-        if self._shared is not None:
-            app.store = self._shared
+        # Files shared between requests, while serve() runs (see _share_files).
+        self._shared: SharingSource | None = None
         #: Called as each request begins: the shared files take in what the kernel told of changes.
-        self.sync_files = self._shared.sync if self._shared is not None else _nothing_to_sync
+        self.sync_files: Callable[[], None] = _nothing_to_sync
         self._acceptor: Acceptor | None = None
         self._stop: asyncio.Future | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -91,6 +86,27 @@ class Worker:
         loop = self.loop = asyncio.get_running_loop()
         self._stop = loop.create_future()
         self._set_deadlines(loop.time())
+        self._share_files()
+        try:
+            self._start(loop, sock, ready)
+            await self._stop
+        finally:
+            await self._shutdown()
+
+    def _share_files(self) -> None:
+        """This server reads files only by offset, so requests may share descriptors: the App
+        serves through a source that shares them, around its own, while this worker serves (the
+        workers of one process share one)."""
+        config, app = self.config, self.app
+        self._shared = share_open_files(
+            app.store, file_cache_size(config.file_cache) if config.file_cache else 0, config.file_cache_valid,
+            config.file_cache_inactive, config.file_cache_bytes,
+        )
+        if self._shared is not None:
+            app.store = self._shared
+            self.sync_files = self._shared.sync
+
+    def _start(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, ready: threading.Event | None) -> None:
         # The socket is this worker's alone with one worker or --reuse-port: take every waiting
         # connection at once; shared, a few at a time (server/accept.py).
         alone = self.config.workers <= 1 or self.config.reuse_port
@@ -101,10 +117,6 @@ class Worker:
         self._refresh_date()
         if ready is not None:
             ready.set()
-        try:
-            await self._stop
-        finally:
-            await self._shutdown()
 
     def stop(self) -> None:
         """Begin a graceful stop (safe to call more than once; a second call cuts at once)."""
@@ -139,8 +151,9 @@ class Worker:
             self._date_handle.cancel()
         self.app.close()
         self.shortcuts.clear()
-        shared = self._shared
-        if shared is not None:
+        shared, self._shared = self._shared, None
+        self.sync_files = _nothing_to_sync
+        if shared is not None and shared.release():  # the last worker of this process to use it
             if self.app.store is shared:
                 self.app.store = shared.store  # the App's own again
             shared.close()  # close what no response holds any more

@@ -6,8 +6,9 @@ until ``close()``. The planners (:mod:`axon.plan`) know only this interface; not
 package opens or stats a served file (the runtimes send the segments they are given).
 
 The first implementation is the local root jail, :class:`~axon.storage.local.FileStore`
-(``openat2`` or a portable walk, never outside the root), with its open-file cache
-(:mod:`axon.storage.file_cache`). Another source (an object store) is another module here
+(``openat2`` or a portable walk, never outside the root); Axon's own server shares its open
+files between requests through :class:`~axon.storage.shared_files.SharedFiles` (the open-file
+cache, :mod:`axon.storage.file_cache`). Another source (an object store) is another module here
 whose ``open`` returns its own kind of :class:`File`.
 
 Both are :class:`typing.Protocol` s: a source satisfies them by shape, and a call through them

@@ -41,6 +41,16 @@ def derive_key(secret: str | bytes | None, root: str) -> bytes:
     return h.digest()
 
 
+def derive_url_key(secret: str | bytes | None, url: str) -> bytes:
+    """The key for a store named by ``url`` (an object store's): with no secret, this host's and
+    the URL's, since a bucket has no inode to tie it to."""
+    if secret:
+        return derive_key(secret, url)  # a secret's key names no directory: stats nothing
+    h = hashlib.blake2b(digest_size=32, person=b"axon-batch-key")
+    h.update(_machine_id() + b"\x00" + url.encode("utf-8"))
+    return h.digest()
+
+
 def _machine_id() -> bytes:
     for name in _MACHINE_ID_FILES:
         try:

@@ -57,7 +57,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from . import FILE_CACHE_BYTES, FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID
-from .watch import Watcher, open_watcher
+from .watch import Events, Watcher, open_watcher
 
 log = logging.getLogger("axon")
 
@@ -158,7 +158,12 @@ class FileCache:
         self._watcher = watcher
         self._watched: dict[int, list[CachedDescriptor]] = {}  # watch -> the entries of its inode
         self._syncs = 0  # how many times events were taken in: a stat older than one is not trusted
-        self._due = False  # a request began since events were last taken in
+        # Requests begun (sync) and requests whose events were taken in: while they differ, a use
+        # takes the events in first. Counts, not a flag, so that a request that begins while a
+        # take-in runs is not marked done by it.
+        self._begun = self._taken = 0
+        self._taking = threading.Lock()  # one take-in at a time; the others wait for it
+        self._watch_limit = size if watcher is None else min(size, watcher.budget)
 
     @classmethod
     def watched(cls, *args, **kwargs) -> FileCache:  # noqa: ANN002, ANN003 - FileCache's own
@@ -179,7 +184,7 @@ class FileCache:
         None: not cached, no longer linked, or no longer what the path names. The key is the
         path exactly as requested: it passed the store's checks when the entry was made, and
         they depend on nothing else."""
-        if self._due:
+        if self._begun != self._taken:
             self._take_events()
         lock = self._lock
         with lock:
@@ -214,7 +219,7 @@ class FileCache:
                 self._forget(requested, entry)
             entry.release()
             return None
-        if entry.wd >= 0 and self._watcher is not None:
+        if entry.small is not None and entry.wd >= 0 and self._watcher is not None:
             self._trust(entry, st, syncs)
         return entry, st
 
@@ -226,12 +231,16 @@ class FileCache:
         if small is None or small[0] != (st.st_size, st.st_mtime_ns, st.st_ctime_ns):
             return
         if entry.wd == 0:
-            wd = self._watcher.watch(entry.fd)  # type: ignore[union-attr]
+            room = len(self._watched) < self._watch_limit
+            wd = self._watcher.watch(entry.fd) if room else None  # type: ignore[union-attr]
             with self._lock:
+                if entry.wd != 0:  # another thread watched it meanwhile: the kernel gave it the same wd
+                    return
                 if wd is None:
                     entry.wd = -1
                 elif entry.dropped:
-                    self._unwatch(wd)
+                    if wd not in self._watched:  # a wd is the inode's: other entries may hold it
+                        self._unwatch(wd)
                 else:
                     entry.wd = wd
                     self._watched.setdefault(wd, []).append(entry)
@@ -243,15 +252,22 @@ class FileCache:
     def sync(self) -> None:
         """A request begins: take in what the kernel told of before its first use of the cache
         (so a request that opens no file costs nothing). The server calls this for each request."""
-        self._due = self._watcher is not None
+        if self._watched:  # nothing watched, nothing to hear of
+            self._begun += 1
 
     def _take_events(self) -> None:
-        """Every event queued now: a changed file is ``fstat``-ed at its next use."""
-        self._due = False
-        watcher = self._watcher
-        if watcher is None or not watcher.pending():
-            return
-        events = watcher.read()
+        """Every event queued now: a changed file is ``fstat``-ed at its next use. A thread that
+        finds a take-in under way waits for it, and so never trusts a stat it is about to clear."""
+        with self._taking:
+            begun = self._begun
+            if begun == self._taken:  # taken in by another thread while this one waited
+                return
+            watcher = self._watcher
+            if watcher is not None and watcher.pending():
+                self._apply(watcher.read())
+            self._taken = begun
+
+    def _apply(self, events: Events) -> None:
         with self._lock:
             self._syncs += 1
             if events.overflowed:
@@ -301,11 +317,12 @@ class FileCache:
                 self._drop(self._entries.popitem(last=False)[1])
 
     def close(self) -> None:
-        """:meth:`clear`, and close the kernel's watcher."""
+        """:meth:`clear`, and close the kernel's watcher (after any take-in under way)."""
         self.clear()
-        if self._watcher is not None:
-            self._watcher.close()
-            self._watcher = None
+        with self._taking:
+            if self._watcher is not None:
+                self._watcher.close()
+                self._watcher = None
 
     def _forget(self, key: str, entry: CachedDescriptor) -> None:
         # Called with the lock held: drop ``entry`` if it is still the one cached for ``key``.

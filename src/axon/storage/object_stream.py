@@ -63,7 +63,7 @@ class StreamSource(Protocol):
 
 
 class StreamObject(Protocol):
-    """What a stream uses of an object it sends (:class:`~.objects.ObjectFile`)."""
+    """What a stream uses of an object it sends (:class:`~.object_file.ObjectFile`)."""
 
     key: str
     etag: str | None

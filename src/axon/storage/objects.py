@@ -2,7 +2,7 @@
 as files: the object-store :class:`~axon.storage.Source`.
 
 ``App("s3://bucket/prefix")`` or ``axon serve s3://bucket/prefix``: a request's path is a key
-under the prefix, jailed as a path is under a local root (the same :func:`~.local.normalize`:
+under the prefix, jailed as a path is under a local root (the same :func:`~.jail.normalize`:
 no ``..`` above the prefix, no absolute path, no dot-named component unless hidden files are
 allowed). It uses obstore (Rust's ``object_store``; the ``axon-stream[s3]`` extra); the library
 core never imports this module unless a source URL asks for it.
@@ -30,42 +30,36 @@ uses it (``axon serve`` forks its workers after building the App: a loop or conn
 before the fork would be shared, broken, by every worker).
 
 A store that refuses the server's credentials, or has no such bucket, is a setting to fix, not
-an outage: a source that builds its own store asks the store at once (:meth:`ObjectSource.check`,
-in a process of its own, since obstore's runtime would not survive the fork) and raises
-:class:`StoreMisconfigured` saying which; ``axon serve`` then exits with that message. Should the
-store refuse later (keys rotated), a request gets a 502 naming the refusal, or a 403 when the
-store denies access to that key, never the 503 of a store that did not answer.
+an outage: :meth:`ObjectSource.check` asks at start; a refusal later is a 502 or a 403, never
+the 503 of a store that did not answer (:mod:`.object_store`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import os
-import re
-import subprocess
-import sys
 import threading
 import time
 import zlib
 from collections import OrderedDict
-from datetime import timedelta
 from typing import Any, Coroutine, TypeVar
 
 import obstore
 from obstore.exceptions import NotFoundError, PermissionDeniedError, PreconditionError, UnauthenticatedError
-from obstore.store import from_url
 
 from ..config import ObjectStoreEnvironment, environment, object_store_environment
-from ..errors import FileChanged, Forbidden, HTTPError, NotFound, ServiceUnavailable
+from ..errors import FileChanged, Forbidden, HTTPError, NotFound
 from ..http.segments import ObjectSlice, Segment
 from . import Entry
-from .batch_key import _machine_id, derive_key
-from .local import FileStore, normalize
+from .batch_key import derive_url_key
+from .jail import normalize
+from .local import FileStore
 from .object_cache import ObjectCache
+from .object_file import ObjectFile
 from .object_listing import ListingRefused, list_runs, plan_runs
+from .object_store import StoreMisconfigured, connect, refused, unavailable  # noqa: F401 - its old home
+from .object_store import check as check_store
 
 T = TypeVar("T")
 log = logging.getLogger("axon.storage")
@@ -80,52 +74,6 @@ CRC_CACHE = 65536
 #: Seconds batches are opened without listing after the store refused to list (credentials
 #: that may GET but not LIST are common): then it is asked again.
 LISTING_RETRY = 300.0
-
-
-class StoreMisconfigured(ValueError):
-    """The store answered, and refuses this server's credentials or has no such bucket: a
-    setting to fix, not an outage (a ``ValueError``: ``axon serve`` exits with its message)."""
-
-
-class ObjectFile:
-    """One object as a HEAD found it: the facts a :class:`~axon.storage.File` has. It holds no
-    resource (its bytes are fetched when sent), so ``close()`` has nothing to give back."""
-
-    __slots__ = ("source", "key", "etag", "path", "name", "size", "mtime_ns", "ctime_ns", "inode", "device",
-                 "content_type", "data", "head")
-
-    #: An object may change in the store unseen: no version a server could check without asking.
-    version = None
-
-    def __init__(self, source: ObjectSource, key: str, etag: str | None, path: str, name: str, size: int,
-                 mtime_ns: int, content_type: str, data: bytes | None = None, head: bytes | None = None) -> None:
-        self.source = source
-        self.key = key  # as the store names it (relative to the source's prefix)
-        self.etag = etag  # the store's, quoted; None where the store gives none
-        self.path = path
-        self.name = name
-        self.size = size
-        self.mtime_ns = self.ctime_ns = mtime_ns
-        # The version's identity for ETags and batch identities: the store's ETag, hashed, in
-        # place of an inode (a replaced object is another one, as a replaced file is).
-        version = (etag or f"{mtime_ns}-{size}").encode()
-        self.inode = int.from_bytes(hashlib.blake2b(version, digest_size=8).digest(), "big") >> 1
-        self.device = 0
-        self.content_type = content_type
-        self.data = data  # the whole object, when opening fetched it (a small one)
-        self.head = head  # else its first bytes, as opening fetched them (None if not kept)
-
-    def __repr__(self) -> str:
-        return f"ObjectFile(key={self.key!r}, etag={self.etag!r}, size={self.size})"
-
-    def segment(self, start: int, stop: int) -> Segment:
-        """From memory when opening brought the object whole, else a slice to fetch."""
-        if self.data is not None:
-            return self.data if start == 0 and stop == self.size else self.data[start:stop]
-        return ObjectSlice(self, start, stop - start)
-
-    def close(self) -> None:
-        pass
 
 
 class ObjectSource:
@@ -213,7 +161,8 @@ class ObjectSource:
         if self._pid != os.getpid():
             with self._lock:
                 if self._pid != os.getpid():
-                    self._store = self._given_store if self._given_store is not None else self._build()
+                    self._store = (self._given_store if self._given_store is not None
+                                   else connect(self.root, self.scheme, self._env, self.timeout))
                     # A worker's own: one made before a fork would start as the parent's copy.
                     self._cache = ObjectCache(self.cache_bytes, OPEN_READ) if self.cache_bytes else None
                     loop = asyncio.new_event_loop()
@@ -221,58 +170,10 @@ class ObjectSource:
                     self._loop, self._pid = loop, os.getpid()
         return self._loop  # type: ignore[return-value]
 
-    def _build(self) -> Any:
-        config, client, retry = self._settings()
-        return from_url(self.root, config=config or None, client_options=client, retry_config=retry)
-
-    def _settings(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        env = self._env
-        config: dict[str, Any] = {}
-        client: dict[str, Any] = {"timeout": f"{self.timeout}s", "connect_timeout": f"{min(self.timeout, 5.0)}s"}
-        if self.scheme in ("s3", "s3a"):
-            for name in ("endpoint", "access_key_id", "secret_access_key", "session_token", "region"):
-                value = getattr(env, name)
-                if value is not None:
-                    config[name] = value
-            if env.allow_http or (env.endpoint or "").startswith("http://"):
-                client["allow_http"] = True
-        # A few quick retries, all within the timeout: a store that stopped answering is an
-        # error within ``timeout`` seconds, not after object_store's default of three minutes.
-        retry = {"max_retries": 2, "retry_timeout": timedelta(seconds=self.timeout)}
-        return config, client, retry
-
     def check(self) -> None:
-        """Ask the store for a key that is not there (a GET: its error names its cause):
-        :class:`StoreMisconfigured` if the store refuses the credentials or has no such bucket.
-        Asked in a child process: obstore's runtime, once started here, would hang in the
-        workers ``axon serve`` forks. A store that does not answer is an outage, not a setting:
-        a warning, and its requests are 503s until it answers."""
-        config, client, retry = self._settings()
-        probe = {"url": self.root, "config": config, "client": client, "timeout": self.timeout,
-                 "key": ".axon-probe-" + os.urandom(8).hex()}
-        try:
-            done = subprocess.run(
-                [sys.executable, "-c", _PROBE], input=json.dumps(probe), capture_output=True, text=True,
-                timeout=self.timeout + 10,  # the credentials go on stdin: argv shows in ps
-            )
-            answer = json.loads(done.stdout.strip().splitlines()[-1])
-        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as exc:
-            log.warning("could not ask the object store for %s at start (%s)", self.root, exc)
-            return
-        if answer.get("ok"):
-            return  # a key of that name exists: the store reads
-        refusal = _refusal(answer["kind"], answer["text"], self.root)
-        if refusal is None and answer["kind"] in ("NotFoundError", "FileNotFoundError"):
-            return  # the key is not there, and the store said so: all is well
-        where = f"{self.root}" + (f" at {self._env.endpoint}" if self._env.endpoint else "")
-        if refusal is not None and refusal.status == 502:
-            raise StoreMisconfigured(f"the object store for {where} {refusal.message.removeprefix('the object store ')}")
-        if refusal is not None:  # AccessDenied: may read objects but not list (a missing key is then a 403)
-            log.warning("the object store for %s denies access to a key that is not there: the credentials may "
-                        "read but not list, or may not read; a refused key is a 403", where)
-            return
-        log.warning("the object store for %s did not answer at start (%s): requests get a 503 until it does",
-                    where, _first_line(answer["text"]))
+        """Ask the store at once whether it takes this server's settings
+        (:func:`.object_store.check`): :class:`StoreMisconfigured` if not."""
+        check_store(self.root, self.scheme, self._env, self.timeout)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on this process's store loop and wait for it (from any other thread)."""
@@ -394,9 +295,9 @@ class ObjectSource:
         except (NotFoundError, FileNotFoundError) as exc:
             if self._cache is not None:
                 self._cache.forget(key)
-            return _refused(exc, self.root, requested) or NotFound("no such object", paths=[requested])
+            return refused(exc, self.root, requested) or NotFound("no such object", paths=[requested])
         except Exception as exc:  # noqa: BLE001 - the store's failure is the client's 503
-            return _refused(exc, self.root, requested) or _unavailable(exc, requested)
+            return refused(exc, self.root, requested) or unavailable(exc, requested)
         size = meta["size"]
         if data is not None and 0 < size == len(data) and self._cache is not None:
             data = bytes(data)
@@ -463,7 +364,7 @@ class ObjectSource:
         except (PreconditionError, NotFoundError, FileNotFoundError):
             raise FileChanged(f.path) from None
         except Exception as exc:  # noqa: BLE001
-            raise (_refused(exc, self.root, f.path) or _unavailable(exc, f.path)) from None
+            raise (refused(exc, self.root, f.path) or unavailable(exc, f.path)) from None
         if seen != f.size:
             raise FileChanged(f.path)
         return crc
@@ -508,7 +409,7 @@ class ObjectSource:
         try:
             found = await obstore.list_with_delimiter_async(self._store, prefix or None)
         except Exception as exc:  # noqa: BLE001
-            raise (_refused(exc, self.root, prefix) or _unavailable(exc, prefix)) from None
+            raise (refused(exc, self.root, prefix) or unavailable(exc, prefix)) from None
         return found["common_prefixes"], found["objects"]
 
     # -- what the App asks of a source beside opening ---------------------------------------------
@@ -516,11 +417,7 @@ class ObjectSource:
     def batch_key(self, secret: str | bytes | None) -> bytes:
         """The key of batch identities: from the secret, else from this host and the URL (a
         bucket has no inode to tie it to; see :mod:`.batch_key`)."""
-        if secret:
-            return derive_key(secret, self.root)  # a secret's key names no directory: stats nothing
-        h = hashlib.blake2b(digest_size=32, person=b"axon-batch-key")
-        h.update(_machine_id() + b"\x00" + self.root.encode("utf-8"))
-        return h.digest()
+        return derive_url_key(secret, self.root)
 
     def body_stream(self, segments: list[Segment], chunk_size: int) -> Any:
         """A body holding object slices as the stream the runtimes send (:mod:`.object_stream`),
@@ -553,72 +450,3 @@ class BatchOpener:
         if isinstance(found, HTTPError):
             raise found
         return found
-
-
-def _unavailable(exc: Exception, path: str) -> HTTPError:
-    # The store's own words (its address, the bucket) are for the log, not for the client.
-    log.warning("object store request failed for %r: %s", path, _first_line(str(exc)) or type(exc).__name__)
-    return ServiceUnavailable(
-        "the object store did not answer for this key", code="store_unavailable", paths=[path],
-        headers=[("Retry-After", "1")],
-    )
-
-
-def _first_line(text: str) -> str:
-    """obstore's message without the Rust debug dump it appends (some 25 lines)."""
-    return text.strip().split("\n", 1)[0][:500]
-
-
-#: S3's error codes that say the credentials themselves are wrong (not that a key is denied).
-_CREDENTIAL_CODES = frozenset({
-    "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired",
-    "InvalidClientTokenId", "AuthorizationHeaderMalformed", "AccountProblem",
-})  # fmt: skip
-_DENIED = ("PermissionDeniedError", "UnauthenticatedError")
-
-
-def _s3_code(text: str) -> str | None:
-    found = re.search(r"<Code>([A-Za-z0-9.]{1,64})</Code>", text)
-    return found.group(1) if found else None
-
-
-def _refusal(kind: str, text: str, root: str) -> HTTPError | None:
-    """What a store's answer that is no outage means for the client, from the exception's
-    class name and text (S3's error code is in it): None for anything else. Credentials it
-    refuses and a missing bucket are the server's fault (502, naming which); a key the store
-    denies (AccessDenied) is a 403."""
-    code = _s3_code(text)
-    if code == "NoSuchBucket":
-        bucket = root.partition("://")[2].split("/", 1)[0]
-        return HTTPError(f"the object store has no bucket {bucket!r}", status=502, code="store_no_bucket")
-    if code in _CREDENTIAL_CODES or kind == "UnauthenticatedError":
-        return HTTPError(f"the object store refuses the server's credentials ({code or 'unauthenticated'})",
-                         status=502, code="store_credentials_refused")
-    if kind in _DENIED or code == "AccessDenied":
-        return Forbidden("the object store denies access to this key", code="store_access_denied")
-    return None
-
-
-def _refused(exc: Exception, root: str, path: str) -> HTTPError | None:
-    refusal = _refusal(type(exc).__name__, str(exc), root)
-    if refusal is not None:
-        refusal.paths = [path]
-        log.warning("the object store refused %r: %s", path, _first_line(str(exc)))
-    return refusal
-
-
-#: Run by :meth:`ObjectSource.check` in a child process: one GET, its outcome as one JSON line.
-_PROBE = """
-import json, sys
-from datetime import timedelta
-import obstore
-from obstore.store import from_url
-p = json.load(sys.stdin)
-retry = {"max_retries": 0, "retry_timeout": timedelta(seconds=p["timeout"])}
-try:
-    store = from_url(p["url"], config=p["config"] or None, client_options=p["client"], retry_config=retry)
-    obstore.get(store, p["key"]).bytes()
-    print(json.dumps({"ok": True}))
-except Exception as exc:
-    print(json.dumps({"kind": type(exc).__name__, "text": str(exc)[:4000]}))
-"""

@@ -30,12 +30,14 @@ class SharedFiles:
 
     def __init__(
         self, store: FileStore, size: int = DEFAULT_SIZE, valid: float = DEFAULT_VALID,
-        inactive: float = DEFAULT_INACTIVE, small_bytes: int = DEFAULT_SMALL_BYTES,
+        inactive: float = DEFAULT_INACTIVE, small_bytes: int = DEFAULT_SMALL_BYTES, watch: bool = True,
     ) -> None:
         self.store = store
-        # The kernel watches the cached files where it can (inotify, :mod:`.watch`), so that a hit
-        # needs no fstat: sync() takes in its news before each request.
-        self.cache = FileCache.watched(size, valid, inactive=inactive, small_bytes=small_bytes, recheck=store._names)
+        self.users = 1  # the workers serving through it (share_open_files counts them)
+        # The kernel watches the cached files where it can (inotify, :mod:`.watch`; ``watch`` false:
+        # never), so that a hit needs no fstat: sync() takes in its news before each request.
+        make = FileCache.watched if watch else FileCache
+        self.cache = make(size, valid, inactive=inactive, small_bytes=small_bytes, recheck=store._names)
         self.sync = self.cache.sync
         self.root = store.root
         self.portable_identity = store.portable_identity
@@ -45,6 +47,13 @@ class SharedFiles:
         self.kind = store.kind
         self.list_dir = store.list_dir
         self.batch_key = store.batch_key
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - whatever the store has
+        # The store's other members (crcs, content_type, allow_hidden, ...), for handlers that
+        # reach app.store: called only for what this class does not define, so open costs nothing.
+        if name == "store":  # not set yet (a half-built instance): no recursion
+            raise AttributeError(name)
+        return getattr(self.store, name)
 
     def __repr__(self) -> str:
         return f"SharedFiles({self.store!r}, size={self.cache.size})"
@@ -78,6 +87,11 @@ class SharedFiles:
     def prune(self) -> None:
         """Close what has not been used for the idle time (the server's once-a-second sweep)."""
         self.cache.prune()
+
+    def release(self) -> bool:
+        """One worker is done with it; True for the last one, which then closes it."""
+        self.users -= 1
+        return self.users == 0
 
     def close(self) -> None:
         """Close every descriptor no response holds (the others when their response is done),

@@ -52,6 +52,14 @@ class SharingSource(Source, Protocol):
         """Close what was not used for the idle time."""
         ...
 
+    def sync(self) -> None:
+        """A request begins: take in the changes to shared files the kernel told of."""
+        ...
+
+    def release(self) -> bool:
+        """A worker is done with it: True for the last of them, which closes it."""
+        ...
+
     def close(self) -> None:
         """Close what no response holds (the rest when its response is done)."""
         ...
@@ -63,8 +71,9 @@ def share_open_files(source: Source, size: int, valid: float = FILE_CACHE_VALID,
     runtime that reads files only by offset (Axon's own server); ``source`` itself is left as it
     was. None when there is nothing to share: ``size`` 0, or a source that keeps no descriptors
     (an object store)."""
-    if isinstance(source, SharedFiles):  # another worker's, in this process: share the store's own
-        source = source.store
+    if isinstance(source, SharedFiles):  # another worker's, in this process: one cache for both
+        source.users += 1
+        return source
     if size < 1 or not isinstance(source, FileStore):
         return None
     return SharedFiles(source, size, valid, inactive, small_bytes)

@@ -11,7 +11,8 @@ queued is one ``FIONREAD`` ioctl, which touches no file: one system call a reque
 
 Where inotify is missing, or out of instances or watches (``fs.inotify.max_user_instances``,
 ``max_user_watches``), :func:`open_watcher` and :meth:`Watcher.watch` return None, and the cache
-``fstat``s every use as before. inotify does not see writes through a shared ``mmap`` or by
+``fstat``s every use as before. A watcher takes at most :data:`WATCH_SHARE` of the user's
+watches (its ``budget``), so that several workers, and the user's other programs, keep theirs. inotify does not see writes through a shared ``mmap`` or by
 another host on a network filesystem; the cache bounds how long those go unseen (its ``valid``).
 """
 
@@ -30,6 +31,8 @@ IN_Q_OVERFLOW, IN_IGNORED = 0x4000, 0x8000
 MASK = IN_MODIFY | IN_ATTRIB | IN_MOVE_SELF | IN_DELETE_SELF
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of a name (none for a file)
 _NOTHING = b"\0\0\0\0"
+#: The share of ``fs.inotify.max_user_watches`` (shared by all the user's programs) one watcher takes.
+WATCH_SHARE = 1 / 8
 
 
 class Events:
@@ -49,8 +52,10 @@ class Watcher:
     """One inotify instance: :meth:`watch` the file a descriptor names, :meth:`pending` and
     :meth:`read` what changed since."""
 
-    def __init__(self, fd: int, add: Callable[[int, bytes, int], int], remove: Callable[[int, int], int]) -> None:
+    def __init__(self, fd: int, add: Callable[[int, bytes, int], int], remove: Callable[[int, int], int],
+                 budget: int) -> None:
         self.fd = fd
+        self.budget = budget  # at most this many watches: the cache adds no more
         self._add = add
         self._remove = remove
         self._queued = bytearray(4)  # FIONREAD's answer: bytes of events queued
@@ -101,4 +106,12 @@ def open_watcher() -> Watcher | None:
     add.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32)
     remove.argtypes = (ctypes.c_int, ctypes.c_int)
     fd = init(os.O_NONBLOCK | os.O_CLOEXEC)
-    return Watcher(fd, add, remove) if fd >= 0 else None
+    return Watcher(fd, add, remove, int(_max_user_watches() * WATCH_SHARE)) if fd >= 0 else None
+
+
+def _max_user_watches() -> int:
+    try:
+        with open("/proc/sys/fs/inotify/max_user_watches") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 8192  # the kernel's default before 5.11

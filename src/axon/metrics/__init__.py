@@ -39,37 +39,34 @@ the access log, and the counting is done a batch at a time, with C loops, becaus
 response would cost as much as the App's own work (what it costs: deploy/README.md, and
 ``python -m axon.bench.observe_cost``).
 
-Some 450 lines in one module on purpose: the counting, the shared files that sum the workers and
-the exposition are one feature with one switch (``instrument``), read together when it changes.
+One switch (:func:`instrument`) and three parts: the counting here, the files that sum the workers
+(:mod:`.files`), the text format (:mod:`.exposition`).
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-import mmap
 import operator
 import os
 import re
-import struct
 import threading
 import time
 import weakref
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
-from .config import environment
-from .records import Record, Records
+from ..config import environment
+from ..records import Record, Records
+from .exposition import CONTENT_TYPE, render_text
+from .files import BYTES, FILES, STARTED, SUM, Slots, process_alive, read_file
 
 if TYPE_CHECKING:
-    from .request import Request
-    from .response import Response
+    from ..request import Request
+    from ..response import Response
 
 __all__ = ["CONTENT_TYPE", "DEFAULT_BUCKETS", "Metrics", "instrument"]
-
-#: The Prometheus text exposition format, version 0.0.4.
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 #: Upper bounds (seconds) of the latency histogram. Planning a batch is pure computation plus an
 #: open and an fstat per file: tens of microseconds for a few files, milliseconds for a thousand,
@@ -84,19 +81,6 @@ _PATH = operator.attrgetter("path")  # a record's (axon.records)
 # Axon's error bodies are {"error": {"status": 404, "code": "not_found", ...}} (errors.py); the
 # code is the first "code" key in it. Only the first bytes are searched.
 _ERROR_CODE = re.compile(rb'"code":\s*"([A-Za-z0-9_.-]{1,64})"')
-
-# Sample keys, as stored in a process's file: "r METHOD STATUS BUCKET" (requests, by bucket of
-# their duration: the request counter and the histogram in one), "e STATUS CODE" (errors), and:
-_STARTED, _BYTES, _FILES, _SUM = "started", "bytes", "files", "sum"
-
-_HELP = {
-    "axon_requests_total": ("counter", "Responses sent, by method and status."),
-    "axon_errors_total": ("counter", "Error responses (status >= 400), by status and Axon's error code."),
-    "axon_response_bytes_total": ("counter", "Body bytes planned (Content-Length); 0 for HEAD and 304."),
-    "axon_files_total": ("counter", "Files opened to serve responses (distinct files per response)."),
-    "axon_requests_in_flight": ("gauge", "Requests being handled now (the transfer of a body excluded)."),
-    "axon_request_duration_seconds": ("histogram", "Time to handle a request and plan its response (transfer excluded)."),
-}
 
 
 class Metrics:
@@ -136,7 +120,7 @@ class Metrics:
         self._before = 0  # requests begun before instrument(): never recorded
         self._scrapes = 0  # requests for ``path`` finished: begun, but never counted
         self._rendering = 0  # scrapes being answered now: in flight, but not traffic
-        self._store: _Slots | None = None
+        self._store: Slots | None = None
         self._publisher: threading.Thread | None = None
 
     # -- counting ------------------------------------------------------------------------------
@@ -214,7 +198,7 @@ class Metrics:
         # our lock is let go: a drain holds the records' lock while it calls read(), which takes
         # ours, so taking theirs inside ours could deadlock with it (a worker hung for good).
         started = self.records.begun_count() - not_traffic
-        out = {_BYTES: counts[0], _FILES: counts[1], _SUM: counts[2], _STARTED: started}
+        out = {BYTES: counts[0], FILES: counts[1], SUM: counts[2], STARTED: started}
         width = len(self.buckets) + 1
         for index, key in keys:
             if key[0] == "r":
@@ -232,7 +216,7 @@ class Metrics:
         values = self.snapshot()
         with self._publish_lock:
             if self._store is None:
-                self._store = _Slots(self.directory / f"{os.getpid()}.metrics")
+                self._store = Slots(self.directory / f"{os.getpid()}.metrics")
             self._store.write(values)
 
     def _start_publisher(self) -> None:
@@ -265,53 +249,21 @@ class Metrics:
         for path in self.directory.glob("*.metrics"):
             try:
                 pid = int(path.stem)
-                sample = _read_file(path)  # this process's too: just published, with any base
+                sample = read_file(path)  # this process's too: just published, with any base
             except (ValueError, OSError):
                 continue  # not ours, or vanished
-            for key, value in _with_in_flight(sample, alive=pid == me or _alive(pid)).items():
+            for key, value in _with_in_flight(sample, alive=pid == me or process_alive(pid)).items():
                 totals[key] = totals.get(key, 0) + value
         return totals
 
     def render(self) -> bytes:
         """The Prometheus text format (version 0.0.4) of :meth:`values`."""
-        values = self.values()
-        requests: dict[tuple[str, str], float] = {}
-        errors: dict[tuple[str, str], float] = {}
-        buckets = [0.0] * (len(self.buckets) + 1)
-        for key, value in values.items():
-            kind, _, rest = key.partition(" ")
-            if kind == "r":
-                method, status, bucket = rest.split(" ")
-                requests[(method, status)] = requests.get((method, status), 0) + value
-                if int(bucket) < len(buckets):
-                    buckets[int(bucket)] += value
-            elif kind == "e":
-                status, code = rest.split(" ", 1)
-                errors[(status, code)] = value
-        samples: dict[str, list[str]] = {name: [] for name in _HELP}
-        for (method, status), value in sorted(requests.items()):
-            samples["axon_requests_total"].append(f'axon_requests_total{{method="{method}",status="{status}"}} {_number(value)}')
-        for (status, code), value in sorted(errors.items()):
-            samples["axon_errors_total"].append(f'axon_errors_total{{status="{status}",code="{_label(code)}"}} {_number(value)}')
-        samples["axon_response_bytes_total"].append(f"axon_response_bytes_total {_number(values.get(_BYTES, 0))}")
-        samples["axon_files_total"].append(f"axon_files_total {_number(values.get(_FILES, 0))}")
-        samples["axon_requests_in_flight"].append(f"axon_requests_in_flight {_number(values.get('in_flight', 0))}")
-        count = 0.0
-        histogram = samples["axon_request_duration_seconds"]
-        for bound, n in zip((*self.buckets, float("inf")), buckets):
-            count += n
-            histogram.append(f'axon_request_duration_seconds_bucket{{le="{_number(bound)}"}} {_number(count)}')
-        histogram.append(f"axon_request_duration_seconds_sum {_number(values.get(_SUM, 0.0))}")
-        histogram.append(f"axon_request_duration_seconds_count {_number(count)}")
-        lines = []
-        for name, (kind, help_text) in _HELP.items():
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples[name]]
-        return ("\n".join(lines) + "\n").encode("utf-8")
+        return render_text(self.values(), self.buckets)
 
     # -- a runtime's way in -----------------------------------------------------------------
 
     def endpoint(self, request: "Request") -> "Response":
-        from .response import Response
+        from ..response import Response
 
         with self._lock:
             self._rendering += 1  # this request is no traffic in flight
@@ -324,13 +276,9 @@ class Metrics:
 
 def _with_in_flight(sample: dict[str, float], *, alive: bool) -> dict[str, float]:
     finished = sum(v for k, v in sample.items() if k.startswith("r "))
-    out = {k: v for k, v in sample.items() if k != _STARTED}
-    out["in_flight"] = max(0.0, sample.get(_STARTED, 0) - finished) if alive else 0.0
+    out = {k: v for k, v in sample.items() if k != STARTED}
+    out["in_flight"] = max(0.0, sample.get(STARTED, 0) - finished) if alive else 0.0
     return out
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 class Instrumented(Protocol):
@@ -358,106 +306,3 @@ def instrument(app: Instrumented, *, path: str = "/metrics", directory: str | os
     app.public_paths.add(path)
     app.records.attach(metrics)
     return metrics
-
-
-# -- the file of one process ----------------------------------------------------------------------
-
-# An 8-byte header holding the bytes used, then entries [u32 key length][key, padded to 8][f64
-# value]. Only its own process writes it, and an entry is complete before the header counts it,
-# so a reader in another process sees whole entries; 8-byte aligned stores are single writes on
-# the platforms we run on.
-_USED = struct.Struct("<Q")
-_LEN = struct.Struct("<I")
-_VALUE = struct.Struct("<d")
-_INITIAL = 16 * 1024
-
-
-class _Slots:
-    """Named float64 values in a memory-mapped file that other processes read."""
-
-    def __init__(self, path: Path) -> None:
-        self.offsets: dict[str, int] = {}
-        self.base: dict[str, float] = {}
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        self._file = os.fdopen(fd, "r+b")
-        size = os.fstat(fd).st_size
-        if size < _INITIAL:
-            os.ftruncate(fd, _INITIAL)
-        self._map = mmap.mmap(fd, max(size, _INITIAL))
-        self._used = _USED.size
-        # A file already there is a dead process's whose pid we now have: carry on from its
-        # counts, so that the sums never go backwards (and its requests are over).
-        for key, offset, value in _entries(self._map):
-            self.offsets[key] = offset
-            self.base[key] = value
-            self._used = offset + _VALUE.size
-        if self.base:
-            self.base[_STARTED] = sum(v for k, v in self.base.items() if k.startswith("r "))
-        _USED.pack_into(self._map, 0, self._used)
-
-    def write(self, values: dict[str, float]) -> None:
-        base = self.base
-        for key in base.keys() - values.keys():
-            values[key] = 0
-        for key, value in values.items():
-            offset = self.offsets.get(key)
-            if offset is None:
-                offset = self._append(key)
-            _VALUE.pack_into(self._map, offset, value + base.get(key, 0))
-
-    def _append(self, key: str) -> int:
-        encoded = key.encode("utf-8")
-        padded = encoded + b" " * (-(_LEN.size + len(encoded)) % 8)
-        start = self._used
-        end = start + _LEN.size + len(padded) + _VALUE.size
-        if end > len(self._map):
-            self._map.resize(max(2 * len(self._map), end))  # grows the file too
-        _LEN.pack_into(self._map, start, len(padded))
-        self._map[start + _LEN.size : start + _LEN.size + len(padded)] = padded
-        offset = end - _VALUE.size
-        _VALUE.pack_into(self._map, offset, 0.0)
-        self._used = end
-        _USED.pack_into(self._map, 0, end)  # publish the entry last
-        self.offsets[key] = offset
-        return offset
-
-
-def _read_file(path: Path) -> dict[str, float]:
-    return {key: value for key, _, value in _entries(path.read_bytes())}
-
-
-def _entries(data: bytes | mmap.mmap) -> Iterator[tuple[str, int, float]]:
-    """(key, offset of its value, value) for each whole entry of a store file's contents."""
-    if len(data) < _USED.size:
-        return
-    (used,) = _USED.unpack_from(data, 0)
-    used = min(used, len(data))
-    pos = _USED.size
-    while pos + _LEN.size <= used:
-        (length,) = _LEN.unpack_from(data, pos)
-        key_end = pos + _LEN.size + length
-        if key_end + _VALUE.size > used:
-            return
-        key = bytes(data[pos + _LEN.size : key_end]).decode("utf-8").rstrip(" ")
-        (value,) = _VALUE.unpack_from(data, key_end)
-        yield key, key_end, value
-        pos = key_end + _VALUE.size
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # alive, just not ours
-    return True
-
-
-def _number(value: float) -> str:
-    if value == float("inf"):
-        return "+Inf"
-    if value == int(value) and abs(value) < 2**53:
-        return str(int(value))
-    return repr(value)
-

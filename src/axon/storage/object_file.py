@@ -1,0 +1,50 @@
+"""ObjectFile: one object as its source opened it, the :class:`~axon.storage.File` of
+:class:`~.objects.ObjectSource`."""
+
+from __future__ import annotations
+
+import hashlib
+
+from ..http.segments import ObjectSlice, Segment
+from . import Source
+
+
+class ObjectFile:
+    """One object as a HEAD found it: the facts a :class:`~axon.storage.File` has. It holds no
+    resource (its bytes are fetched when sent), so ``close()`` has nothing to give back."""
+
+    __slots__ = ("source", "key", "etag", "path", "name", "size", "mtime_ns", "ctime_ns", "inode", "device",
+                 "content_type", "data", "head")
+
+    #: An object may change in the store unseen: no version a server could check without asking.
+    version = None
+
+    def __init__(self, source: Source, key: str, etag: str | None, path: str, name: str, size: int,
+                 mtime_ns: int, content_type: str, data: bytes | None = None, head: bytes | None = None) -> None:
+        self.source = source
+        self.key = key  # as the store names it (relative to the source's prefix)
+        self.etag = etag  # the store's, quoted; None where the store gives none
+        self.path = path
+        self.name = name
+        self.size = size
+        self.mtime_ns = self.ctime_ns = mtime_ns
+        # The version's identity for ETags and batch identities: the store's ETag, hashed, in
+        # place of an inode (a replaced object is another one, as a replaced file is).
+        version = (etag or f"{mtime_ns}-{size}").encode()
+        self.inode = int.from_bytes(hashlib.blake2b(version, digest_size=8).digest(), "big") >> 1
+        self.device = 0
+        self.content_type = content_type
+        self.data = data  # the whole object, when opening fetched it (a small one)
+        self.head = head  # else its first bytes, as opening fetched them (None if not kept)
+
+    def __repr__(self) -> str:
+        return f"ObjectFile(key={self.key!r}, etag={self.etag!r}, size={self.size})"
+
+    def segment(self, start: int, stop: int) -> Segment:
+        """From memory when opening brought the object whole, else a slice to fetch."""
+        if self.data is not None:
+            return self.data if start == 0 and stop == self.size else self.data[start:stop]
+        return ObjectSlice(self, start, stop - start)
+
+    def close(self) -> None:
+        pass
