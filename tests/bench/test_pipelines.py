@@ -16,7 +16,10 @@ from axon.bench import nginx
 
 pytest.importorskip("fsspec.asyn", reason="the fsspec extra is installed by scripts/setup.sh --all")
 pytest.importorskip("aiohttp", reason="the fsspec extra is installed by scripts/setup.sh --all")
-pytestmark = pytest.mark.skipif(not Path(nginx.binary()).exists(), reason="nginx is installed by scripts/setup.sh --all")
+pytestmark = [
+    pytest.mark.slow,  # nginx and the benchmark's own run
+    pytest.mark.skipif(not Path(nginx.binary()).exists(), reason="nginx is installed by scripts/setup.sh --all"),
+]
 
 
 def test_the_benchmark_runs_and_prints_its_table(tmp_path: Path):

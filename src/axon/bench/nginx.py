@@ -81,9 +81,11 @@ http {{
 """
 
 
-def static_command(prefix: Path, port: int, root: Path) -> Command:
-    """nginx serving ``root`` at ``/files/``, plus the health answer, as the yardstick."""
-    body = f"""        location /files/ {{
+def static_command(prefix: Path, port: int, root: Path, access_log: Path | None = None) -> Command:
+    """nginx serving ``root`` at ``/files/``, plus the health answer, as the yardstick; with
+    ``access_log``, a line per request there (nginx's ``combined`` format, written as each ends)."""
+    log = f"        access_log {access_log};\n" if access_log else ""
+    body = f"""{log}        location /files/ {{
             alias {root}/;
         }}
         location = /api/health {{

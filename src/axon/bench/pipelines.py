@@ -134,15 +134,20 @@ def read_all(client: str, netloc: str, paths: list[str], digest: str) -> tuple[f
 
 
 @contextmanager
-def servers(root: Path, workdir: Path, cpus: str | None) -> Iterator[dict[str, int]]:
-    """axon serve and nginx on ``root``, one worker each, pinned to ``cpus``: server -> port."""
+def servers(root: Path, workdir: Path, cpus: str | None, access_logs: bool = False) -> Iterator[dict[str, int]]:
+    """axon serve and nginx on ``root``, one worker each, pinned to ``cpus``: server -> port.
+    With ``access_logs`` each logs every request: axon serve JSON lines to WORKDIR/axon-serve.log
+    (with its other output), nginx to WORKDIR/nginx/access.log."""
     workdir.mkdir(parents=True, exist_ok=True)
     ports = {"axon serve": procs.free_port(), "nginx": procs.free_port()}
+    log_flags = ["--access-log", "--json-logs"] if access_logs else []
     axon = procs.Command([sys.executable, "-m", "axon.cli", "serve", str(root), "--host", HOST,
-                          "--port", str(ports["axon serve"]), "--workers", "1", "--log-level", "warning"], "axon-serve")
+                          "--port", str(ports["axon serve"]), "--workers", "1", "--log-level", "warning", *log_flags],
+                         "axon-serve")
+    nginx_log = workdir / "nginx" / "access.log" if access_logs else None
     with procs.Group(workdir, cpus) as group:
         group.start(axon)
-        group.start(nginx.static_command(workdir / "nginx", ports["nginx"], root))
+        group.start(nginx.static_command(workdir / "nginx", ports["nginx"], root, nginx_log))
         for port in ports.values():
             procs.wait_ready(f"http://{HOST}:{port}/api/health", group)
         yield ports
@@ -223,14 +228,20 @@ def main(argv: list[str] | None = None) -> int:
         rows = run(args.sets, args.delays, root, workdir, server_cpus)
     finally:
         procs.restore_handlers(previous)
-    command = "python -m axon.bench.pipelines " + shlex.join(argv if argv is not None else sys.argv[1:])
     client_cpus = None if args.no_pin else args.client_cpus
-    print(f"`{command.strip()}` on {machine.describe()}; servers on CPUs {server_cpus or 'any'}, "
-          f"client on CPUs {client_cpus or 'any'}, relay on any\n")
-    print(table(rows))
-    if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    setting = f"servers on CPUs {server_cpus or 'any'}, client on CPUs {client_cpus or 'any'}, relay on any"
+    report("axon.bench.pipelines", argv, setting, table(rows), rows, args.json)
     return 0
+
+
+def report(module: str, argv: list[str] | None, setting: str, text: str, rows: list, to: Path | None) -> None:
+    """Print the command, the machine and ``setting``, then ``text`` (the table); the rows (dataclasses)
+    as JSON to ``to`` if given."""
+    command = f"python -m {module} " + shlex.join(argv if argv is not None else sys.argv[1:])
+    print(f"`{command.strip()}` on {machine.describe()}; {setting}\n")
+    print(text)
+    if to:
+        to.write_text(json.dumps([asdict(r) for r in rows], indent=1))
 
 
 if __name__ == "__main__":
