@@ -79,3 +79,14 @@ def test_a_file_renamed_over_is_in_the_next_answer_and_its_etag_changes(serve, l
         os.rename(live_root / "new.txt", live_root / "small.txt")
         resp = c.get("/files/small.txt")
         assert resp.body == b"replaced!\n" and resp.header("etag") != etag
+
+
+def test_a_remembered_batch_is_not_sent_with_a_file_trusted_again_at_a_new_version(serve, live_root, settled) -> None:
+    server = serve(App(live_root))
+    target = batch_target(["small.txt", "other.txt"])
+    with Client(server.port) as c:
+        warm(c, target)  # its head remembered; its files trusted
+        (live_root / "small.txt").write_bytes(b"a longer version 2\n")
+        warm(c)  # the file alone, until its new version is trusted in turn
+        parts = parse_multipart(c.get(target))
+        assert [body for _, body in parts] == [b"a longer version 2\n", b"other\n"]

@@ -202,3 +202,21 @@ def served_now(store: SharedFiles) -> bytes:
         return f.data if f.data is not None else os.pread(f.fd, f.size + 1, 0)
     finally:
         f.close()
+
+
+def test_a_trusted_file_is_known_without_opening_it_until_it_changes(store, root) -> None:
+    assert store.cached("a.txt") is None  # never opened
+    trusted(store, "a.txt")
+    f = store.open("a.txt")
+    version = f.version
+    f.close()
+    assert store.cached("a.txt") == (version, b"version 1\n")  # what a remembered head sends
+    with open(root / "a.txt", "r+b") as changed:
+        changed.write(b"VERSION 2\n")
+    store.sync()  # the next request
+    assert store.cached("a.txt") is None  # changed: opened (and fstat-ed) again
+    trusted(store, "a.txt")
+    version, data = store.cached("a.txt")
+    assert data == b"VERSION 2\n" and version != f.version
+    time.sleep(VALID)
+    assert store.cached("a.txt") is None  # past the validity window: the path is checked first

@@ -132,27 +132,37 @@ class Remembered:
         while len(heads) > self.size or self.cost > self.budget:
             self.cost -= heads.popitem(last=False)[1].cost
 
-    def recall(self, key: tuple[bytes, str | None], open_file) -> tuple[Head, list[File], list] | None:
-        """The head for ``key`` with its files opened now by ``open_file`` (the App's store) and
-        the body to send; None, with nothing held, when there is none or a file is not the
-        version it was made from (then it is forgotten, and the App answers)."""
+    def recall(self, key: tuple[bytes, str | None], open_file, cached_file) -> tuple[Head, list[File], list] | None:
+        """The head for ``key`` with its files' bodies now, and the files opened to send them;
+        None, with nothing held, when there is none or a file is not the version it was made
+        from (then it is forgotten, and the App answers). A file whose version and bytes the
+        worker's shared files know current (``cached_file``) is sent from those bytes, holding
+        nothing; any other is opened by ``open_file`` (the App's store)."""
         head = self.heads.get(key)
         if head is None:
             return None
         files: list[File] = []
+        bodies: list = []
         try:
             for path, version in zip(head.paths, head.versions):
+                known = cached_file(path)
+                if known is not None:
+                    if known[0] != version:
+                        raise _Changed()
+                    bodies.append(known[1])
+                    continue
                 f = open_file(path)
                 files.append(f)
                 if f.version != version:
                     raise _Changed()
+                bodies.append(f.segment(0, f.size))
         except (HTTPError, OSError, _Changed):  # gone, refused, out of descriptors, changed
             for f in files:
                 f.close()
             self.forget(key)
             return None
         self.heads.move_to_end(key)
-        body = [files[t].segment(0, files[t].size) if type(t) is int else t for t in head.template]
+        body = [bodies[t] if type(t) is int else t for t in head.template]
         return head, files, body
 
     def forget(self, key: tuple[bytes, str | None]) -> None:

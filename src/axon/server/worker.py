@@ -53,6 +53,8 @@ class Worker:
         self._shared: SharingSource | None = None
         #: Called as each request begins: the shared files take in what the kernel told of changes.
         self.sync_files: Callable[[], None] = _nothing_to_sync
+        #: A shared file's version and bytes when they are current (nothing held), or None.
+        self.cached_file: Callable[[str], Any] = _nothing_cached
         self._acceptor: Acceptor | None = None
         self._stop: asyncio.Future | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -105,6 +107,7 @@ class Worker:
         if self._shared is not None:
             app.store = self._shared
             self.sync_files = self._shared.sync
+            self.cached_file = self._shared.cached
 
     def _start(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, ready: threading.Event | None) -> None:
         # The socket is this worker's alone with one worker or --reuse-port: take every waiting
@@ -152,7 +155,7 @@ class Worker:
         self.app.close()
         self.shortcuts.clear()
         shared, self._shared = self._shared, None
-        self.sync_files = _nothing_to_sync
+        self.sync_files, self.cached_file = _nothing_to_sync, _nothing_cached
         if shared is not None and shared.release():  # the last worker of this process to use it
             if self.app.store is shared:
                 self.app.store = shared.store  # the App's own again
@@ -301,3 +304,7 @@ class ThreadServer:
 
 def _nothing_to_sync() -> None:
     """No shared files (``--file-cache 0``, an object store): nothing to take in."""
+
+
+def _nothing_cached(requested: str) -> None:
+    """No shared files: every file of a remembered head is opened."""

@@ -77,7 +77,7 @@ class CachedDescriptor:
     """One cached open file: its descriptor, how many ``OpenFile`` views still use it, and for a
     small file its bytes with the stat they were read under."""
 
-    __slots__ = ("fd", "identity", "name", "content_type", "checked", "used", "refs", "dropped", "small", "_cache", "wd", "fresh")
+    __slots__ = ("fd", "identity", "name", "content_type", "checked", "used", "refs", "dropped", "small", "_cache", "wd", "fresh", "version")
 
     def __init__(self, cache: FileCache, fd: int, identity: tuple[int, int], name: str, content_type: str,
                  now: float) -> None:
@@ -95,6 +95,8 @@ class CachedDescriptor:
         #: The stat of the last use while the kernel watches the file and told of no change since:
         #: what the next use declares without an ``fstat`` (None: ``fstat`` it).
         self.fresh: os.stat_result | None = None
+        #: ``fresh``'s facts as a file's version token (device, inode, size, mtime, ctime).
+        self.version: tuple[int, int, int, int, int] | None = None
 
     def content(self, st: os.stat_result) -> bytes | None:
         """The file's bytes if it is small and settled, as of ``st`` (an ``fstat`` just taken),
@@ -223,6 +225,25 @@ class FileCache:
             self._trust(entry, st, syncs)
         return entry, st
 
+    def peek(self, requested: str) -> tuple[tuple[int, int, int, int, int], bytes] | None:
+        """The version and bytes of ``requested`` if its entry is trusted (watched, unchanged since
+        its last ``fstat``, its bytes in memory, its path checked within ``valid``); else None,
+        and the caller opens it. Nothing is held: bytes need no descriptor, so a response sent
+        from them (a remembered head's) costs no reference, no view and no close."""
+        if self._begun != self._taken:
+            self._take_events()
+        entry = self._entries.get(requested)
+        if entry is None or entry.fresh is None:
+            return None
+        now = self._clock()
+        with self._lock:  # the version and the bytes as one pair: both change under the lock
+            version, small = entry.version, entry.small
+            if entry.fresh is None or entry.dropped or version is None or small is None or now - entry.checked >= self.valid:
+                return None
+            self._entries.move_to_end(requested)
+            entry.used = now
+        return version, small[1]
+
     def _trust(self, entry: CachedDescriptor, st: os.stat_result, syncs: int) -> None:
         """Let later uses of ``entry`` go without an ``fstat``, if its bytes are in memory as of
         ``st``: watch it at its first such use, trust ``st`` from the next (so that no change can
@@ -247,6 +268,7 @@ class FileCache:
             return
         with self._lock:
             if syncs == self._syncs and not entry.dropped:  # no event taken in since the fstat
+                entry.version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
                 entry.fresh = st
 
     def sync(self) -> None:
@@ -278,7 +300,7 @@ class FileCache:
                     entry.fresh = None
             for wd in events.removed:  # no events will come for it: fstat its entries from now on
                 for entry in self._watched.pop(wd, ()):
-                    entry.fresh, entry.wd = None, -1
+                    entry.fresh, entry.version, entry.wd = None, None, -1
     def _checked(self, entry: CachedDescriptor, now: float) -> bool:
         if not self._recheck(entry):
             return False

@@ -39,6 +39,8 @@ class SharedFiles:
         make = FileCache.watched if watch else FileCache
         self.cache = make(size, valid, inactive=inactive, small_bytes=small_bytes, recheck=store._names)
         self.sync = self.cache.sync
+        #: ``cached(path)``: a trusted small file's version and bytes, nothing held (FileCache.peek).
+        self.cached = self.cache.peek
         self.root = store.root
         self.portable_identity = store.portable_identity
         # The rest of the Source, bound once: a call costs what it costs on the store.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from . import FILE_CACHE_BYTES, FILE_CACHE_INACTIVE, FILE_CACHE_VALID, Source
 from .local import FileStore
@@ -54,6 +54,11 @@ class SharingSource(Source, Protocol):
 
     def sync(self) -> None:
         """A request begins: take in the changes to shared files the kernel told of."""
+        ...
+
+    def cached(self, requested: str) -> tuple[Any, bytes] | None:
+        """A file's version token and bytes when they are known to be current, holding nothing;
+        None: open it."""
         ...
 
     def release(self) -> bool:
