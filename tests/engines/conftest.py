@@ -91,12 +91,20 @@ class Served:
 
 
 
-def readme_block(heading: str, importing: str) -> str:
+def _readme_block(heading: str, importing: str) -> str:
     """The one python block that imports ``importing`` in README's section ``heading`` (a
     ``### `` title, or its start), up to the next ``## ``."""
     section = README.read_text().split(f"\n### {heading}", 1)[1].split("\n## ", 1)[0]
     [block] = [b for b in re.findall(r"```python\n(.*?)```", section, re.DOTALL) if importing in b]
     return block
+
+
+@pytest.fixture
+def readme_block():
+    """:func:`_readme_block`, as a fixture: a test module must not import conftest, since the
+    Dask and Ray workers import the test module (to unpickle its functions) with a sys.path on
+    which another directory's conftest may come first."""
+    return _readme_block
 
 
 def write_corpus(root: Path) -> None:

@@ -8,7 +8,6 @@ import pickle
 from collections.abc import Iterator
 
 import pytest
-from conftest import readme_block
 
 dask = pytest.importorskip("dask")
 db = pytest.importorskip("dask.bag")
@@ -180,7 +179,7 @@ def test_bad_arguments_are_refused_at_once(served):
 # -- README ----------------------------------------------------------------------------------------
 
 
-def test_the_readme_example_runs_and_reads_the_files(readme_served, client):
+def test_the_readme_example_runs_and_reads_the_files(readme_block, readme_served, client):
     names, seen = readme_served.run(readme_block("Dask\n", "axon.engines"))
     assert names["labels"] == [i % 3 for i in range(8)]
     assert names["lines"] == [f"sample {i}\n" for i in range(8)]

@@ -7,7 +7,6 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from conftest import readme_block
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
@@ -140,7 +139,7 @@ def test_ray_s_own_read_parquet_reads_ranges_file_by_file(served, ray_cluster):
 # -- README ----------------------------------------------------------------------------------------
 
 
-def test_the_readme_example_runs_and_reads_the_files(readme_served, ray_cluster):
+def test_the_readme_example_runs_and_reads_the_files(readme_block, readme_served, ray_cluster):
     names, seen = readme_served.run(readme_block("Ray Data\n", "axon.engines.ray_datasource"))
     assert names["texts"] == {f"{readme_served.address}/samples/{i:03}.txt": f"sample {i}\n" for i in range(8)}
     expected = pq.read_table(readme_served.root / "tables/sales.parquet", columns=["region", "amount"])

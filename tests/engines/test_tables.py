@@ -9,7 +9,6 @@ import sys
 from collections import Counter
 
 import pytest
-from conftest import readme_block
 
 pa = pytest.importorskip("pyarrow", reason="pyarrow is in the test extra (scripts/setup.sh --all)")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -167,7 +166,7 @@ def test_hugging_face_datasets_streams_axon_files(served, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_readme_example_runs_and_reads_the_tables(readme_served, tmp_path, monkeypatch):
+def test_the_readme_example_runs_and_reads_the_tables(readme_block, readme_served, tmp_path, monkeypatch):
     duckdb = pytest.importorskip("duckdb")
     pl = pytest.importorskip("polars")
     datasets = pytest.importorskip("datasets")

@@ -10,7 +10,6 @@ import pickle
 import time
 
 import pytest
-from conftest import readme_block
 
 torch = pytest.importorskip("torch", reason="torch is in the test extra (scripts/setup.sh --all)")
 
@@ -248,7 +247,7 @@ def test_both_datasets_authenticate_with_the_secret_or_a_token(secret_served, co
 # -- README ----------------------------------------------------------------------------------------
 
 
-def test_the_readme_example_runs_and_reads_the_files(readme_served):
+def test_the_readme_example_runs_and_reads_the_files(readme_block, readme_served):
     names, seen = readme_served.run(readme_block("Engines: ", "axon.engines.torch_dataset"))
     expected = [f"sample {i}" for i in range(8)]
     assert names["texts"] == expected
