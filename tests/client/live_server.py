@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,19 +91,22 @@ def healthy(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def live_server(runtime: str, root: Path, env: Mapping[str, str] | None = None) -> Iterator[str]:
+def live_server(runtime: str, root: Path, env: Mapping[str, str] | None = None, args: Sequence[str] = (),
+                log: Path | None = None) -> Iterator[str]:
+    """``runtime`` serving ``root`` (with ``args`` after its own, its output to ``log`` or
+    nowhere) until the block ends; yields its base URL."""
     port = free_port()
-    argv = [sys.executable, *(arg.format(port=port) for arg in COMMANDS[runtime])]
+    argv = [sys.executable, *(arg.format(port=port) for arg in COMMANDS[runtime]), *args]
     environment = {k: v for k, v in os.environ.items() if k != "AXON_SECRET"}
     environment.update(AXON_ROOT=str(root), **(env or {}))
-    process = subprocess.Popen(
-        argv, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    with open(log, "wb") if log is not None else contextlib.nullcontext(subprocess.DEVNULL) as out:
+        process = subprocess.Popen(argv, env=environment, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 20
         while not healthy(port):
             if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{runtime} serving Axon did not become healthy")
+                said = log.read_text(errors="replace")[-2000:] if log is not None else ""
+                raise RuntimeError(f"{runtime} serving Axon did not become healthy {said}")
             time.sleep(0.05)
         yield f"http://127.0.0.1:{port}"
     finally:

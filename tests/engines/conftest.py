@@ -13,10 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -25,6 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "client"))
+from live_server import live_server  # noqa: E402
 
 pytest.importorskip("fsspec.asyn", reason="the fsspec extra is installed by scripts/setup.sh --all")
 
@@ -125,44 +124,12 @@ def write_corpus(root: Path) -> None:
         pq.write_table(table.slice(p * 1250, 1250), parts / f"part-{p}.parquet")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=1) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
 @contextlib.contextmanager
-def axon_serving(root: Path, log: Path, *extra: str) -> Iterator[str]:
-    """``axon serve root`` with the JSON access log going to ``log``; yields host:port."""
-    port = _free_port()
-    argv = [sys.executable, "-m", "axon.cli", "serve", str(root), "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "--browse",
-            "--access-log", "--json-logs", *extra]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AXON_")}
-    with open(log, "wb") as out:
-        process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 20
-        while not _healthy(port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"axon serve did not become healthy: {log.read_text()[-2000:]}")
-            time.sleep(0.05)
-        yield f"127.0.0.1:{port}"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(5)
+def axon_serving(root: Path, log: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``axon serve root`` (listing on) with its JSON access log going to ``log``; yields host:port."""
+    args = ["--browse", "--access-log", "--json-logs"]
+    with live_server("native", root, env, args, log) as url:
+        yield url.removeprefix("http://")
 
 
 @pytest.fixture(scope="session")
@@ -207,22 +174,10 @@ def readme_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 
 @pytest.fixture(scope="session")
-def secret_served(corpus: Path) -> Iterator[tuple[str, str]]:
+def secret_served(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """``axon serve`` over the corpus with ``AXON_SECRET`` set (every file needs a token):
     ``(host:port, secret)``."""
     secret = "engines-test-secret"
-    port = _free_port()
-    argv = [sys.executable, "-m", "axon.cli", "serve", str(corpus), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AXON_")}, "AXON_SECRET": secret}
-    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 20
-        while not _healthy(port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("axon serve with AXON_SECRET did not become healthy")
-            time.sleep(0.05)
-        yield f"127.0.0.1:{port}", secret
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        process.wait(10)
+    log = tmp_path_factory.mktemp("engines-secret-log") / "access.jsonl"
+    with axon_serving(corpus, log, {"AXON_SECRET": secret}) as address:
+        yield address, secret
