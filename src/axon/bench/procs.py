@@ -11,6 +11,7 @@ benchmark stops the servers' masters, which then stop their workers.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import signal
@@ -156,6 +157,16 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports nothing listens on now: all held open together while picked, so
+    the kernel cannot hand out one twice (as it may to :func:`free_port` called in a row)."""
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in socks]
 
 
 def wait_ready(url: str, group: Group | None = None, timeout: float = 30.0) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .procs import free_port
+from .procs import free_port, free_ports  # noqa: F401 - free_port: tests/storage reach it through here
 
 HOST = "127.0.0.1"
 ACCESS_KEY = "axon-test-key"
@@ -149,9 +149,8 @@ def start(directory: Path, bucket: str = BUCKET) -> Seaweed:
         "name": "reader", "credentials": [{"accessKey": READER_KEY, "secretKey": READER_SECRET}],
         "actions": ["Read"],
     }]}))  # fmt: skip
-    ports = {name: free_port() for name in (
-        "master", "master.grpc", "volume", "volume.grpc", "filer", "filer.grpc", "s3", "s3.grpc", "metrics",
-    )}  # fmt: skip
+    names = ("master", "master.grpc", "volume", "volume.grpc", "filer", "filer.grpc", "s3", "s3.grpc", "metrics")
+    ports = dict(zip(names, free_ports(len(names))))  # distinct: weed fails if two of them meet
     data = directory / "data"
     data.mkdir(exist_ok=True)
     argv = [
