@@ -91,6 +91,14 @@ OBSERVE = {
 }
 
 
+#: The open-file cache's ``--file-cache-valid`` here. Under callgrind the server runs some fifty
+#: times slower: a file drawn once a second at full speed is drawn once a minute here, and with
+#: the default 5 s every draw would resolve its path again (the 1-in-17 of a wrk run at 35k
+#: requests a second would become every one). Scaled up, a draw resolves its path about as often
+#: per request as at full speed.
+VALID_UNDER_CALLGRIND = 250.0
+
+
 def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] = KINDS,
             observe: list[str] = OBSERVE["none"]) -> dict[str, float]:
     env = dict(os.environ)
@@ -101,7 +109,8 @@ def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] 
         port = probe.getsockname()[1]
     server = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p", sys.executable, "-m", "axon.cli",
-         "serve", root, "--port", str(port), "--workers", "0", "--log-level", "warning", *observe],
+         "serve", root, "--port", str(port), "--workers", "0", "--log-level", "warning",
+         "--file-cache-valid", str(VALID_UNDER_CALLGRIND), *observe],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     counts = {name: n // 4 if name.startswith(("B32", "R32")) else n for name in kinds}
     try:

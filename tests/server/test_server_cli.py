@@ -22,7 +22,7 @@ from axon.server.cli import load_app
 ENV = ["AXON_HOST", "AXON_PORT", "AXON_WORKERS", "AXON_ROOT", "AXON_APP", "AXON_ACCESS_LOG", "AXON_LOG_LEVEL",
        "AXON_GRACEFUL_TIMEOUT", "AXON_CERTFILE", "AXON_KEYFILE", "AXON_MAX_CONNECTIONS", "AXON_JSON_LOGS",
        "AXON_METRICS", "AXON_FILE_CACHE", "AXON_CACHE_CONTROL", "AXON_BROWSE",
-       "AXON_PORTABLE_IDENTITY", "AXON_REUSE_PORT", "AXON_NO_REPLAY"]
+       "AXON_PORTABLE_IDENTITY", "AXON_REUSE_PORT", "AXON_NO_REPLAY", "AXON_FILE_CACHE_VALID"]
 
 
 @pytest.fixture
@@ -38,6 +38,7 @@ def test_defaults(clean_env) -> None:
     assert (args.root, args.app, args.access_log, args.log_level) == (None, None, False, "info")
     assert (args.graceful_timeout, args.certfile, args.keyfile) == (30.0, None, None)
     assert args.file_cache == 10000 and args.cache_control is None and args.browse is False
+    assert args.file_cache_valid == 5.0
     # Answers are no longer replayed: the old switch still parses (a unit file that has it
     # starts), and run() says it does nothing.
     assert args.replay is None and build_parser().parse_args(["serve", "--no-replay"]).replay is False
@@ -53,7 +54,7 @@ def test_every_flag_has_an_environment_variable(clean_env, tmp_path) -> None:
         "AXON_GRACEFUL_TIMEOUT": "2.5", "AXON_CERTFILE": "c.pem", "AXON_KEYFILE": "k.pem",
         "AXON_MAX_CONNECTIONS": "77", "AXON_JSON_LOGS": "1", "AXON_METRICS": "yes", "AXON_FILE_CACHE": "0",
         "AXON_CACHE_CONTROL": "max-age=60", "AXON_BROWSE": "1", "AXON_PORTABLE_IDENTITY": "1",
-        "AXON_REUSE_PORT": "1",
+        "AXON_REUSE_PORT": "1", "AXON_FILE_CACHE_VALID": "30",
     }
     for name, value in values.items():
         clean_env.setenv(name, value)
@@ -63,6 +64,7 @@ def test_every_flag_has_an_environment_variable(clean_env, tmp_path) -> None:
     assert (args.certfile, args.keyfile, args.max_connections, args.json_logs) == ("c.pem", "k.pem", 77, True)
     assert args.metrics is True and args.file_cache == 0 and args.cache_control == "max-age=60"
     assert args.browse is True and args.portable_identity is True and args.reuse_port is True
+    assert args.file_cache_valid == 30.0
 
 
 def test_cache_control_reaches_the_built_in_app(clean_env, tmp_path) -> None:
@@ -109,6 +111,11 @@ def user_module(tmp_path: Path, root: Path, monkeypatch) -> str:
         async def echo(request):
             return request.json()
 
+        @app.route("/api/gc")
+        async def collector(request):
+            import gc
+            return {{"thresholds": gc.get_threshold(), "frozen": gc.get_freeze_count()}}
+
         def make():
             return app
 
@@ -146,6 +153,17 @@ def test_serve_a_user_app_with_an_access_log(spawn, user_module) -> None:
     while "POST /api/echo 200" not in server.log() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert "POST /api/echo 200" in server.log()
+
+
+def test_a_worker_collects_cycles_by_its_own_thresholds(spawn, user_module) -> None:
+    from axon.server.worker import GC_THRESHOLDS
+
+    server = spawn("--workers", "1", "--app", f"{user_module}:app")
+    with Client(server.port) as c:
+        resp = c.get("/api/gc")
+    said = json.loads(resp.body)
+    # What start-up made is frozen (never walked again), and young objects wait for more company.
+    assert tuple(said["thresholds"]) == GC_THRESHOLDS != (700, 10, 10) and said["frozen"] > 1000
 
 
 def _serve_fails(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -210,13 +210,20 @@ def test_a_trusted_file_is_known_without_opening_it_until_it_changes(store, root
     f = store.open("a.txt")
     version = f.version
     f.close()
-    assert store.cached("a.txt") == (version, b"version 1\n")  # what a remembered head sends
+    # What a remembered head sends, and what opening it gives: no descriptor, only the bytes.
+    assert store.cached("a.txt") == (version, b"version 1\n", "a.txt", "text/plain; charset=utf-8")
+    known = store.open("a.txt")
+    assert (known.fd, known.data, known.version) == (-1, b"version 1\n", version)
+    known.close()
     with open(root / "a.txt", "r+b") as changed:
         changed.write(b"VERSION 2\n")
     store.sync()  # the next request
     assert store.cached("a.txt") is None  # changed: opened (and fstat-ed) again
+    opened = store.open("a.txt")
+    assert opened.fd >= 0 and opened.version != version
+    opened.close()
     trusted(store, "a.txt")
-    version, data = store.cached("a.txt")
+    version, data, _, _ = store.cached("a.txt")
     assert data == b"VERSION 2\n" and version != f.version
     time.sleep(VALID)
     assert store.cached("a.txt") is None  # past the validity window: the path is checked first

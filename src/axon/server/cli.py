@@ -20,7 +20,7 @@ import tempfile
 from typing import Any
 
 from ..config import environment, flag, variable
-from ..storage import FILE_CACHE_SIZE
+from ..storage import FILE_CACHE_SIZE, FILE_CACHE_VALID
 
 
 def _env(name: str, default: Any = None) -> Any:
@@ -155,6 +155,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "unused; edits, deletions and renames over a file are seen at once, other changes to what "
                         "a path names within 5 s (AXON_FILE_CACHE; default 10000, at most half the open-files "
                         "limit; 0: open every file for every request)")
+    p.add_argument("--file-cache-valid", type=_seconds(positive=False), metavar="SECONDS",
+                   default=_env("AXON_FILE_CACHE_VALID", FILE_CACHE_VALID),
+                   help="how often a cached path is resolved again, as nginx's open_file_cache_valid: what "
+                        "inotify cannot see (a path re-pointed, an mmap or NFS write) shows within this "
+                        "(AXON_FILE_CACHE_VALID; default 5)")
     # Answers were once replayed for requests that repeated byte for byte; accepted, and said to
     # do nothing, so that a service started with it still starts.
     p.add_argument("--replay", action=argparse.BooleanOptionalAction, default=None, help=argparse.SUPPRESS)
@@ -245,6 +250,7 @@ def run(args: argparse.Namespace) -> int:
             graceful_timeout=args.graceful_timeout,
             max_connections=args.max_connections,
             file_cache=args.file_cache,
+            file_cache_valid=args.file_cache_valid,
             certfile=args.certfile,
             keyfile=args.keyfile,
         )

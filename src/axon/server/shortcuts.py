@@ -27,6 +27,7 @@ why it is not a table of whole answers by the request's bytes, is in docs/design
 from __future__ import annotations
 
 from collections import OrderedDict
+from time import monotonic
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,9 @@ HEAD_FILES = 64
 SEEN = 16384
 #: The longest target and Accept a head is remembered for: what clients send sizes the table.
 KEY_MAX = 1024
+#: A recalled head moves to the recent end of the LRU order only if its last move is this old:
+#: the order is kept to a second, and a head recalled thousands of times a second is moved once.
+REORDER_SECONDS = 1.0
 
 
 class FixedAnswer:
@@ -70,12 +74,13 @@ class Head:
     files with their ``versions``, and its body's ``template``: bytes as they are, and the index
     of a whole file in ``paths`` where that file's bytes go."""
 
-    __slots__ = ("head", "paths", "versions", "template", "length", "read", "cost", "path", "query")
+    __slots__ = ("head", "paths", "versions", "template", "length", "read", "cost", "path", "query", "moved")
 
     def __init__(
         self, head: bytes, paths: list[str], versions: list[object], template: list, length: int, read: int,
     ) -> None:
         self.path = self.query = ""  # the request's, for its record (the same for every request of one key)
+        self.moved = monotonic()  # when it last went to the recent end of the LRU order
         self.read = read  # bytes of its files to read when it is sent (the rest is in memory)
         self.head = head
         self.paths = paths
@@ -91,7 +96,7 @@ class Head:
 
 class Remembered:
     """Heads by ``(target, Accept)``: at most ``size`` of them and ``budget`` bytes in all, the
-    least recently used forgotten first."""
+    least recently used (to a second, ``REORDER_SECONDS``) forgotten first."""
 
     def __init__(self, size: int = HEADS, budget: int = HEAD_BYTES, fits: Callable[[int, int], bool] | None = None) -> None:
         self.size = size
@@ -161,7 +166,10 @@ class Remembered:
                 f.close()
             self.forget(key)
             return None
-        self.heads.move_to_end(key)
+        now = monotonic()
+        if now - head.moved >= REORDER_SECONDS:
+            self.heads.move_to_end(key)
+            head.moved = now
         body = [bodies[t] if type(t) is int else t for t in head.template]
         return head, files, body
 

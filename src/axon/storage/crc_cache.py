@@ -90,9 +90,10 @@ class CrcCache:
         if data is None and not read:
             return None
         crc = zlib.crc32(data) if data is not None else read_crc32(fd, version.size)
-        st = os.fstat(fd)
-        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != version:
-            raise FileChanged(fd)
+        if fd >= 0:  # no descriptor: bytes the open-file cache trusts as ``version`` (it watches the file)
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != version:
+                raise FileChanged(fd)
         if self._clock() - version.ctime_ns >= self.settled_ns:
             with self._lock:
                 self._entries[version] = crc

@@ -71,13 +71,17 @@ SMALL_FILE = 16 * 1024
 SETTLED_NS = 2_000_000_000
 DEFAULT_SIZE, DEFAULT_INACTIVE = FILE_CACHE_SIZE, FILE_CACHE_INACTIVE
 DEFAULT_VALID, DEFAULT_SMALL_BYTES = FILE_CACHE_VALID, FILE_CACHE_BYTES
+#: A trusted hit (:meth:`FileCache.peek`) moves its entry to the recent end of the LRU order only
+#: if its last move is this old: the order (and ``used``) is kept to this much, while a file hit
+#: thousands of times a second takes the lock once a second instead of on every hit.
+REORDER_SECONDS = 1.0
 
 
 class CachedDescriptor:
     """One cached open file: its descriptor, how many ``OpenFile`` views still use it, and for a
     small file its bytes with the stat they were read under."""
 
-    __slots__ = ("fd", "identity", "name", "content_type", "checked", "used", "refs", "dropped", "small", "_cache", "wd", "fresh", "version")
+    __slots__ = ("fd", "identity", "name", "content_type", "checked", "used", "refs", "dropped", "small", "_cache", "wd", "fresh", "known")
 
     def __init__(self, cache: FileCache, fd: int, identity: tuple[int, int], name: str, content_type: str,
                  now: float) -> None:
@@ -95,8 +99,10 @@ class CachedDescriptor:
         #: The stat of the last use while the kernel watches the file and told of no change since:
         #: what the next use declares without an ``fstat`` (None: ``fstat`` it).
         self.fresh: os.stat_result | None = None
-        #: ``fresh``'s facts as a file's version token (device, inode, size, mtime, ctime).
-        self.version: tuple[int, int, int, int, int] | None = None
+        #: While ``fresh`` stands, what :meth:`FileCache.peek` gives, set and cleared in one
+        #: assignment so a reader without the lock sees all of it or none: ``fresh``'s facts as a
+        #: version token (device, inode, size, mtime, ctime), the bytes, the name, the type.
+        self.known: tuple[tuple[int, int, int, int, int], bytes, str, str] | None = None
 
     def content(self, st: os.stat_result) -> bytes | None:
         """The file's bytes if it is small and settled, as of ``st`` (an ``fstat`` just taken),
@@ -201,7 +207,7 @@ class FileCache:
         if st is not None:
             if now - entry.checked < self.valid:
                 return entry, st
-            entry.fresh = None  # fstat it again now and then: inotify misses mmap and NFS writes
+            entry.fresh = entry.known = None  # fstat it again now and then: inotify misses mmap and NFS writes
         try:
             st = os.fstat(entry.fd)
         except OSError:
@@ -225,24 +231,28 @@ class FileCache:
             self._trust(entry, st, syncs)
         return entry, st
 
-    def peek(self, requested: str) -> tuple[tuple[int, int, int, int, int], bytes] | None:
-        """The version and bytes of ``requested`` if its entry is trusted (watched, unchanged since
-        its last ``fstat``, its bytes in memory, its path checked within ``valid``); else None,
-        and the caller opens it. Nothing is held: bytes need no descriptor, so a response sent
-        from them (a remembered head's) costs no reference, no view and no close."""
+    def peek(self, requested: str) -> tuple[tuple[int, int, int, int, int], bytes, str, str] | None:
+        """The version, bytes, normalised name and content type of ``requested`` if its entry is
+        trusted (watched, unchanged since its last ``fstat``, its bytes in memory, its path checked
+        within ``valid``); else None, and the caller opens it. Nothing is held: bytes need no
+        descriptor, so a response sent from them costs no reference, no view and no close."""
         if self._begun != self._taken:
             self._take_events()
         entry = self._entries.get(requested)
-        if entry is None or entry.fresh is None:
+        if entry is None:
+            return None
+        known = entry.known  # one read: the whole of it, or None
+        if known is None:
             return None
         now = self._clock()
-        with self._lock:  # the version and the bytes as one pair: both change under the lock
-            version, small = entry.version, entry.small
-            if entry.fresh is None or entry.dropped or version is None or small is None or now - entry.checked >= self.valid:
-                return None
-            self._entries.move_to_end(requested)
-            entry.used = now
-        return version, small[1]
+        if now - entry.checked >= self.valid:
+            return None
+        if now - entry.used >= REORDER_SECONDS:  # most hits of a hot file move nothing (see REORDER_SECONDS)
+            with self._lock:
+                if not entry.dropped:
+                    self._entries.move_to_end(requested)
+                    entry.used = now
+        return known
 
     def _trust(self, entry: CachedDescriptor, st: os.stat_result, syncs: int) -> None:
         """Let later uses of ``entry`` go without an ``fstat``, if its bytes are in memory as of
@@ -268,8 +278,9 @@ class FileCache:
             return
         with self._lock:
             if syncs == self._syncs and not entry.dropped:  # no event taken in since the fstat
-                entry.version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
                 entry.fresh = st
+                entry.known = (version, small[1], entry.name, entry.content_type)
 
     def sync(self) -> None:
         """A request begins: take in what the kernel told of before its first use of the cache
@@ -294,13 +305,13 @@ class FileCache:
             self._syncs += 1
             if events.overflowed:
                 for entry in self._entries.values():
-                    entry.fresh = None
+                    entry.fresh = entry.known = None
             for wd in events.changed:
                 for entry in self._watched.get(wd, ()):
-                    entry.fresh = None
+                    entry.fresh = entry.known = None
             for wd in events.removed:  # no events will come for it: fstat its entries from now on
                 for entry in self._watched.pop(wd, ()):
-                    entry.fresh, entry.version, entry.wd = None, None, -1
+                    entry.fresh, entry.known, entry.wd = None, None, -1
     def _checked(self, entry: CachedDescriptor, now: float) -> bool:
         if not self._recheck(entry):
             return False
@@ -355,7 +366,7 @@ class FileCache:
     def _drop(self, entry: CachedDescriptor) -> None:
         # Called with the lock held, the entry already out of the table.
         entry.dropped = True
-        entry.fresh = None
+        entry.fresh = entry.known = None
         if entry.wd > 0:
             watched = self._watched.get(entry.wd)
             if watched is not None:

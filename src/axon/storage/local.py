@@ -32,6 +32,7 @@ class OpenFile:
     Its descriptor is its own, or shared with other requests through the open-file cache
     (:mod:`axon.storage.shared_files`); either way ``close()`` is what gives it back. Read it with
     explicit offsets (``pread``, ``sendfile``): a shared descriptor's file position is shared too.
+    A small file the cache trusts has no descriptor at all (``fd`` -1): only its ``data``.
     """
 
     __slots__ = ("fd", "path", "name", "device", "inode", "size", "mtime_ns", "ctime_ns", "content_type", "data",

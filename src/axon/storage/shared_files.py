@@ -39,7 +39,8 @@ class SharedFiles:
         make = FileCache.watched if watch else FileCache
         self.cache = make(size, valid, inactive=inactive, small_bytes=small_bytes, recheck=store._names)
         self.sync = self.cache.sync
-        #: ``cached(path)``: a trusted small file's version and bytes, nothing held (FileCache.peek).
+        #: ``cached(path)``: a trusted small file's version, bytes, name and content type, nothing
+        #: held (FileCache.peek).
         self.cached = self.cache.peek
         self.root = store.root
         self.portable_identity = store.portable_identity
@@ -67,7 +68,14 @@ class SharedFiles:
 
     def open(self, requested: str) -> OpenFile:
         """Open ``requested`` (already decoded once) as the store would, from the cache when it
-        holds the path (its facts are the file's own, now: see :mod:`.file_cache`)."""
+        holds the path (its facts are the file's own, now: see :mod:`.file_cache`). A file the
+        cache trusts (its bytes in memory, the kernel watching it) comes without a descriptor
+        (``fd`` -1): nothing to hold or give back, and nothing read from a descriptor."""
+        if not self.portable_identity:  # a portable file's CRC re-checks its descriptor's facts
+            known = self.cached(requested)
+            if known is not None:
+                version, data, name, content_type = known
+                return OpenFile(-1, requested, name, *version, content_type, None, data)
         if len(requested) > MAX_CACHED_PATH:  # its key would be large: opened alone
             f = self._open(requested)
         else:

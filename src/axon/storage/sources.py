@@ -56,9 +56,9 @@ class SharingSource(Source, Protocol):
         """A request begins: take in the changes to shared files the kernel told of."""
         ...
 
-    def cached(self, requested: str) -> tuple[Any, bytes] | None:
-        """A file's version token and bytes when they are known to be current, holding nothing;
-        None: open it."""
+    def cached(self, requested: str) -> tuple[Any, bytes, str, str] | None:
+        """A file's version token, bytes, normalised name and content type when they are known to be
+        current, holding nothing; None: open it."""
         ...
 
     def release(self) -> bool:
