@@ -14,8 +14,9 @@ user-space instructions of the whole process, divided by ``n``, are printed for 
 F1 and R32 ask for one and 32 files drawn at random, for every request, from a pool of 10,000
 files of 4 KiB made in the temporary root (as ``axon bench``'s F1 and R32 do); the ``_new`` kinds
 send their request with a header that changes every time. Before them, the warm-up reads the
-whole pool four times over, in batches: a ``wrk`` run of seconds draws each file many times, so
-what it measures is the steady state of a pool the server has seen, not first opens. The draws
+whole pool four times over, in batches (and, for F1, each file's ``/files/`` URL twice): a ``wrk``
+run of seconds draws each file many times, so what it measures is the steady state of a pool the
+server has seen, not first opens. The draws
 are the same in every run (a fixed seed), so that two runs compare.
 """
 
@@ -121,6 +122,9 @@ def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] 
             for i in range(4 * POOL_FILES // 32):  # every pool file four times: seen, read, watched, trusted
                 names = "&".join(f"file{k}={pool_name((i * 32 + k) % POOL_FILES)}" for k in range(32))
                 exchange(sock, f"GET /api/stream-files?{names} HTTP/1.1\r\nHost: x\r\n\r\n".encode(), buf)
+        if "F1" in kinds:  # each file's URL twice: seen, then its head remembered (a wrk run repeats each many times)
+            for i in range(2 * POOL_FILES):
+                exchange(sock, f"GET /files/{pool_name(i % POOL_FILES)} HTTP/1.1\r\nHost: x\r\n\r\n".encode(), buf)
         for name, make in requests.items():  # warm: caches filled, code specialised
             for i in range(300):
                 exchange(sock, make(i), buf)

@@ -212,6 +212,7 @@ def test_a_trusted_file_is_known_without_opening_it_until_it_changes(store, root
     f.close()
     # What a remembered head sends, and what opening it gives: no descriptor, only the bytes.
     assert store.cached("a.txt") == (version, b"version 1\n", "a.txt", "text/plain; charset=utf-8")
+    assert store.cached_all(["a.txt", "b.txt", "a.txt"]) == [store.cached("a.txt"), None, store.cached("a.txt")]
     known = store.open("a.txt")
     assert (known.fd, known.data, known.version) == (-1, b"version 1\n", version)
     known.close()

@@ -87,7 +87,7 @@ class HTTPProtocol(asyncio.Protocol):
         self._open = worker.app.store.open
         self._record_sent = worker.app.record_sent
         self._sync_files = worker.sync_files
-        self._cached_file = worker.cached_file
+        self._cached_files = worker.cached_files
         self.state = NEW
         self.deadline: float | None = None  # when the current state's clock runs out (see _to)
         self._transport: Any = None
@@ -389,7 +389,7 @@ class HTTPProtocol(asyncio.Protocol):
             if key is None:
                 return False
             started = perf_counter()
-            found = remembered.recall(key, self._open, self._cached_file)
+            found = remembered.recall(key, self._open, self._cached_files)
             if found is None:
                 return False
             head = found[0]

@@ -137,11 +137,11 @@ class Remembered:
         while len(heads) > self.size or self.cost > self.budget:
             self.cost -= heads.popitem(last=False)[1].cost
 
-    def recall(self, key: tuple[bytes, str | None], open_file, cached_file) -> tuple[Head, list[File], list] | None:
+    def recall(self, key: tuple[bytes, str | None], open_file, cached_files) -> tuple[Head, list[File], list] | None:
         """The head for ``key`` with its files' bodies now, and the files opened to send them;
         None, with nothing held, when there is none or a file is not the version it was made
         from (then it is forgotten, and the App answers). A file whose version and bytes the
-        worker's shared files know current (``cached_file``) is sent from those bytes, holding
+        worker's shared files know current (``cached_files``) is sent from those bytes, holding
         nothing; any other is opened by ``open_file`` (the App's store)."""
         head = self.heads.get(key)
         if head is None:
@@ -149,8 +149,7 @@ class Remembered:
         files: list[File] = []
         bodies: list = []
         try:
-            for path, version in zip(head.paths, head.versions):
-                known = cached_file(path)
+            for path, version, known in zip(head.paths, head.versions, cached_files(head.paths)):
                 if known is not None:
                     if known[0] != version:
                         raise _Changed()

@@ -55,7 +55,7 @@ class Worker:
         #: Called as each request begins: the shared files take in what the kernel told of changes.
         self.sync_files: Callable[[], None] = _nothing_to_sync
         #: A shared file's version and bytes when they are current (nothing held), or None.
-        self.cached_file: Callable[[str], Any] = _nothing_cached
+        self.cached_files: Callable[[list[str]], list] = _nothing_cached
         self._acceptor: Acceptor | None = None
         self._stop: asyncio.Future | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -108,7 +108,7 @@ class Worker:
         if self._shared is not None:
             app.store = self._shared
             self.sync_files = self._shared.sync
-            self.cached_file = self._shared.cached
+            self.cached_files = self._shared.cached_all
 
     def _start(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, ready: threading.Event | None) -> None:
         # The socket is this worker's alone with one worker or --reuse-port: take every waiting
@@ -156,7 +156,7 @@ class Worker:
         self.app.close()
         self.shortcuts.clear()
         shared, self._shared = self._shared, None
-        self.sync_files, self.cached_file = _nothing_to_sync, _nothing_cached
+        self.sync_files, self.cached_files = _nothing_to_sync, _nothing_cached
         if shared is not None and shared.release():  # the last worker of this process to use it
             if self.app.store is shared:
                 self.app.store = shared.store  # the App's own again
@@ -320,5 +320,6 @@ def _nothing_to_sync() -> None:
     """No shared files (``--file-cache 0``, an object store): nothing to take in."""
 
 
-def _nothing_cached(requested: str) -> None:
+def _nothing_cached(paths: list[str]) -> list[None]:
     """No shared files: every file of a remembered head is opened."""
+    return [None] * len(paths)

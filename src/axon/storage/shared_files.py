@@ -42,6 +42,8 @@ class SharedFiles:
         #: ``cached(path)``: a trusted small file's version, bytes, name and content type, nothing
         #: held (FileCache.peek).
         self.cached = self.cache.peek
+        #: ``cached_all(paths)``: ``cached`` of each (FileCache.peek_all), for a remembered head's files.
+        self.cached_all = self.cache.peek_all
         self.root = store.root
         self.portable_identity = store.portable_identity
         # The rest of the Source, bound once: a call costs what it costs on the store.

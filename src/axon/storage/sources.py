@@ -61,6 +61,10 @@ class SharingSource(Source, Protocol):
         current, holding nothing; None: open it."""
         ...
 
+    def cached_all(self, paths: list[str]) -> list[tuple[Any, bytes, str, str] | None]:
+        """:meth:`cached` of each of ``paths``, in one call."""
+        ...
+
     def release(self) -> bool:
         """A worker is done with it: True for the last of them, which closes it."""
         ...
