@@ -42,7 +42,10 @@ class Response:
         *,
         stream: Stream | None = None,
         files: list[File] | tuple[File, ...] = (),
+        length: int | None = None,
     ) -> None:
+        """``length``: the body's, when the caller knows it without reading every segment (a
+        batch's planner adds its files' sizes to its blocks'); it must be exactly the body's."""
         self.status = status
         self.headers = list(headers) if headers is not None else []
         self.stream = stream
@@ -53,7 +56,7 @@ class Response:
             self.length: int | None = None
         else:
             self.body = body if body is not None else []
-            self.length = body_length(self.body)
+            self.length = body_length(self.body) if length is None else length
             if status != 304 and not 100 <= status < 200 and status != 204:
                 self.headers.append(("Content-Length", str(self.length)))
 

@@ -476,3 +476,30 @@ def test_planted_delimiter_changes_the_boundary(root, store, render, parse_multi
         assert len(parse_multipart(dict(r.headers)["Content-Type"], render(r.body))) == len(BATCH)
     finally:
         r.close()
+
+
+@pytest.mark.parametrize("fmt", ["multipart", "tar", "zip"])
+@pytest.mark.parametrize("ranged", [False, True])
+def test_the_declared_length_is_the_bodys(store, render, fmt, ranged):
+    """plan_batch declares its body's length from the files' sizes and its blocks, without a
+    pass over the segments: it must be the rendered body's, byte for byte."""
+    from axon.plan.formats import multipart_mixed, tar, zip_stored
+
+    fmts = {"multipart": multipart_mixed, "tar": tar, "zip": zip_stored}
+    paths = ["a.txt", "b.bin", "empty.txt", "sub/deeper/d.txt", "a.txt"]
+    headers = {"range": "bytes=5-100"} if ranged else {}
+    response = plan_batch(store, paths, LIMITS, key=b"k" * 32, headers=headers, fmt=fmts[fmt])
+    try:
+        body = render(response.body)
+        assert response.status == (206 if ranged else 200)
+        assert dict(response.headers)["Content-Length"] == str(response.length) == str(len(body))
+    finally:
+        response.close()
+
+
+def test_the_declared_length_of_slices_is_the_bodys(store, render):
+    response = plan_batch(store, ["b.bin", "a.txt"], LIMITS, key=b"k" * 32, slices=[(10, 500), None])
+    try:
+        assert response.length == len(render(response.body)) == int(dict(response.headers)["Content-Length"])
+    finally:
+        response.close()

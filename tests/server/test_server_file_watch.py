@@ -90,3 +90,30 @@ def test_a_remembered_batch_is_not_sent_with_a_file_trusted_again_at_a_new_versi
         warm(c)  # the file alone, until its new version is trusted in turn
         parts = parse_multipart(c.get(target))
         assert [body for _, body in parts] == [b"a longer version 2\n", b"other\n"]
+
+
+def test_trusted_files_make_whole_zips_tars_and_ranges_and_follow_a_change(serve, live_root, settled) -> None:
+    """A trusted file is opened without a descriptor (only its bytes): a zip's CRC, a tar's entry
+    and a Range are made from those bytes, and a change in place is in the next of each."""
+    import io
+    import tarfile
+    import zipfile
+
+    server = serve(App(live_root))
+    query = batch_target(["small.txt", "other.txt"]).partition("?")[2]
+    with Client(server.port) as c:
+        for target in (f"/api/stream-files.zip?{query}", f"/api/stream-files.tar?{query}", "/files/small.txt"):
+            warm(c, target)
+
+        def check(content: bytes) -> None:
+            with zipfile.ZipFile(io.BytesIO(c.get(f"/api/stream-files.zip?{query}").body)) as z:
+                assert z.testzip() is None and z.read("small.txt") == content  # testzip checks each CRC
+            with tarfile.open(fileobj=io.BytesIO(c.get(f"/api/stream-files.tar?{query}").body)) as t:
+                assert t.extractfile("small.txt").read() == content  # type: ignore[union-attr]
+            ranged = c.get("/files/small.txt", {"Range": "bytes=1-4"})
+            assert (ranged.status, ranged.body) == (206, content[1:5])
+
+        check(b"version 1\n")
+        with open(live_root / "small.txt", "r+b") as f:
+            f.write(b"VERSION 2\n")
+        check(b"VERSION 2\n")

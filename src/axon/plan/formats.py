@@ -68,7 +68,8 @@ def multipart_mixed(
 def _whole_files(key: bytes | None, boundary: str | None, signatures: tuple[Signature, ...]) -> Layout:
     """``multipart_mixed`` of whole files, the common case, from what is kept per file version
     (:func:`_piece`): the bytes :func:`~axon.http.multipart.frame` would make, in one pass."""
-    pieces = [_piece(s) if len(s.path) + len(s.name) <= CACHED_PATH_CHARS else _piece_of(s) for s in signatures]
+    known = _PIECES.get  # a hit is one lookup, no call of ours: the common case of a busy pool
+    pieces = [known(s) or _piece(s) for s in signatures]
     if key is None:
         etag, boundary = None, boundary or new_boundary()
     else:
@@ -92,14 +93,13 @@ _PIECES: dict[Signature, tuple[bytes, bytes]] = {}
 
 
 def _piece(s: Signature) -> tuple[bytes, bytes]:
-    """:func:`_piece_of`, kept per file version unless its texts are long (``CACHED_TEXT_BYTES``)."""
-    piece = _PIECES.get(s)
-    if piece is None:
-        piece = _piece_of(s)
-        if len(piece[0]) + len(piece[1]) <= CACHED_TEXT_BYTES:
-            if len(_PIECES) >= PER_FILE_CACHE:
-                _PIECES.clear()
-            _PIECES[s] = piece
+    """:func:`_piece_of` of a version not in ``_PIECES``, kept there unless its path or texts are
+    long (``CACHED_PATH_CHARS``, ``CACHED_TEXT_BYTES``)."""
+    piece = _piece_of(s)
+    if len(s.path) + len(s.name) <= CACHED_PATH_CHARS and len(piece[0]) + len(piece[1]) <= CACHED_TEXT_BYTES:
+        if len(_PIECES) >= PER_FILE_CACHE:
+            _PIECES.clear()
+        _PIECES[s] = piece
     return piece
 
 
