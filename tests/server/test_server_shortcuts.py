@@ -200,6 +200,39 @@ def test_the_remembered_table_evicts_by_count_and_bytes(tree) -> None:
     assert len(table) == 2 and table.cost <= table.budget
 
 
+def test_a_recalled_head_moves_up_the_order_once_a_second(tree, monkeypatch) -> None:
+    """The LRU order is kept to a second (REORDER_SECONDS): a head recalled again within a second
+    of its last move stays where it is; one recalled later goes to the recent end."""
+    from axon.server import shortcuts
+
+    now = [1000.0]
+    monkeypatch.setattr(shortcuts, "monotonic", lambda: now[0])
+    app = App(tree)
+    table = Remembered(size=3, budget=10_000)
+
+    def remember(target: bytes) -> None:
+        for _ in range(2):
+            response = app.send_file(Request("GET", "/files/a.txt"), "a.txt")
+            table.remember((target, None), response, "/files/a.txt", "")
+            response.close()
+
+    def recall(target: bytes) -> None:
+        found = table.recall((target, None), app.store.open, lambda paths: [None] * len(paths))
+        assert found is not None
+        for f in found[1]:
+            f.close()
+
+    for target in (b"/t0", b"/t1", b"/t2"):
+        remember(target)
+    recall(b"/t0")  # within the second it was made: not moved
+    assert [key[0] for key in table.heads] == [b"/t0", b"/t1", b"/t2"]
+    now[0] += shortcuts.REORDER_SECONDS
+    recall(b"/t0")  # a second later: the most recent
+    assert [key[0] for key in table.heads] == [b"/t1", b"/t2", b"/t0"]
+    remember(b"/t3")  # the least recently used goes
+    assert [key[0] for key in table.heads] == [b"/t2", b"/t0", b"/t3"]
+
+
 def test_a_copy_of_the_tree_is_a_new_version(serve, tree) -> None:
     """Same bytes, same size, another inode and mtime: the App answers it with its own ETag."""
     app = App(tree)

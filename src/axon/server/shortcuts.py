@@ -27,8 +27,8 @@ why it is not a table of whole answers by the request's bytes, is in docs/design
 from __future__ import annotations
 
 from collections import OrderedDict
-from time import monotonic
 from collections.abc import Callable
+from time import monotonic
 from typing import TYPE_CHECKING
 
 from ..errors import HTTPError

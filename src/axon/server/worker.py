@@ -54,7 +54,8 @@ class Worker:
         self._shared: SharingSource | None = None
         #: Called as each request begins: the shared files take in what the kernel told of changes.
         self.sync_files: Callable[[], None] = _nothing_to_sync
-        #: A shared file's version and bytes when they are current (nothing held), or None.
+        #: For each of a remembered head's paths, the shared file's version, bytes, name and type
+        #: when they are current (nothing held), or None.
         self.cached_files: Callable[[list[str]], list] = _nothing_cached
         self._acceptor: Acceptor | None = None
         self._stop: asyncio.Future | None = None
