@@ -54,7 +54,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from . import FILE_CACHE_BYTES, FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID
 from .watch import Events, Watcher, open_watcher
@@ -248,10 +248,7 @@ class FileCache:
         if now - entry.checked >= self.valid:
             return None
         if now - entry.used >= REORDER_SECONDS:  # most hits of a hot file move nothing (see REORDER_SECONDS)
-            with self._lock:
-                if not entry.dropped:
-                    self._entries.move_to_end(requested)
-                    entry.used = now
+            self._move_up(((requested, entry),), now)
         return known
 
     def peek_all(self, paths: list[str]) -> list[tuple[tuple[int, int, int, int, int], bytes, str, str] | None]:
@@ -273,12 +270,16 @@ class FileCache:
                     moved.append((requested, entry))
             found.append(known)
         if moved is not None:
-            with self._lock:
-                for requested, entry in moved:
-                    if not entry.dropped:
-                        entries.move_to_end(requested)
-                        entry.used = now
+            self._move_up(moved, now)
         return found
+
+    def _move_up(self, moved: Iterable[tuple[str, CachedDescriptor]], now: float) -> None:
+        """Trusted hits of ``now``: their entries go to the recent end of the LRU order."""
+        with self._lock:
+            for requested, entry in moved:
+                if not entry.dropped:
+                    self._entries.move_to_end(requested)
+                    entry.used = now
 
     def _trust(self, entry: CachedDescriptor, st: os.stat_result, syncs: int) -> None:
         """Let later uses of ``entry`` go without an ``fstat``, if its bytes are in memory as of

@@ -56,13 +56,9 @@ class SharingSource(Source, Protocol):
         """A request begins: take in the changes to shared files the kernel told of."""
         ...
 
-    def cached(self, requested: str) -> tuple[Any, bytes, str, str] | None:
-        """A file's version token, bytes, normalised name and content type when they are known to be
-        current, holding nothing; None: open it."""
-        ...
-
     def cached_all(self, paths: list[str]) -> list[tuple[Any, bytes, str, str] | None]:
-        """:meth:`cached` of each of ``paths``, in one call."""
+        """For each of ``paths``, the file's version token, bytes, normalised name and content type
+        when they are known to be current, holding nothing; None: open it."""
         ...
 
     def release(self) -> bool:
