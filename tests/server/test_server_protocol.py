@@ -69,7 +69,7 @@ def test_chunked_body_is_joined_and_trailers_ignored(harness, root) -> None:
 def test_plain_handlers_answer_inline_without_a_task(harness) -> None:
     h = harness()
     h.receive(b"GET /api/health HTTP/1.1\r\n\r\nGET /files/a.txt HTTP/1.1\r\n\r\n")
-    # no pump: written before data_received returned, and no task was made
+    # no pump: written in the turn that read them (held to its end: outbox.py), and no task was made
     assert [r.status for r in h.responses()] == [200, 200]
     assert h.responses()[1].body == FILES["a.txt"]
     assert not [t for t in asyncio.all_tasks(h.loop) if not t.done()]

@@ -187,6 +187,8 @@ class HTTPProtocol(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         self._eof = True
+        if self.writer is not None:
+            self.writer.release()  # answers held to the turn's end go before the transport closes
         if self._busy or self._pipeline:
             return True  # half-closed: answer what was asked, then close
         return None
@@ -317,6 +319,7 @@ class HTTPProtocol(asyncio.Protocol):
                 if self._pipeline:  # answers owed before it: after them (see _advance)
                     ex.continue_pending = True
                 else:
+                    self.writer.release()  # type: ignore[union-attr]  # an answer held before it goes first
                     self._transport.write(CONTINUE)
         self._to(BODY)
 
@@ -432,6 +435,7 @@ class HTTPProtocol(asyncio.Protocol):
                 self._to(HEAD if ex.in_head else BODY)
             if ex.continue_pending and not ex.in_head:
                 ex.continue_pending = False
+                self.writer.release()  # type: ignore[union-attr]
                 self._transport.write(CONTINUE)
         else:
             self._to(IDLE)
@@ -463,6 +467,7 @@ class HTTPProtocol(asyncio.Protocol):
         transport = self._transport
         if self.state is CLOSED or transport.is_closing():
             return
+        self.writer.release()  # type: ignore[union-attr]  # the last answers, held to the turn's end
         if not self._eof and transport.can_write_eof():
             transport.write_eof()
             self._to(LINGER)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ..app import Request
     from ..limits import Limits
     from .config import ServerConfig
+    from .outbox import Outbox
     from .served import ServedApp
     from .shortcuts import Shortcuts
 
@@ -33,6 +34,8 @@ class Host(Protocol):
     #: The 503 a connection over the limit gets, whole.
     full_response: bytes
     use_sendfile: bool
+    #: Whole answers held to the end of the loop's turn (:mod:`.outbox`).
+    outbox: Outbox
     #: ``Date`` and ``Server`` header lines, rebuilt at each second boundary.
     date_line: bytes
     #: Deadlines for a phase starting now (:data:`.state.CLOCKS` names them), rebuilt by each sweep.

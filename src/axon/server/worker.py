@@ -28,6 +28,7 @@ from ..storage.sources import SharingSource, share_open_files
 from .accept import SHARED_BURST, Acceptor, bind
 from .config import ServerConfig
 from .loops import new_event_loop
+from .outbox import Outbox
 from .protocol import HTTPProtocol
 from .shortcuts import Shortcuts
 from .writer import fits_one_write
@@ -88,6 +89,7 @@ class Worker:
     async def serve(self, sock: socket.socket, ready: threading.Event | None = None) -> None:
         """Serve on ``sock`` until :meth:`stop`; then shut down gracefully."""
         loop = self.loop = asyncio.get_running_loop()
+        self.outbox = Outbox(loop)
         self._stop = loop.create_future()
         self._set_deadlines(loop.time())
         self._share_files()

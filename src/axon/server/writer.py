@@ -99,6 +99,10 @@ class ResponseWriter:
         # Bytes gathered per write: many small parts per writev with sendfile for the large ones;
         # one Limits.chunk_size at a time where everything is copied (TLS, no sendfile).
         self._chunk = worker.config.write_chunk if sock_fd >= 0 else worker.limits.chunk_size
+        self._outbox = worker.outbox
+        #: Whole answers of this turn of the loop, not yet handed to the transport (:mod:`.outbox`).
+        self._held: list[bytes] | None = None
+        self._held_bytes = 0
 
     # -- responses ------------------------------------------------------------------------------
 
@@ -150,12 +154,13 @@ class ResponseWriter:
         return True
 
     def _send_now(self, head: bytes, body: list, length: int, files: Any, exchange: Exchange) -> None:
-        """Write ``head`` and ``body`` now, then close ``files``; on a failure, cut the connection."""
+        """Write ``head`` and ``body`` now (or hold them to the end of the loop's turn), then close
+        ``files``; on a failure, cut the connection."""
         try:
             if not body:
-                self.transport.write(head)
+                self._hold(head)
             elif len(body) == 1 and type(body[0]) is bytes:
-                self.transport.write(head + body[0])
+                self._hold(head + body[0])
             else:
                 self._write_now([head], body, length)
         except (ClientGone, BrokenPipeError, ConnectionError):  # sending found the client gone
@@ -176,9 +181,53 @@ class ResponseWriter:
         """Write one of the App's fixed answers (:mod:`.shortcuts`) with this second's ``Date``;
         its head alone with ``head_only`` (a HEAD)."""
         if head_only:
-            self.transport.write(fixed.head + self._worker.date_line + CRLF)
+            self._hold(fixed.head + self._worker.date_line + CRLF)
         else:
-            self.transport.write(b"".join((fixed.head, self._worker.date_line, CRLF, fixed.body)))
+            self._hold(b"".join((fixed.head, self._worker.date_line, CRLF, fixed.body)))
+
+    def _hold_all(self, buffers: list[bytes], size: int) -> None:
+        """Keep ``buffers`` (one answer of ``size`` bytes, too large to join cheaply) as
+        :meth:`_hold` keeps one."""
+        held = self._held
+        if held is None:
+            self._held = buffers
+            self._held_bytes = size
+            self._outbox.hold(self)
+        else:
+            held.extend(buffers)
+            self._held_bytes += size
+            if self._held_bytes > MEMORY_BODY_MAX:
+                self.release()
+
+    def _hold(self, data: bytes) -> None:
+        """Keep ``data``, a whole answer, for the outbox to write when the loop's turn ends. Past
+        ``MEMORY_BODY_MAX`` held (a client pipelining many requests in one read), what is held is
+        handed over at once: a socket that does not take it pauses the connection (flow control),
+        and its next requests wait for the client as any response does."""
+        held = self._held
+        if held is None:
+            self._held = [data]
+            self._held_bytes = len(data)
+            self._outbox.hold(self)
+        else:
+            held.append(data)  # pipelined answers of one read: in order
+            self._held_bytes += len(data)
+            if self._held_bytes > MEMORY_BODY_MAX:
+                self.release()
+
+    def release(self) -> None:
+        """Hand what is held to the transport: the outbox at the end of the turn, or this writer
+        before it writes anything by another way. Dropped if the connection is closing."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        transport = self.transport
+        if transport.is_closing():  # cut, or the client went away
+            return
+        if len(held) == 1:
+            transport.write(held[0])
+        else:
+            transport.writelines(held)
 
     def _write_now(self, out: list[bytes], body: list, length: int) -> None:
         """Write ``out`` and then ``body`` (at most one chunk to read, see :meth:`respond_now`)
@@ -191,6 +240,7 @@ class ResponseWriter:
         flow = self._flow
         transport = self.transport
         big = self._sendfile_min if self._sock_fd >= 0 else -1
+        direct = False  # whether anything went to the socket by sendfile: then the rest follows it
         for seg in body:
             if type(seg) is bytes:
                 out.append(seg)
@@ -199,6 +249,9 @@ class ResponseWriter:
             if not 0 <= big <= count:
                 out.append(read_slice(fd, offset, count))
                 continue
+            if not direct:
+                direct = True
+                self.release()  # what this connection holds goes first
             if out:
                 flow.send_more(out)
                 out = []
@@ -210,8 +263,14 @@ class ResponseWriter:
                     pass
             if sent < count:  # a full socket, or the file shrank (read_slice raises FileChanged)
                 transport.write(read_slice(fd, offset + sent, count - sent))
-        if out:
+        if not out:
+            return
+        if direct:
             _write(transport, out, length)
+        elif len(out) == 1 or length <= JOIN_MAX:
+            self._hold(b"".join(out))
+        else:
+            self._hold_all(out, length)
 
     async def respond(self, response: Response, exchange: Exchange, tried: bool = False) -> bool:
         """Write ``response``, waiting for the client as needed, and close it; return whether the
@@ -220,6 +279,7 @@ class ResponseWriter:
         encoded is answered 500; a body that cannot be what it claimed cuts the connection."""
         if not tried and self.respond_now(response, exchange):
             return exchange.keep_alive
+        self.release()  # what this connection holds goes first
         try:
             await self.write(response, exchange)
             return exchange.keep_alive
@@ -256,6 +316,7 @@ class ResponseWriter:
             except Exception:
                 log.exception("closing a file failed")
         exchange.keep_alive = False
+        self._held = None  # an earlier answer held is lost with the connection, as if written
         self.transport.abort()
 
     async def write(self, response: Response, exchange: Exchange) -> None:
