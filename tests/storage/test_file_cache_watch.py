@@ -210,12 +210,17 @@ def test_a_trusted_file_is_known_without_opening_it_until_it_changes(store, root
     f = store.open("a.txt")
     version = f.version
     f.close()
-    # What a remembered head sends, and what opening it gives: no descriptor, only the bytes.
-    assert store.cached("a.txt") == (version, b"version 1\n", "a.txt", "text/plain; charset=utf-8")
-    assert store.cached_all(["a.txt", "b.txt", "a.txt"]) == [store.cached("a.txt"), None, store.cached("a.txt")]
-    known = store.open("a.txt")
+    # What a remembered head sends, and what opening it gives: no descriptor, only the bytes, in
+    # one object per version that every request shares (a close gives nothing back).
+    known = store.cached("a.txt")
     assert (known.fd, known.data, known.version) == (-1, b"version 1\n", version)
-    known.close()
+    assert (known.path, known.name, known.content_type, known.size) == ("a.txt", "a.txt", "text/plain; charset=utf-8", 10)
+    assert store.cached_all(["a.txt", "b.txt", "a.txt"]) == [known, None, known]
+    for _ in range(2):
+        opened = store.open("a.txt")
+        assert opened is known
+        opened.close()
+    assert (known.fd, known.data, known.version) == (-1, b"version 1\n", version)
     with open(root / "a.txt", "r+b") as changed:
         changed.write(b"VERSION 2\n")
     store.sync()  # the next request
@@ -224,7 +229,8 @@ def test_a_trusted_file_is_known_without_opening_it_until_it_changes(store, root
     assert opened.fd >= 0 and opened.version != version
     opened.close()
     trusted(store, "a.txt")
-    version, data, _, _ = store.cached("a.txt")
-    assert data == b"VERSION 2\n" and version != f.version
+    again = store.cached("a.txt")
+    assert again is not known and again.data == b"VERSION 2\n" and again.version == opened.version
+    assert known.data == b"version 1\n"  # a response still sending the old version keeps its bytes
     time.sleep(VALID)
     assert store.cached("a.txt") is None  # past the validity window: the path is checked first

@@ -48,6 +48,6 @@ class Host(Protocol):
     def sync_files(self) -> None:
         """A request begins: the shared open files take in the changes the kernel told of."""
 
-    def cached_files(self, paths: list[str]) -> list[tuple[Any, bytes, str, str] | None]:
-        """For each of ``paths``, a shared file's version token, bytes, name and content type when
-        they are current (nothing held), or None."""
+    def cached_files(self, paths: list[str]) -> list[Any]:
+        """For each of ``paths``, the shared file (its ``version`` token and ``data``) when its
+        bytes are current (nothing held), or None."""

@@ -151,9 +151,9 @@ class Remembered:
         try:
             for path, version, known in zip(head.paths, head.versions, cached_files(head.paths)):
                 if known is not None:
-                    if known[0] != version:
+                    if known.version != version:
                         raise _Changed()
-                    bodies.append(known[1])
+                    bodies.append(known.data)
                     continue
                 f = open_file(path)
                 files.append(f)

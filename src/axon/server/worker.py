@@ -55,7 +55,7 @@ class Worker:
         self._shared: SharingSource | None = None
         #: Called as each request begins: the shared files take in what the kernel told of changes.
         self.sync_files: Callable[[], None] = _nothing_to_sync
-        #: For each of a remembered head's paths, the shared file's version, bytes, name and type
+        #: For each of a remembered head's paths, the shared file (its version token and bytes)
         #: when they are current (nothing held), or None.
         self.cached_files: Callable[[list[str]], list] = _nothing_cached
         self._acceptor: Acceptor | None = None

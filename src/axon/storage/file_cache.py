@@ -55,6 +55,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from . import FILE_CACHE_BYTES, FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID
 from .watch import Events, Watcher, open_watcher
@@ -75,6 +76,17 @@ DEFAULT_VALID, DEFAULT_SMALL_BYTES = FILE_CACHE_VALID, FILE_CACHE_BYTES
 #: if its last move is this old: the order (and ``used``) is kept to this much, while a file hit
 #: thousands of times a second takes the lock once a second instead of on every hit.
 REORDER_SECONDS = 1.0
+
+#: What a trusted entry gives (:meth:`FileCache.peek`), made once per file version from the
+#: requested path, the version token (device, inode, size, mtime, ctime), the bytes, the
+#: normalised name and the content type: the open-file sharing makes it a ready file
+#: (:class:`~.local.TrustedFile`), so a request that opens it builds nothing.
+Trusted = Callable[[str, tuple[int, int, int, int, int], bytes, str, str], Any]
+
+
+def _facts(requested: str, version: tuple[int, int, int, int, int], data: bytes, name: str, content_type: str) -> Any:
+    """A trusted entry's facts as a plain tuple (a cache used without ``trusted``)."""
+    return (version, data, name, content_type)
 
 
 class CachedDescriptor:
@@ -99,10 +111,10 @@ class CachedDescriptor:
         #: The stat of the last use while the kernel watches the file and told of no change since:
         #: what the next use declares without an ``fstat`` (None: ``fstat`` it).
         self.fresh: os.stat_result | None = None
-        #: While ``fresh`` stands, what :meth:`FileCache.peek` gives, set and cleared in one
-        #: assignment so a reader without the lock sees all of it or none: ``fresh``'s facts as a
-        #: version token (device, inode, size, mtime, ctime), the bytes, the name, the type.
-        self.known: tuple[tuple[int, int, int, int, int], bytes, str, str] | None = None
+        #: While ``fresh`` stands, what :meth:`FileCache.peek` gives (the cache's ``trusted`` made
+        #: it once for this version), set and cleared in one assignment so that a reader without
+        #: the lock sees all of it or none.
+        self.known: Any = None
 
     def content(self, st: os.stat_result) -> bytes | None:
         """The file's bytes if it is small and settled, as of ``st`` (an ``fstat`` just taken),
@@ -149,7 +161,7 @@ class FileCache:
     def __init__(
         self, size: int = DEFAULT_SIZE, valid: float = DEFAULT_VALID, *, inactive: float = DEFAULT_INACTIVE,
         small_bytes: int = DEFAULT_SMALL_BYTES, recheck: Callable[[CachedDescriptor], bool] | None = None,
-        clock: Callable[[], float] = time.monotonic, watcher: Watcher | None = None,
+        clock: Callable[[], float] = time.monotonic, watcher: Watcher | None = None, trusted: Trusted | None = None,
     ) -> None:
         if size < 1 or valid < 0 or inactive < 0 or small_bytes < 0:
             raise ValueError("a file cache needs a size of at least 1, and no negative time or byte budget")
@@ -160,6 +172,7 @@ class FileCache:
         #: Bytes the entries' small files hold now (at most ``small_bytes``).
         self.small_total = 0
         self._recheck = recheck if recheck is not None else (lambda entry: False)
+        self._trusted = trusted or _facts
         self._clock = clock
         self._entries: OrderedDict[str, CachedDescriptor] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
@@ -228,13 +241,13 @@ class FileCache:
             entry.release()
             return None
         if entry.small is not None and entry.wd >= 0 and self._watcher is not None:
-            self._trust(entry, st, syncs)
+            self._trust(requested, entry, st, syncs)
         return entry, st
 
-    def peek(self, requested: str) -> tuple[tuple[int, int, int, int, int], bytes, str, str] | None:
-        """The version, bytes, normalised name and content type of ``requested`` if its entry is
-        trusted (watched, unchanged since its last ``fstat``, its bytes in memory, its path checked
-        within ``valid``); else None, and the caller opens it. Nothing is held: bytes need no
+    def peek(self, requested: str) -> Any:
+        """What ``trusted`` made of ``requested``'s version if its entry is trusted (watched,
+        unchanged since its last ``fstat``, its bytes in memory, its path checked within
+        ``valid``); else None, and the caller opens it. Nothing is held: bytes need no
         descriptor, so a response sent from them costs no reference, no view and no close."""
         if self._begun != self._taken:
             self._take_events()
@@ -251,7 +264,7 @@ class FileCache:
             self._move_up(((requested, entry),), now)
         return known
 
-    def peek_all(self, paths: list[str]) -> list[tuple[tuple[int, int, int, int, int], bytes, str, str] | None]:
+    def peek_all(self, paths: list[str]) -> list[Any]:
         """:meth:`peek` of each of ``paths`` (a remembered head's files), in one call: the news
         taken in once, the clock read once."""
         if self._begun != self._taken:
@@ -281,7 +294,7 @@ class FileCache:
                     self._entries.move_to_end(requested)
                     entry.used = now
 
-    def _trust(self, entry: CachedDescriptor, st: os.stat_result, syncs: int) -> None:
+    def _trust(self, requested: str, entry: CachedDescriptor, st: os.stat_result, syncs: int) -> None:
         """Let later uses of ``entry`` go without an ``fstat``, if its bytes are in memory as of
         ``st``: watch it at its first such use, trust ``st`` from the next (so that no change can
         fall between the ``fstat`` and the watch)."""
@@ -303,11 +316,12 @@ class FileCache:
                     entry.wd = wd
                     self._watched.setdefault(wd, []).append(entry)
             return
+        version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        known = self._trusted(requested, version, small[1], entry.name, entry.content_type)
         with self._lock:
             if syncs == self._syncs and not entry.dropped:  # no event taken in since the fstat
-                version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
                 entry.fresh = st
-                entry.known = (version, small[1], entry.name, entry.content_type)
+                entry.known = known
 
     def sync(self) -> None:
         """A request begins: take in what the kernel told of before its first use of the cache

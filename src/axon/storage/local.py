@@ -101,6 +101,23 @@ class OpenFile:
         self.fd = -1
 
 
+class TrustedFile(OpenFile):
+    """A small file the open-file cache trusts (its bytes in memory, the kernel watching it for
+    changes): one object per file version, made when the cache came to trust it and given to
+    every request that opens the path while it stands. It has no descriptor (``fd`` -1), so
+    there is nothing to give back: ``close()`` does nothing. Read it, never change it."""
+
+    # ``version`` a plain field: a remembered head's check reads it for every file it sends.
+    __slots__ = ("version",)
+
+    def __init__(self, path: str, version: tuple[int, int, int, int, int], data: bytes, name: str, content_type: str) -> None:
+        super().__init__(-1, path, name, *version, content_type, None, data)
+        self.version = version  # type: ignore[misc]
+
+    def close(self) -> None:
+        pass
+
+
 def portable(f: OpenFile) -> None:
     """Name ``f`` to clients by the facts every copy of it shares (a store built with
     ``portable_identity``): its host's facts kept as its version, inode and device 0, its ctime

@@ -12,7 +12,7 @@ When a change on disk is seen, and what the cache keeps, is :mod:`.file_cache`'s
 from __future__ import annotations
 
 from .file_cache import DEFAULT_INACTIVE, DEFAULT_SIZE, DEFAULT_SMALL_BYTES, DEFAULT_VALID, FileCache
-from .local import MAX_CACHED_PATH, FileStore, OpenFile, portable
+from .local import MAX_CACHED_PATH, FileStore, OpenFile, TrustedFile, portable
 
 __all__ = ["SharedFiles"]
 
@@ -37,10 +37,10 @@ class SharedFiles:
         # The kernel watches the cached files where it can (inotify, :mod:`.watch`; ``watch`` false:
         # never), so that a hit needs no fstat: sync() takes in its news before each request.
         make = FileCache.watched if watch else FileCache
-        self.cache = make(size, valid, inactive=inactive, small_bytes=small_bytes, recheck=store._names)
+        self.cache = make(size, valid, inactive=inactive, small_bytes=small_bytes, recheck=store._names, trusted=TrustedFile)
         self.sync = self.cache.sync
-        #: ``cached(path)``: a trusted small file's version, bytes, name and content type, nothing
-        #: held (FileCache.peek).
+        #: ``cached(path)``: a trusted small file, as one :class:`~.local.TrustedFile` per version
+        #: that every request shares, nothing held (FileCache.peek); else None.
         self.cached = self.cache.peek
         #: ``cached_all(paths)``: ``cached`` of each (FileCache.peek_all), for a remembered head's files.
         self.cached_all = self.cache.peek_all
@@ -71,13 +71,13 @@ class SharedFiles:
     def open(self, requested: str) -> OpenFile:
         """Open ``requested`` (already decoded once) as the store would, from the cache when it
         holds the path (its facts are the file's own, now: see :mod:`.file_cache`). A file the
-        cache trusts (its bytes in memory, the kernel watching it) comes without a descriptor
-        (``fd`` -1): nothing to hold or give back, and nothing read from a descriptor."""
+        cache trusts (its bytes in memory, the kernel watching it) is the one
+        :class:`~.local.TrustedFile` of its version, without a descriptor: nothing built, held or
+        given back, and nothing read."""
         if not self.portable_identity:  # a portable file's CRC re-checks its descriptor's facts
-            known = self.cached(requested)
-            if known is not None:
-                version, data, name, content_type = known
-                return OpenFile(-1, requested, name, *version, content_type, None, data)
+            trusted = self.cached(requested)
+            if trusted is not None:
+                return trusted
         if len(requested) > MAX_CACHED_PATH:  # its key would be large: opened alone
             f = self._open(requested)
         else:

@@ -56,9 +56,9 @@ class SharingSource(Source, Protocol):
         """A request begins: take in the changes to shared files the kernel told of."""
         ...
 
-    def cached_all(self, paths: list[str]) -> list[tuple[Any, bytes, str, str] | None]:
-        """For each of ``paths``, the file's version token, bytes, normalised name and content type
-        when they are known to be current, holding nothing; None: open it."""
+    def cached_all(self, paths: list[str]) -> list[Any]:
+        """For each of ``paths``, the file (with its ``version`` token and ``data``) when its bytes
+        are known to be current, holding nothing; None: open it."""
         ...
 
     def release(self) -> bool:
