@@ -185,25 +185,8 @@ class ResponseWriter:
         else:
             self._hold(b"".join((fixed.head, self._worker.date_line, CRLF, fixed.body)))
 
-    def _hold_all(self, buffers: list[bytes], size: int) -> None:
-        """Keep ``buffers`` (one answer of ``size`` bytes, too large to join cheaply) as
-        :meth:`_hold` keeps one."""
-        held = self._held
-        if held is None:
-            self._held = buffers
-            self._held_bytes = size
-            self._outbox.hold(self)
-        else:
-            held.extend(buffers)
-            self._held_bytes += size
-            if self._held_bytes > MEMORY_BODY_MAX:
-                self.release()
-
     def _hold(self, data: bytes) -> None:
-        """Keep ``data``, a whole answer, for the outbox to write when the loop's turn ends. Past
-        ``MEMORY_BODY_MAX`` held (a client pipelining many requests in one read), what is held is
-        handed over at once: a socket that does not take it pauses the connection (flow control),
-        and its next requests wait for the client as any response does."""
+        """Keep ``data``, a whole answer, for the outbox to write when the loop's turn ends."""
         held = self._held
         if held is None:
             self._held = [data]
@@ -212,8 +195,25 @@ class ResponseWriter:
         else:
             held.append(data)  # pipelined answers of one read: in order
             self._held_bytes += len(data)
-            if self._held_bytes > MEMORY_BODY_MAX:
-                self.release()
+        if self._held_bytes > MEMORY_BODY_MAX:
+            self.release()
+
+    def _hold_all(self, buffers: list[bytes], size: int) -> None:
+        """Keep ``buffers`` (one answer of ``size`` bytes, too large to join cheaply) as
+        :meth:`_hold` keeps one. Past ``MEMORY_BODY_MAX`` held (a large answer, or a client
+        pipelining many requests in one read), what is held is handed over at once: a socket
+        that does not take it pauses the connection (flow control), and its next requests wait
+        for the client as any response does."""
+        held = self._held
+        if held is None:
+            self._held = buffers
+            self._held_bytes = size
+            self._outbox.hold(self)
+        else:
+            held.extend(buffers)
+            self._held_bytes += size
+        if self._held_bytes > MEMORY_BODY_MAX:
+            self.release()
 
     def release(self) -> None:
         """Hand what is held to the transport: the outbox at the end of the turn, or this writer
