@@ -146,11 +146,21 @@ class ResponseWriter:
         """Write a remembered head (:mod:`.shortcuts`) with this second's ``Date`` and ``body``
         (its files, opened anew), and close the files, as :meth:`respond_now` does. False, with
         the files closed and nothing written, if it does not fit one write."""
-        if not self._fits(body, head.length):
+        length = head.length
+        if not files:  # every file's bytes in memory: the body is bytes, held as it is
+            if length > self._chunk and length > MEMORY_BODY_MAX:
+                return False
+            out = [b"".join((head.head, self._tail(exchange), CRLF)), *body]
+            if length <= JOIN_MAX:
+                self._hold(b"".join(out))
+            else:
+                self._hold_all(out, length)
+            return True
+        if not self._fits(body, length):
             for f in files:
                 f.close()
             return False
-        self._send_now(b"".join((head.head, self._tail(exchange), CRLF)), body, head.length, files, exchange)
+        self._send_now(b"".join((head.head, self._tail(exchange), CRLF)), body, length, files, exchange)
         return True
 
     def _send_now(self, head: bytes, body: list, length: int, files: Any, exchange: Exchange) -> None:
