@@ -154,7 +154,7 @@ class ResponseWriter:
             if length <= JOIN_MAX:
                 self._hold(b"".join(out))
             else:
-                self._hold_all(out, length)
+                self._hold_all(out, length + len(out[0]))  # the body and its head
             return True
         if not self._fits(body, length):
             for f in files:
@@ -266,7 +266,10 @@ class ResponseWriter:
                 flow.send_more(out)
                 out = []
             sent = 0
-            if not flow.paused:  # else the transport holds bytes, which go first
+            # sendfile only while the transport holds nothing (else its bytes go first): paused
+            # says so, and the buffer's size too where a writelines() of what was held leaves
+            # some unsent without pausing us (asyncio's selector transport before 3.12.9/3.13.2).
+            if not flow.paused and not transport.get_write_buffer_size():
                 try:
                     sent = os.sendfile(self._sock_fd, fd, offset, count)
                 except BlockingIOError:
@@ -280,7 +283,7 @@ class ResponseWriter:
         elif len(out) == 1 or length <= JOIN_MAX:
             self._hold(b"".join(out))
         else:
-            self._hold_all(out, length)
+            self._hold_all(out, length + len(out[0]))  # the body and its head
 
     async def respond(self, response: Response, exchange: Exchange, tried: bool = False) -> bool:
         """Write ``response``, waiting for the client as needed, and close it; return whether the
