@@ -48,7 +48,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
 def start_fetch(url: str, dest: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "AXON_SECRET"}
     return subprocess.Popen([sys.executable, "-m", "axon.cli", "fetch", url, *NAMES, "-o", str(dest), "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_ctrl_c_as_in_a_terminal)
+
+
+def _ctrl_c_as_in_a_terminal() -> None:
+    # A suite started in the background by a non-interactive shell (`cmd &`) ignores SIGINT, and
+    # a child inherits that: the command under test would never see the Ctrl-C sent to it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_until(done: Callable[[], bool], process: subprocess.Popen, limit: float = 20.0) -> None:
