@@ -150,17 +150,15 @@ class ResponseWriter:
         if not files:  # every file's bytes in memory: the body is bytes, held as it is
             if length > self._chunk and length > MEMORY_BODY_MAX:
                 return False
-            out = [b"".join((head.head, self._tail(exchange), CRLF)), *body]
-            if length <= JOIN_MAX:
-                self._hold(b"".join(out))
-            else:
-                self._hold_all(out, length + len(out[0]))  # the body and its head
-            return True
-        if not self._fits(body, length):
+        elif not self._fits(body, length):
             for f in files:
                 f.close()
             return False
-        self._send_now(b"".join((head.head, self._tail(exchange), CRLF)), body, length, files, exchange)
+        head_bytes = b"".join((head.head, self._tail(exchange), CRLF))
+        if files:
+            self._send_now(head_bytes, body, length, files, exchange)
+        else:
+            self._hold([head_bytes, *body], len(head_bytes) + length)
         return True
 
     def _send_now(self, head: bytes, body: list, length: int, files: Any, exchange: Exchange) -> None:
@@ -168,9 +166,9 @@ class ResponseWriter:
         ``files``; on a failure, cut the connection."""
         try:
             if not body:
-                self._hold(head)
+                self._hold([head], len(head))
             elif len(body) == 1 and type(body[0]) is bytes:
-                self._hold(head + body[0])
+                self._hold([head, body[0]], len(head) + len(body[0]))
             else:
                 self._write_now([head], body, length)
         except (ClientGone, BrokenPipeError, ConnectionError):  # sending found the client gone
@@ -190,37 +188,24 @@ class ResponseWriter:
     def send_fixed(self, fixed: FixedAnswer, head_only: bool = False) -> None:
         """Write one of the App's fixed answers (:mod:`.shortcuts`) with this second's ``Date``;
         its head alone with ``head_only`` (a HEAD)."""
-        if head_only:
-            self._hold(fixed.head + self._worker.date_line + CRLF)
-        else:
-            self._hold(b"".join((fixed.head, self._worker.date_line, CRLF, fixed.body)))
+        data = b"".join((fixed.head, self._worker.date_line, CRLF, b"" if head_only else fixed.body))
+        self._hold([data], len(data))
 
-    def _hold(self, data: bytes) -> None:
-        """Keep ``data``, a whole answer, for the outbox to write when the loop's turn ends."""
-        held = self._held
-        if held is None:
-            self._held = [data]
-            self._held_bytes = len(data)
-            self._outbox.hold(self)
-        else:
-            held.append(data)  # pipelined answers of one read: in order
-            self._held_bytes += len(data)
-        if self._held_bytes > MEMORY_BODY_MAX:
-            self.release()
-
-    def _hold_all(self, buffers: list[bytes], size: int) -> None:
-        """Keep ``buffers`` (one answer of ``size`` bytes, too large to join cheaply) as
-        :meth:`_hold` keeps one. Past ``MEMORY_BODY_MAX`` held (a large answer, or a client
-        pipelining many requests in one read), what is held is handed over at once: a socket
-        that does not take it pauses the connection (flow control), and its next requests wait
-        for the client as any response does."""
+    def _hold(self, buffers: list[bytes], size: int) -> None:
+        """Keep one whole answer (``buffers``, ``size`` bytes in all; joined when small) for the
+        outbox to write when the loop's turn ends. Past ``MEMORY_BODY_MAX`` held (a large answer,
+        or a client pipelining many requests in one read), what is held is handed over at once:
+        a socket that does not take it pauses the connection (flow control), and its next
+        requests wait for the client as any response does."""
+        if size <= JOIN_MAX and len(buffers) > 1:
+            buffers = [b"".join(buffers)]
         held = self._held
         if held is None:
             self._held = buffers
             self._held_bytes = size
             self._outbox.hold(self)
         else:
-            held.extend(buffers)
+            held.extend(buffers)  # pipelined answers of one read: in order
             self._held_bytes += size
         if self._held_bytes > MEMORY_BODY_MAX:
             self.release()
@@ -280,10 +265,8 @@ class ResponseWriter:
             return
         if direct:
             _write(transport, out, length)
-        elif len(out) == 1 or length <= JOIN_MAX:
-            self._hold(b"".join(out))
         else:
-            self._hold_all(out, length + len(out[0]))  # the body and its head
+            self._hold(out, len(out[0]) + length)  # the head and the body
 
     async def respond(self, response: Response, exchange: Exchange, tried: bool = False) -> bool:
         """Write ``response``, waiting for the client as needed, and close it; return whether the
