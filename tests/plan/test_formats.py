@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from axon.errors import RangeNotSatisfiable
-from axon.http.batch_identity import Signature, identity_of
+from axon.http.batch_identity import KeptSignature, Signature, identity_of
 from axon.limits import Limits
 from axon.plan.batch import plan_batch
+from axon.plan import formats
 from axon.plan.formats import multipart_mixed, tar, zip_stored
 
 KEY = b"k" * 32
@@ -40,6 +41,35 @@ def test_multipart_mixed_without_a_key_has_no_etag_and_a_random_boundary():
     first, second = multipart_mixed(None, None, (A,)), multipart_mixed(None, None, (A,))
     assert first[0] is None and first[1] != second[1]
     assert multipart_mixed(None, "given", (A,))[1] == "multipart/mixed; boundary=given"
+
+
+def kept(s: Signature) -> KeptSignature:
+    return tuple.__new__(KeptSignature, s)
+
+
+def test_a_kept_signature_frames_the_bytes_of_its_facts():
+    """A trusted file's signature (one object per version, hashed by identity) is framed as the
+    same facts in a plain one are, and equal to it; two of the same facts are two keys."""
+    for batch in ((kept(A), kept(B)), (A, kept(B)), (kept(A), B, kept(A))):
+        plain = tuple(Signature(*s) for s in batch)
+        assert batch == plain
+        assert multipart_mixed(KEY, None, batch) == multipart_mixed(KEY, None, plain)
+        assert multipart_mixed(KEY, "given", batch) == multipart_mixed(KEY, "given", plain)
+    first, second = kept(A), kept(A)
+    assert first == second and len({first, second}) == 2  # identity: the hash reads no field
+
+
+def test_the_kept_pieces_are_bounded_as_the_others(monkeypatch):
+    monkeypatch.setattr(formats, "PER_FILE_CACHE", 4)
+    monkeypatch.setattr(formats, "_KEPT", {})
+    monkeypatch.setattr(formats, "_PIECES", {})
+    multipart_mixed(KEY, None, (A, B))  # plain: kept in _PIECES
+    shared = kept(A)
+    multipart_mixed(KEY, None, (shared,))
+    assert formats._KEPT[shared] is formats._PIECES[A]  # seen plain first: one piece for both
+    for inode in range(10):
+        multipart_mixed(KEY, None, (kept(A._replace(inode=inode)),))
+        assert len(formats._KEPT) <= 4 and len(formats._PIECES) <= 4
 
 
 def test_plan_batch_frames_a_batch_in_the_format_it_is_given(root, store, render):

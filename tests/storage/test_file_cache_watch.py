@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from axon.errors import HTTPError
+from axon.http.batch_identity import KeptSignature
+from axon.plan.batch import file_signature
 from axon.storage.local import FileStore
 from axon.storage.shared_files import SharedFiles
 
@@ -215,6 +217,9 @@ def test_a_trusted_file_is_known_without_opening_it_until_it_changes(store, root
     known = store.cached("a.txt")
     assert (known.fd, known.data, known.version) == (-1, b"version 1\n", version)
     assert (known.path, known.name, known.content_type, known.size) == ("a.txt", "a.txt", "text/plain; charset=utf-8", 10)
+    # Its batch signature too, made once: the facts a plain one would hold, in one kept object.
+    assert type(known.signature) is KeptSignature and file_signature(known) is known.signature
+    assert known.signature == ("a.txt", "text/plain; charset=utf-8", *version, "a.txt", None)
     assert store.cached_all(["a.txt", "b.txt", "a.txt"]) == [known, None, known]
     for _ in range(2):
         opened = store.open("a.txt")
@@ -228,9 +233,16 @@ def test_a_trusted_file_is_known_without_opening_it_until_it_changes(store, root
     opened = store.open("a.txt")
     assert opened.fd >= 0 and opened.version != version
     opened.close()
+    assert store.cache._entries["a.txt"].made is None  # noqa: SLF001 - the old bytes are let go with the new read
     trusted(store, "a.txt")
     again = store.cached("a.txt")
     assert again is not known and again.data == b"VERSION 2\n" and again.version == opened.version
     assert known.data == b"version 1\n"  # a response still sending the old version keeps its bytes
     time.sleep(VALID)
     assert store.cached("a.txt") is None  # past the validity window: the path is checked first
+    trusted(store, "a.txt")
+    assert store.cached("a.txt") is again  # checked, unchanged: the same object (and signature) again
+    # The old version's bytes are no longer held by the cache beside the new ones it counts.
+    entry = store.cache._entries["a.txt"]  # noqa: SLF001 - what the byte budget counts
+    assert entry.made == (again.version, again) and again.data is entry.small[1]
+    assert store.cache.small_total == len(b"VERSION 2\n")

@@ -49,6 +49,17 @@ class Signature(NamedTuple):
     span: Optional[tuple[int, int]] = None
 
 
+class KeptSignature(Signature):
+    """The one Signature of a file version that storage keeps and gives to every batch sending
+    it (a trusted file's, :class:`~axon.storage.local.TrustedFile`). Hashed by identity: what is
+    kept per signature (a part's header lines, its record) is then found without hashing nine
+    fields, most of them cold in a batch of random files. Equal to a plain Signature of the same
+    facts, with another hash: the two are kept apart, each naming the same bytes."""
+
+    __slots__ = ()
+    __hash__ = object.__hash__  # the C function itself, not a Python call
+
+
 _SPAN = attrgetter("span")
 
 

@@ -221,7 +221,11 @@ _new_signature = tuple.__new__
 
 
 def file_signature(f: File) -> Signature:
-    """An open file's facts, as the identity and the framing of a batch take them."""
+    """An open file's facts, as the identity and the framing of a batch take them: the one its
+    storage keeps for the version (a trusted file's), else made now."""
+    kept = getattr(f, "signature", None)  # a File need not have it
+    if kept is not None:
+        return kept
     # Built as a tuple is, every field given (Signature's own __new__ is a Python call): one per file.
     return _new_signature(Signature, (f.path, f.content_type, f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns, f.name, None))
 

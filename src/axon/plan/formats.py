@@ -28,7 +28,7 @@ from typing import Callable, Optional
 from ..http.archive import (
     TAR_END, tar_header, tar_padding, zip_central_record, zip_end, zip_entry, zip_local_header,
 )
-from ..http.batch_identity import Signature, has_slices, identity_from, identity_of, record_of
+from ..http.batch_identity import KeptSignature, Signature, has_slices, identity_from, identity_of, record_of
 from ..http.multipart import (
     CACHED_PATH_CHARS, CACHED_TEXT_BYTES, PER_FILE_CACHE, file_part_headers, frame, new_boundary, part_headers,
 )
@@ -68,8 +68,10 @@ def multipart_mixed(
 def _whole_files(key: bytes | None, boundary: str | None, signatures: tuple[Signature, ...]) -> Layout:
     """``multipart_mixed`` of whole files, the common case, from what is kept per file version
     (:func:`_piece`): the bytes :func:`~axon.http.multipart.frame` would make, in one pass."""
-    known = _PIECES.get  # a hit is one lookup, no call of ours: the common case of a busy pool
-    pieces = [known(s) or _piece(s) for s in signatures]
+    # A hit is one lookup, no call of ours: the common case of a busy pool. A kept signature (a
+    # trusted file's) is found in _KEPT by identity; a plain one misses there and hashes its facts.
+    kept, known = _KEPT.get, _PIECES.get
+    pieces = [kept(s) or known(s) or _piece(s) for s in signatures]
     if key is None:
         etag, boundary = None, boundary or new_boundary()
     else:
@@ -88,19 +90,34 @@ def _piece_of(s: Signature) -> tuple[bytes, bytes]:
 
 
 #: Pieces by signature (a file version): emptied when full, as wire.py's header blocks (cheaper
-#: per lookup than an LRU; a hot set fills it again at once).
+#: per lookup than an LRU; a hot set fills it again at once). Kept signatures, one object per
+#: version that storage keeps (:class:`~axon.http.batch_identity.KeptSignature`), have a table of
+#: their own and the same bound: a file seen before its storage kept its signature is in both,
+#: sharing one piece, and neither table empties the other's.
 _PIECES: dict[Signature, tuple[bytes, bytes]] = {}
+_KEPT: dict[KeptSignature, tuple[bytes, bytes]] = {}
 
 
 def _piece(s: Signature) -> tuple[bytes, bytes]:
-    """:func:`_piece_of` of a version not in ``_PIECES``, kept there unless its path or texts are
+    """:func:`_piece_of` of a version not in its table, kept there unless its path or texts are
     long (``CACHED_PATH_CHARS``, ``CACHED_TEXT_BYTES``)."""
+    table = _PIECES
+    if type(s) is KeptSignature:
+        table = _KEPT
+        piece = _PIECES.get(tuple.__new__(Signature, s))  # the same facts, seen before they were kept
+        if piece is not None:
+            _keep(table, s, piece)
+            return piece
     piece = _piece_of(s)
     if len(s.path) + len(s.name) <= CACHED_PATH_CHARS and len(piece[0]) + len(piece[1]) <= CACHED_TEXT_BYTES:
-        if len(_PIECES) >= PER_FILE_CACHE:
-            _PIECES.clear()
-        _PIECES[s] = piece
+        _keep(table, s, piece)
     return piece
+
+
+def _keep(table: dict, s: Signature, piece: tuple[bytes, bytes]) -> None:
+    if len(table) >= PER_FILE_CACHE:
+        table.clear()
+    table[s] = piece
 
 
 def _whole_part(s: Signature) -> tuple[str, int]:

@@ -93,7 +93,7 @@ class CachedDescriptor:
     """One cached open file: its descriptor, how many ``OpenFile`` views still use it, and for a
     small file its bytes with the stat they were read under."""
 
-    __slots__ = ("fd", "identity", "name", "content_type", "checked", "used", "refs", "dropped", "small", "_cache", "wd", "fresh", "known")
+    __slots__ = ("fd", "identity", "name", "content_type", "checked", "used", "refs", "dropped", "small", "_cache", "wd", "fresh", "known", "made")
 
     def __init__(self, cache: FileCache, fd: int, identity: tuple[int, int], name: str, content_type: str,
                  now: float) -> None:
@@ -115,6 +115,9 @@ class CachedDescriptor:
         #: it once for this version), set and cleared in one assignment so that a reader without
         #: the lock sees all of it or none.
         self.known: Any = None
+        #: The version ``known`` was last made for, and what was made: trusted again (after a
+        #: revalidation, or a change undone) at the same version, the entry gives the same object.
+        self.made: tuple[tuple[int, int, int, int, int], Any] | None = None
 
     def content(self, st: os.stat_result) -> bytes | None:
         """The file's bytes if it is small and settled, as of ``st`` (an ``fstat`` just taken),
@@ -143,6 +146,7 @@ class CachedDescriptor:
             old = self.small
             cache.small_total += size - (len(old[1]) if old is not None else 0)
             self.small = (key, data)  # one assignment: a reader sees the old pair or the new one
+            self.made = None  # it held the old bytes, which the budget no longer counts
         return data
 
     def release(self) -> None:
@@ -317,7 +321,12 @@ class FileCache:
                     self._watched.setdefault(wd, []).append(entry)
             return
         version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        known = self._trusted(requested, version, small[1], entry.name, entry.content_type)
+        made = entry.made
+        if made is not None and made[0] == version:
+            known = made[1]  # the same version as before: every batch keeps sharing one object
+        else:
+            known = self._trusted(requested, version, small[1], entry.name, entry.content_type)
+            entry.made = (version, known)
         with self._lock:
             if syncs == self._syncs and not entry.dropped:  # no event taken in since the fstat
                 entry.fresh = st
@@ -407,7 +416,7 @@ class FileCache:
     def _drop(self, entry: CachedDescriptor) -> None:
         # Called with the lock held, the entry already out of the table.
         entry.dropped = True
-        entry.fresh = entry.known = None
+        entry.fresh = entry.known = entry.made = None
         if entry.wd > 0:
             watched = self._watched.get(entry.wd)
             if watched is not None:

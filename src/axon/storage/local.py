@@ -19,6 +19,7 @@ from .batch_key import derive_key
 from .crc_cache import CrcCache, Version
 from .file_cache import CachedDescriptor
 from .jail import RootJail, normalize, os_error
+from ..http.batch_identity import KeptSignature
 from ..http.segments import FileSlice, Segment
 
 _new_slice = tuple.__new__
@@ -65,6 +66,10 @@ class OpenFile:
         self._shared = shared
         self._version: tuple[int, int, int, int, int] | None = None  # the host's, where the facts above are not
 
+    #: The file's batch Signature when storage keeps one for its version (a TrustedFile's); None:
+    #: the planner builds it (:func:`axon.plan.batch.file_signature`).
+    signature = None
+
     def __repr__(self) -> str:
         return f"OpenFile(fd={self.fd}, path={self.path!r}, size={self.size})"
 
@@ -108,11 +113,13 @@ class TrustedFile(OpenFile):
     there is nothing to give back: ``close()`` does nothing. Read it, never change it."""
 
     # ``version`` a plain field: a remembered head's check reads it for every file it sends.
-    __slots__ = ("version",)
+    # ``signature`` made here, once: a batch takes it as it is (see KeptSignature).
+    __slots__ = ("version", "signature")
 
     def __init__(self, path: str, version: tuple[int, int, int, int, int], data: bytes, name: str, content_type: str) -> None:
         super().__init__(-1, path, name, *version, content_type, None, data)
         self.version = version  # type: ignore[misc]
+        self.signature = _new_slice(KeptSignature, (path, content_type, *version, name, None))  # type: ignore[misc]
 
     def close(self) -> None:
         pass
