@@ -210,9 +210,11 @@ def test_streams_are_chunked_on_http11(harness, root) -> None:
     assert b"0\r\n\r\n" in h.transport.out and not h.closed
 
 
-def test_streams_are_close_delimited_on_http10(harness, root) -> None:
+@pytest.mark.parametrize("kept", [b"Connection: keep-alive", b"Proxy-Connection: keep-alive"])
+def test_streams_are_close_delimited_on_http10(harness, root, kept) -> None:
+    # llhttp keeps an HTTP/1.0 request alive on either header: it is still 1.0, never chunked.
     h = harness(streaming_app(root))
-    h.feed(b"GET /gen HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+    h.feed(b"GET /gen HTTP/1.0\r\n" + kept + b"\r\n\r\n")
     (resp,) = h.responses()
     assert resp.header("transfer-encoding") is None and resp.header("connection") == "close"
     assert resp.body == b"one,two,three"

@@ -40,6 +40,15 @@ def test_a_request_walks_idle_head_body_answer_idle(harness, root) -> None:
     assert h.responses()[0].body == b"slow"
 
 
+def test_a_request_answered_within_its_read_goes_straight_to_idle(harness) -> None:
+    h = harness()
+    h.receive(b"GET /api/health HTTP/1.1\r\nHost: t\r\n\r\n")  # whole in one read: no HEAD nor BODY between
+    assert [r.status for r in h.responses()] == [200]
+    assert (h.proto.state, clock(h)) == (State.IDLE, "idle")
+    h.receive(b"GET /api/health HTTP/1.1\r\nHo")
+    assert (h.proto.state, clock(h)) == (State.HEAD, "head")  # the read ended in a head: its clock runs
+
+
 def test_the_next_request_after_an_answer_from_bytes_runs_the_header_clock(harness) -> None:
     h = harness()
     h.receive(b"GET /api/health HTTP/1.1\r\n\r\nGET /files/a.txt HTTP/1.1\r\nHo")

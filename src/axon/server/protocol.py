@@ -79,7 +79,8 @@ class HTTPProtocol(asyncio.Protocol):
         self.worker = worker
         self.app = worker.app
         self.loop = worker.loop
-        self.limits = worker.limits
+        self.limits = limits = worker.limits
+        self._max_headers, self._max_header_bytes = limits.max_headers, limits.max_header_bytes
         self.parser = HttpRequestParser(self)
         self._shortcuts = shortcuts = worker.shortcuts
         self._get_fixed = shortcuts.get_fixed
@@ -179,8 +180,6 @@ class HTTPProtocol(asyncio.Protocol):
             self._stash.append(data)
             self.flow.pause_reading()  # type: ignore[union-attr]
             return
-        if self.state is IDLE or self.state is NEW:  # the first bytes of a request: the header clock starts
-            self._to(HEAD)
         self._feed(data)
         if self._pipeline:
             self._advance()
@@ -230,14 +229,24 @@ class HTTPProtocol(asyncio.Protocol):
                 refusal = BadRequest(f"malformed request: {reason}", code="bad_request")
             self._refuse(refusal)
         else:
+            # A request still arriving when the read is parsed runs the header clock, or once its
+            # head is complete the body's; one answered within the read (most) changes no state
+            # but its answer's.
             ex = self._exchange
-            if ex is not None and ex.in_head:
+            if ex is None:
+                return
+            state = self.state
+            if ex.in_head:
                 # httptools reports a header only once it is complete: bound the bytes it is
                 # holding for a header still arriving (the callbacks count exactly).
                 if in_head:
                     ex.head_raw += len(data)
                 if ex.head_raw > self.limits.max_header_bytes:
                     self._refuse(HeadersTooLarge(f"request headers longer than {self.limits.max_header_bytes} bytes"))
+                elif state is IDLE or state is NEW:
+                    self._to(HEAD)
+            elif state is HEAD or state is IDLE or state is NEW:
+                self._to(BODY)
 
     def _refuse(self, error: HTTPError) -> None:
         """Answer ``error`` once what is queued before it is answered; then close."""
@@ -266,8 +275,6 @@ class HTTPProtocol(asyncio.Protocol):
         ex = self._exchange
         if ex is None:
             ex = self._exchange = Exchange(url)
-            if self.state is IDLE:  # after an answer sent from the parser's callback
-                self._to(HEAD)
         else:
             ex.url += url
         if len(ex.url) > self.limits.max_url_bytes:
@@ -275,13 +282,10 @@ class HTTPProtocol(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         ex: Exchange = self._exchange  # type: ignore[assignment]
-        limits = self.limits
-        ex.nheaders += 1
-        ex.head_bytes += len(name) + len(value) + 4
-        if ex.nheaders > limits.max_headers:
-            self._fail(HeadersTooLarge(f"more than {limits.max_headers} request headers"))
-        if ex.head_bytes + len(ex.url) > limits.max_header_bytes:
-            self._fail(HeadersTooLarge(f"request headers longer than {limits.max_header_bytes} bytes"))
+        ex.nheaders = count = ex.nheaders + 1
+        ex.head_bytes = size = ex.head_bytes + len(name) + len(value) + 4
+        if count > self._max_headers or size + len(ex.url) > self._max_header_bytes:
+            self._too_large(ex)
         if not ex.in_head:
             return  # a trailer of a chunked body: counted, not used
         key = name.decode("latin-1").lower()
@@ -292,15 +296,29 @@ class HTTPProtocol(asyncio.Protocol):
         else:
             headers[key] = text
 
+    def _too_large(self, ex: Exchange) -> None:
+        limits = self.limits
+        if ex.nheaders > limits.max_headers:
+            self._fail(HeadersTooLarge(f"more than {limits.max_headers} request headers"))
+        self._fail(HeadersTooLarge(f"request headers longer than {limits.max_header_bytes} bytes"))
+
     def on_headers_complete(self) -> None:
         ex: Exchange = self._exchange  # type: ignore[assignment]
         ex.in_head = False
-        version = self.parser.get_http_version()
-        ex.http11 = http11 = version == "1.1"
-        if not http11 and version != "1.0":
-            ex.http11 = True
-            self._fail(HTTPVersionNotSupported(f"HTTP/{version} is not supported; use HTTP/1.1"))
+        parser = self.parser
+        ex.keep_alive = keep_alive = parser.should_keep_alive()  # final once the head is
         headers = ex.headers
+        if keep_alive and "connection" not in headers and "proxy-connection" not in headers:
+            # Kept alive without a word: HTTP/1.1, the one version llhttp keeps alive by default
+            # (1.0 needs "Connection: keep-alive", or llhttp's "Proxy-Connection: keep-alive").
+            # get_http_version formats a string each call.
+            ex.http11 = http11 = True
+        else:
+            version = parser.get_http_version()
+            ex.http11 = http11 = version == "1.1"
+            if not http11 and version != "1.0":
+                ex.http11 = True
+                self._fail(HTTPVersionNotSupported(f"HTTP/{version} is not supported; use HTTP/1.1"))
         if headers:
             encoding = headers.get("transfer-encoding")
             if encoding is not None:
@@ -321,7 +339,8 @@ class HTTPProtocol(asyncio.Protocol):
                 else:
                     self.writer.release()  # type: ignore[union-attr]  # an answer held before it goes first
                     self._transport.write(CONTINUE)
-        self._to(BODY)
+        # The body clock starts after this read (_feed), if the request is not complete by then:
+        # most have no body, and one change of state less is one check less for each.
 
     def on_body(self, data: bytes) -> None:
         ex: Exchange = self._exchange  # type: ignore[assignment]
@@ -339,13 +358,13 @@ class HTTPProtocol(asyncio.Protocol):
         if self._closing:  # cut, or answered "close" already: what follows in this read is dropped
             return
         parser = self.parser
-        ex.keep_alive = keep_alive = parser.should_keep_alive()
+        keep_alive = ex.keep_alive
         method = parser.get_method()
         ex.head = method == b"HEAD"
         url = ex.url
-        self._sync_files()  # before anything opens a file for this request
         if keep_alive and ex.http11 and self._shortcut(ex, method, url):
             return
+        self._sync_files()  # before anything opens a file for this request
         try:
             path, query = _target(url)
         except UnicodeDecodeError:
@@ -391,6 +410,7 @@ class HTTPProtocol(asyncio.Protocol):
             key = self._shortcuts.key(ex)
             if key is None:
                 return False
+            self._sync_files()  # before its files are opened (and again by the App's path if it misses)
             started = perf_counter()
             found = remembered.recall(key, self._open, self._cached_files)
             if found is None:

@@ -28,12 +28,13 @@ class State(enum.Enum):
     CLOSED    gone (the transport said so)               none
     ========  =========================================  ====================  ===============
 
-    NEW or IDLE -> HEAD on the first bytes of a request -> BODY once its head is complete ->
-    ANSWER once it is complete and its turn came (STALLED while the client does not read) ->
-    IDLE, or HEAD/BODY for the next request already arriving. A request answered from the
-    parser's callback (server/shortcuts.py) goes from HEAD or BODY to IDLE at once. Any state ->
-    LINGER when the connection closes after its last answer, and -> CLOSED when the transport
-    is lost.
+    NEW or IDLE -> HEAD when a read ends in a request's head (BODY: in its body), changed once a
+    read is parsed, not in the parser's callbacks: a request that is complete within one read
+    changes no state until it is answered -> ANSWER once it is complete and its turn came
+    (STALLED while the client does not read) -> IDLE, or HEAD/BODY for the next request already
+    arriving. A request answered from the parser's callback (server/shortcuts.py) goes to IDLE
+    at once, from whichever state it arrived in. Any state -> LINGER when the connection closes
+    after its last answer, and -> CLOSED when the transport is lost.
     """
 
     # Looked up on every change of state (the tables below): the object's own hash, in C, not
@@ -68,8 +69,8 @@ CLOCKS: dict[State, str | None] = {
 #: The states each state may go to. Going to the same state again restarts its clock (a body's
 #: next piece). LINGER and CLOSED may be reached from anywhere; CLOSED leads nowhere.
 TRANSITIONS: dict[State, frozenset[State]] = {
-    NEW: frozenset({NEW, HEAD, ANSWER, LINGER, CLOSED}),
-    IDLE: frozenset({IDLE, HEAD, ANSWER, LINGER, CLOSED}),
+    NEW: frozenset({NEW, IDLE, HEAD, BODY, ANSWER, LINGER, CLOSED}),
+    IDLE: frozenset({IDLE, HEAD, BODY, ANSWER, LINGER, CLOSED}),
     HEAD: frozenset({HEAD, BODY, IDLE, ANSWER, LINGER, CLOSED}),
     BODY: frozenset({BODY, IDLE, ANSWER, LINGER, CLOSED}),
     ANSWER: frozenset({ANSWER, STALLED, IDLE, HEAD, BODY, LINGER, CLOSED}),
