@@ -246,3 +246,28 @@ def test_a_trusted_file_is_known_without_opening_it_until_it_changes(store, root
     entry = store.cache._entries["a.txt"]  # noqa: SLF001 - what the byte budget counts
     assert entry.made == (again.version, again) and again.data is entry.small[1]
     assert store.cache.small_total == len(b"VERSION 2\n")
+
+
+@pytest.mark.parametrize("portable", [False, True])
+def test_a_batch_opens_its_trusted_files_as_open_would(root, settled, portable) -> None:
+    """A batch (plan/batch.py's open_all) takes the trusted files of the shared store in one
+    call: the same objects ``open`` gives, the others opened; a portable identity's are made anew."""
+    from axon.plan.batch import open_all
+
+    store = SharedFiles(FileStore(root, portable_identity=portable), size=8, valid=VALID, inactive=60)
+    if not store.cache.watched_by_kernel:
+        pytest.skip("no inotify here: the cache fstats every use")
+    try:
+        trusted(store, "a.txt")
+        store.sync()
+        opened = open_all(store, ["a.txt", "b.txt", "a.txt"])
+        assert list(opened) == ["a.txt", "b.txt"]
+        a, b = opened["a.txt"], opened["b.txt"]
+        assert (a is store.cached("a.txt")) is not portable and a.data == b"version 1\n"
+        if portable:  # named by the facts every copy shares, as open names it
+            assert (a.inode, a.device, a.ctime_ns) == (0, 0, a.mtime_ns)
+        assert b.fd >= 0 and b.shared  # not trusted yet: opened through the cache
+        for f in opened.values():
+            f.close()
+    finally:
+        store.close()

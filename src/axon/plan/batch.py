@@ -32,6 +32,8 @@ pool; a small read stays inline, as the native server reads small slices inline 
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from ..errors import (
     BadRequest, FileChanged, HTTPError, PayloadTooLarge, PreconditionFailed, ServiceUnavailable, WouldBlock,
 )
@@ -66,9 +68,16 @@ def open_all(store: Source, paths: list[str]) -> dict[str, File]:
     """Every distinct path opened, or one error that names each path that failed."""
     opened: dict[str, File] = {}
     failures: list[HTTPError] = []
+    # A source that keeps files ready to send (the server's, sharing its open files) gives a
+    # batch's in one call: each is what opening it would give, and None is opened here.
+    ready = getattr(store, "ready_files", None)
+    found = ready(paths) if ready is not None else repeat(None)
     try:
-        for path in paths:
+        for path, f in zip(paths, found):
             if path in opened:
+                continue
+            if f is not None:
+                opened[path] = f
                 continue
             try:
                 opened[path] = store.open(path)

@@ -44,6 +44,10 @@ class SharedFiles:
         self.cached = self.cache.peek
         #: ``cached_all(paths)``: ``cached`` of each (FileCache.peek_all), for a remembered head's files.
         self.cached_all = self.cache.peek_all
+        #: ``ready_files(paths)``: for each, what ``open`` gives without opening (a trusted file), in
+        #: one call for a batch (plan/batch.py); None: open it. Not for a portable identity,
+        #: whose files ``open`` makes anew.
+        self.ready_files = None if store.portable_identity else self.cache.peek_all
         self.root = store.root
         self.portable_identity = store.portable_identity
         # The rest of the Source, bound once: a call costs what it costs on the store.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from . import FILE_CACHE_BYTES, FILE_CACHE_INACTIVE, FILE_CACHE_VALID, Source
@@ -55,6 +56,11 @@ class SharingSource(Source, Protocol):
     def sync(self) -> None:
         """A request begins: take in the changes to shared files the kernel told of."""
         ...
+
+    #: ``ready_files(paths)``: for each of ``paths``, the file ``open`` would give, when it is
+    #: ready without opening (nothing held), else None; the attribute None where ``open`` must
+    #: make each file anew. A batch's planner takes its files so, in one call.
+    ready_files: Callable[[list[str]], list[Any]] | None
 
     def cached_all(self, paths: list[str]) -> list[Any]:
         """For each of ``paths``, the file (with its ``version`` token and ``data``) when its bytes
