@@ -16,7 +16,8 @@ import pytest
 from axon.errors import HTTPError, NotFound
 from axon.storage.local import FileStore
 from axon.limits import Limits
-from axon.plan.batch import check_count, combine, open_all, plan_batch
+from axon.http.batch_identity import Signature
+from axon.plan.batch import check_count, combine, file_signature, open_all, plan_batch
 from axon.http.segments import FileSlice
 
 LIMITS = Limits()
@@ -503,3 +504,15 @@ def test_the_declared_length_of_slices_is_the_bodys(store, render):
         assert response.length == len(render(response.body)) == int(dict(response.headers)["Content-Length"])
     finally:
         response.close()
+
+
+def test_a_files_own_signature_attribute_is_not_taken_for_a_kept_one() -> None:
+    class Custom:  # a File of another source, whose "signature" means something else
+        path = name = "a.txt"
+        content_type = "text/plain"
+        device = inode = 1
+        size = 3
+        mtime_ns = ctime_ns = 5
+        signature = "an Ed25519 signature of the bytes"
+
+    assert file_signature(Custom()) == Signature("a.txt", "text/plain", 1, 1, 3, 5, 5, "a.txt", None)

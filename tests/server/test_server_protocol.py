@@ -7,6 +7,7 @@ over real connections.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import threading
 
@@ -64,6 +65,35 @@ def test_chunked_body_is_joined_and_trailers_ignored(harness, root) -> None:
     (resp,) = h.responses()
     assert resp.status == 200 and resp.body == b"abcde"
     assert "x-trailer" not in seen[0].headers
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_a_trailer_that_says_close_closes(harness, root, pipelined) -> None:
+    """Keep-alive is known at the end of the head, except for a chunked body, whose trailer may
+    still say close (llhttp then reads nothing more): the answer says close, and the next
+    request is not answered with a 400."""
+    app, seen = recording_app(root)
+    h = harness(app)
+    chunked = b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nConnection: close\r\n\r\n"
+    after = b"GET /api/health HTTP/1.1\r\n\r\n"
+    h.receive(chunked + after if pipelined else chunked)
+    if not pipelined and not h.closed:
+        h.receive(after)
+    assert [(r.status, r.header("connection")) for r in h.responses()] == [(200, "close")]
+    assert h.closed
+
+
+def test_a_trailer_is_bounded_as_a_head_is(harness, root) -> None:
+    """httptools holds a trailer's value whole until its line ends: past the header budget (and
+    a line per chunk), the request is refused while it arrives, not held."""
+    app, seen = recording_app(root)
+    h = harness(app)
+    h.receive(b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-Long: ")
+    for _ in range(8):  # 512 KiB of one trailer value, in reads of their own
+        h.receive(b"a" * 65536)
+    (resp,) = h.responses()
+    assert resp.status == 431 and json.loads(resp.body)["error"]["code"] == "headers_too_large"
+    assert not seen  # never handed to the App
 
 
 def test_plain_handlers_answer_inline_without_a_task(harness) -> None:

@@ -40,7 +40,7 @@ from ..errors import (
 from ..storage import File, Source
 from ..limits import Limits
 from ..response import Response
-from ..http.batch_identity import Signature
+from ..http.batch_identity import KeptSignature, Signature
 from ..http.conditional import evaluate, if_range_allows
 from ..http.ranges import Span, content_range, parse_range
 from ..http.segments import Segment, slice_segments
@@ -153,7 +153,8 @@ def plan_batch(
             )
         signatures = tuple(map(file_signature, chosen))
         if spans is not None:
-            signatures = tuple([sig if s is None else sig._replace(span=s) for sig, s in zip(signatures, spans)])
+            # A slice's is a plain one (a kept signature names the whole file's version).
+            signatures = tuple([sig if s is None else _new_signature(Signature, (*sig[:8], s)) for sig, s in zip(signatures, spans)])
         crcs: tuple[int, ...] = ()
         if fmt in NEEDS_CRC:
             # The CRCs change a zip's bytes, never its length or ETag: HEAD reads no file.
@@ -232,8 +233,8 @@ _new_signature = tuple.__new__
 def file_signature(f: File) -> Signature:
     """An open file's facts, as the identity and the framing of a batch take them: the one its
     storage keeps for the version (a trusted file's), else made now."""
-    kept = getattr(f, "signature", None)  # a File need not have it
-    if kept is not None:
+    kept = getattr(f, "signature", None)  # a File need not have it, and may mean another thing by it
+    if type(kept) is KeptSignature:
         return kept
     # Built as a tuple is, every field given (Signature's own __new__ is a Python call): one per file.
     return _new_signature(Signature, (f.path, f.content_type, f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns, f.name, None))

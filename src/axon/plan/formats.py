@@ -69,9 +69,9 @@ def _whole_files(key: bytes | None, boundary: str | None, signatures: tuple[Sign
     """``multipart_mixed`` of whole files, the common case, from what is kept per file version
     (:func:`_piece`): the bytes :func:`~axon.http.multipart.frame` would make, in one pass."""
     # A hit is one lookup, no call of ours: the common case of a busy pool. A kept signature (a
-    # trusted file's) is found in _KEPT by identity; a plain one misses there and hashes its facts.
+    # trusted file's) is found in _KEPT by identity, a plain one in _PIECES by its facts.
     kept, known = _KEPT.get, _PIECES.get
-    pieces = [kept(s) or known(s) or _piece(s) for s in signatures]
+    pieces = [(kept(s) if type(s) is KeptSignature else known(s)) or _piece(s) for s in signatures]
     if key is None:
         etag, boundary = None, boundary or new_boundary()
     else:

@@ -5,9 +5,10 @@ it in (the head and body as they arrive, with the counts the limits are checked 
 once it is complete it waits in the connection's queue until its turn to be answered. It is a
 plain record: the connection decides, the response writer frames the answer from it.
 
-What the answer's framing needs is decided here once, when the request is complete: whether the
-connection may carry another request (``keep_alive``), the HTTP version (``http11``) and whether
-the request was a ``HEAD`` (``head``), so that no function passes them along by position.
+What the answer's framing needs is decided here once: whether the connection may carry another
+request (``keep_alive``) and the HTTP version (``http11``) when the head is complete (keep-alive
+again at the end of a chunked body, whose trailer may say close), and whether the request was a
+``HEAD`` (``head``) when it is complete, so that no function passes them along by position.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 class Exchange:
     __slots__ = (
-        "url", "headers", "body", "size", "head_bytes", "head_raw", "nheaders", "in_head",
+        "url", "headers", "body", "size", "head_bytes", "head_raw", "nheaders", "in_head", "chunks", "framing",
         "continue_pending", "http11", "keep_alive", "head", "request", "refusal",
     )
 
@@ -34,6 +35,8 @@ class Exchange:
         self.head_bytes = 0  # header bytes counted as the parser reports them
         self.head_raw = 0  # bytes fed while the head was incomplete (a header still arriving)
         self.nheaders = 0
+        self.chunks = 0  # chunks of a chunked body begun
+        self.framing = 0  # bytes fed past the head that were not body (chunk lines, trailers)
         self.in_head = True
         self.continue_pending = False  # "Expect: 100-continue", not answered yet
         # How it is answered.

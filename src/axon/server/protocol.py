@@ -58,6 +58,9 @@ log = logging.getLogger("axon.server")
 #: Seconds a lingering close reads (and drops) what the client still sends.
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 8 * 1024 * 1024
+#: What one chunk's size line and CRLFs may take beyond the header budget (a chunked body's
+#: framing; chunk extensions past it are refused with the trailers that overflow it).
+CHUNK_LINE_BYTES = 64
 
 _METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH")}
 
@@ -214,6 +217,7 @@ class HTTPProtocol(asyncio.Protocol):
     def _feed(self, data: bytes) -> None:
         ex = self._exchange
         in_head = ex is not None and ex.in_head
+        body_before = -1 if ex is None or in_head else ex.size
         try:
             self.parser.feed_data(data)
         except HttpParserUpgrade:
@@ -245,8 +249,17 @@ class HTTPProtocol(asyncio.Protocol):
                     self._refuse(HeadersTooLarge(f"request headers longer than {self.limits.max_header_bytes} bytes"))
                 elif state is IDLE or state is NEW:
                     self._to(HEAD)
-            elif state is HEAD or state is IDLE or state is NEW:
-                self._to(BODY)
+            else:
+                if body_before >= 0 and ex is self._exchange and ex.chunks:
+                    # Past the head, what is not body (chunk lines, a trailer still arriving, which
+                    # httptools holds whole) is bounded as a head is.
+                    ex.framing += len(data) - (ex.size - body_before)
+                    if ex.framing > self.limits.max_header_bytes + CHUNK_LINE_BYTES * ex.chunks:
+                        self._refuse(HeadersTooLarge(
+                            f"chunk lines and trailers longer than {self.limits.max_header_bytes} bytes"))
+                        return
+                if state is HEAD or state is IDLE or state is NEW:
+                    self._to(BODY)
 
     def _refuse(self, error: HTTPError) -> None:
         """Answer ``error`` once what is queued before it is answered; then close."""
@@ -306,7 +319,7 @@ class HTTPProtocol(asyncio.Protocol):
         ex: Exchange = self._exchange  # type: ignore[assignment]
         ex.in_head = False
         parser = self.parser
-        ex.keep_alive = keep_alive = parser.should_keep_alive()  # final once the head is
+        ex.keep_alive = keep_alive = parser.should_keep_alive()  # a chunked body's trailer may still say close
         headers = ex.headers
         if keep_alive and "connection" not in headers and "proxy-connection" not in headers:
             # Kept alive without a word: HTTP/1.1, the one version llhttp keeps alive by default
@@ -352,6 +365,9 @@ class HTTPProtocol(asyncio.Protocol):
             ex.body.append(data)
         self._to(BODY)  # each piece restarts the clock
 
+    def on_chunk_header(self) -> None:  # called for chunked bodies only
+        self._exchange.chunks += 1  # type: ignore[union-attr]
+
     def on_message_complete(self) -> None:
         ex: Exchange = self._exchange  # type: ignore[assignment]
         self._exchange = None
@@ -359,6 +375,8 @@ class HTTPProtocol(asyncio.Protocol):
             return
         parser = self.parser
         keep_alive = ex.keep_alive
+        if keep_alive and ex.chunks:  # a chunked body's trailer may say "Connection: close"
+            keep_alive = ex.keep_alive = parser.should_keep_alive()
         method = parser.get_method()
         ex.head = method == b"HEAD"
         url = ex.url

@@ -29,8 +29,9 @@ class State(enum.Enum):
     ========  =========================================  ====================  ===============
 
     NEW or IDLE -> HEAD when a read ends in a request's head (BODY: in its body), changed once a
-    read is parsed, not in the parser's callbacks: a request that is complete within one read
-    changes no state until it is answered -> ANSWER once it is complete and its turn came
+    read is parsed, not in the parser's callbacks: a request without a body that is complete
+    within one read changes no state until it is answered (a body's pieces restart BODY's clock
+    as they come) -> ANSWER once it is complete and its turn came
     (STALLED while the client does not read) -> IDLE, or HEAD/BODY for the next request already
     arriving. A request answered from the parser's callback (server/shortcuts.py) goes to IDLE
     at once, from whichever state it arrived in. Any state -> LINGER when the connection closes

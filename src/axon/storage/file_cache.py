@@ -326,9 +326,11 @@ class FileCache:
             known = made[1]  # the same version as before: every batch keeps sharing one object
         else:
             known = self._trusted(requested, version, small[1], entry.name, entry.content_type)
-            entry.made = (version, known)
         with self._lock:
-            if syncs == self._syncs and not entry.dropped:  # no event taken in since the fstat
+            if entry.dropped or entry.small is not small:  # dropped, or new bytes read meanwhile
+                return
+            entry.made = (version, known)
+            if syncs == self._syncs:  # no event taken in since the fstat
                 entry.fresh = st
                 entry.known = known
 
