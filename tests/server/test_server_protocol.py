@@ -330,6 +330,19 @@ def test_health_is_answered_from_bytes_exactly_as_the_app_would(harness, root) -
     assert head.header("content-length") == "22" and head.body == b""
 
 
+def test_a_fixed_answer_carries_the_date_of_its_second(harness) -> None:
+    from axon.server.wire import date_line
+
+    h = harness()
+    h.worker.date_line = date_line(784111777)
+    h.feed(b"GET /api/health HTTP/1.1\r\n\r\nGET /api/health HTTP/1.1\r\n\r\n")
+    h.worker.date_line = date_line(784111778)  # the worker's next second: a new line
+    h.feed(b"GET /api/health HTTP/1.1\r\n\r\nHEAD /api/health HTTP/1.1\r\n\r\n")
+    answers = h.responses(["GET", "GET", "GET", "HEAD"])
+    assert [r.header("date")[-6:] for r in answers] == ["37 GMT", "37 GMT", "38 GMT", "38 GMT"]
+    assert [r.body for r in answers] == [b'{"status":"available"}'] * 3 + [b""]
+
+
 def test_fixed_answers_keep_their_place_in_a_pipeline(harness, root) -> None:
     app, called = counting_app(root)
     h = harness(app)

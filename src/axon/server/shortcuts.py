@@ -60,13 +60,15 @@ REORDER_SECONDS = 1.0
 
 class FixedAnswer:
     """One fixed answer: ``head`` (the status line and headers, without ``Date``, ``Server`` and
-    the blank line) and its ``body``."""
+    the blank line) and its ``body``; ``whole``, the answer with its ``Date`` line as the worker
+    last sent it, and that line (made again when the second changes: ``ResponseWriter.send_fixed``)."""
 
-    __slots__ = ("head", "body")
+    __slots__ = ("head", "body", "whole")
 
     def __init__(self, response: Response) -> None:
         self.head = encode_head(response.status, response.reason, response.headers, b"")[:-2]
         self.body = b"".join(response.body)  # type: ignore[arg-type]
+        self.whole: tuple[bytes, bytes] = (b"", b"")
 
 
 class Head:

@@ -188,7 +188,14 @@ class ResponseWriter:
     def send_fixed(self, fixed: FixedAnswer, head_only: bool = False) -> None:
         """Write one of the App's fixed answers (:mod:`.shortcuts`) with this second's ``Date``;
         its head alone with ``head_only`` (a HEAD)."""
-        data = b"".join((fixed.head, self._worker.date_line, CRLF, b"" if head_only else fixed.body))
+        date = self._worker.date_line
+        if head_only:
+            data = b"".join((fixed.head, date, CRLF))
+        else:
+            whole = fixed.whole  # one read: the line and the answer made with it
+            if whole[0] is not date:  # a new second (the worker's line is one object a second)
+                whole = fixed.whole = (date, b"".join((fixed.head, date, CRLF, fixed.body)))
+            data = whole[1]
         self._hold([data], len(data))
 
     def _hold(self, buffers: list[bytes], size: int) -> None:
