@@ -96,6 +96,18 @@ def test_a_trailer_is_bounded_as_a_head_is(harness, root) -> None:
     assert not seen  # never handed to the App
 
 
+def test_a_chunked_body_after_another_is_counted_alone(harness, root) -> None:
+    """The framing of a chunked body is counted for the request it belongs to: one that ends a
+    large body and one that begins in the same read are both answered."""
+    app, seen = recording_app(root)
+    h = harness(app)
+    big = b"x" * 100_000
+    h.receive(b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n" % len(big) + big)
+    h.receive(b"\r\n0\r\n\r\nPOST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
+    h.receive(b"0\r\n\r\n")
+    assert [(r.status, len(r.body)) for r in h.responses()] == [(200, len(big)), (200, 3)]
+
+
 def test_plain_handlers_answer_inline_without_a_task(harness) -> None:
     h = harness()
     h.receive(b"GET /api/health HTTP/1.1\r\n\r\nGET /files/a.txt HTTP/1.1\r\n\r\n")

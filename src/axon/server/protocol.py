@@ -215,9 +215,9 @@ class HTTPProtocol(asyncio.Protocol):
     # -- parsing --------------------------------------------------------------------------------
 
     def _feed(self, data: bytes) -> None:
-        ex = self._exchange
+        arriving = ex = self._exchange
         in_head = ex is not None and ex.in_head
-        body_before = -1 if ex is None or in_head else ex.size
+        body_before = 0 if ex is None else ex.size
         try:
             self.parser.feed_data(data)
         except HttpParserUpgrade:
@@ -250,7 +250,7 @@ class HTTPProtocol(asyncio.Protocol):
                 elif state is IDLE or state is NEW:
                     self._to(HEAD)
             else:
-                if body_before >= 0 and ex is self._exchange and ex.chunks:
+                if ex is arriving and not in_head and ex.chunks:  # a body that was arriving before this read
                     # Past the head, what is not body (chunk lines, a trailer still arriving, which
                     # httptools holds whole) is bounded as a head is.
                     ex.framing += len(data) - (ex.size - body_before)

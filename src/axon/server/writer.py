@@ -148,7 +148,7 @@ class ResponseWriter:
         the files closed and nothing written, if it does not fit one write."""
         length = head.length
         if not files:  # every file's bytes in memory: the body is bytes, held as it is
-            if length > self._chunk and length > MEMORY_BODY_MAX:
+            if not fits_one_write(length, 0, self._chunk):
                 return False
         elif not self._fits(body, length):
             for f in files:
