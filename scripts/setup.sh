@@ -53,7 +53,7 @@ if [ "$want_all" = 1 ]; then
   # unzip, bsdtar (libarchive-tools) and GNU tar read back the zip and tar batches; webdataset
   # fetches http:// shards with curl (tests/fsspec); ip (iproute2) puts the nodes of
   # tests/deploy/test_cluster.py in network namespaces of their own; gcc and Python's headers
-  # build uWSGI, which PyPI has only as source.
+  # build uWSGI, which PyPI has only as source, and axon serve's compiled reader of simple heads.
   missing=""
   for cmd in nginx:nginx wrk:wrk shellcheck:shellcheck docker-compose:docker-compose chromium:chromium \
              chromedriver:chromium-driver unzip:unzip bsdtar:libarchive-tools tar:tar curl:curl ip:iproute2 \
@@ -74,8 +74,12 @@ fi
 stamp="$VENV/.axon-setup"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1) $extras"
 have=$(cat "$stamp" 2>/dev/null || true)
+# With --all the compiler is here, so axon serve's compiled reader of simple heads must be built
+# (an install made before gcc was is made again).
+built=1
+[ "$want_all" = 0 ] || "$python" -c "import axon.server._simplehead" 2>/dev/null || built=0
 if [ "$have" != "$want" ] && [ "$have" != "${want%% *} server,tools,test,s3,fsspec" ] \
-   || ! "$python" -c "import axon" 2>/dev/null; then
+   || [ "$built" = 0 ] || ! "$python" -c "import axon" 2>/dev/null; then
   rm -f "$stamp"
   # A pip configured with local indexes warns for each package they lack: noise, not a failure
   # (pipefail keeps pip's own status).

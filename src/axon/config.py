@@ -85,6 +85,10 @@ class Environment:
     #: Name files by what every host serving copies of them sees alike (path, size, mtime),
     #: not by inode, device and ctime (``AXON_PORTABLE_IDENTITY=1``; ``--portable-identity``).
     portable_identity: bool = False
+    #: Run Axon's own code as Python only: its optional compiled module (the server's reader of
+    #: simple request heads, :mod:`axon.server.simplehead`) unused (``AXON_PURE_PYTHON=1``; the
+    #: tests run both).
+    pure_python: bool = False
 
 
 def environment(environ: Mapping[str, str] | None = None) -> Environment:
@@ -104,6 +108,7 @@ def environment(environ: Mapping[str, str] | None = None) -> Environment:
         object_listing=not flag("AXON_NO_OBJECT_LISTING", env),
         identity_secret=variable("AXON_IDENTITY_SECRET", None, env),
         portable_identity=flag("AXON_PORTABLE_IDENTITY", env),
+        pure_python=flag("AXON_PURE_PYTHON", env),
     )
 
 

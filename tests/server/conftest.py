@@ -5,6 +5,10 @@ raw-socket client that reads responses itself (no HTTP library between the test 
   (a worker on its own event loop in a thread) on a free port; stopped at teardown.
 * ``spawn(*args, env=...)`` runs ``python -m axon.cli serve ROOT --port 0 ...`` in its own
   process group, reads the port from its log, and waits for ``/api/health``.
+
+``serve``, ``harness`` and the modules' own servers run each test twice: with the compiled
+reader of simple heads (``head_reader`` "compiled", skipped where it was not built) and without
+it (``AXON_PURE_PYTHON=1``: llhttp alone), so the connection is proven both ways.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -315,9 +321,36 @@ def parse_multipart(resp: Resp) -> list[tuple[dict[str, str], bytes]]:
 
 # ------------------------------------------------------------------------------------- servers
 
+#: The two ways a connection reads heads (axon/server/simplehead.py).
+HEAD_READERS = ["compiled", "pure"]
+
+
+@contextmanager
+def head_reader_set(kind: str) -> Iterator[None]:
+    """``AXON_PURE_PYTHON`` as ``kind`` asks while the block runs (a worker reads it when made)."""
+    from axon.server import simplehead
+
+    before = os.environ.pop("AXON_PURE_PYTHON", None)
+    if kind == "pure":
+        os.environ["AXON_PURE_PYTHON"] = "1"
+    try:
+        if kind == "compiled" and simplehead.parser() is None:
+            pytest.skip("the compiled reader of simple heads is not built here")
+        yield
+    finally:
+        os.environ.pop("AXON_PURE_PYTHON", None)
+        if before is not None:
+            os.environ["AXON_PURE_PYTHON"] = before
+
+
+@pytest.fixture(params=HEAD_READERS)
+def head_reader(request: pytest.FixtureRequest) -> Iterator[str]:
+    with head_reader_set(request.param):
+        yield request.param
+
 
 @pytest.fixture
-def serve(root: Path):
+def serve(root: Path, head_reader: str):
     """Factory: ``serve(app=None, limits=None, **ServerConfig fields)`` -> a running ThreadServer."""
     from axon.server.config import ServerConfig
     from axon.server.worker import ThreadServer
@@ -522,7 +555,7 @@ class Harness:
 
 
 @pytest.fixture
-def harness(root: Path):
+def harness(root: Path, head_reader: str):
     made: list[Harness] = []
 
     def make(app: App | None = None, limits: Limits | None = None) -> Harness:

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from conftest import FILES, Client, Closed, Resp
+from conftest import FILES, HEAD_READERS, Client, Closed, Resp, head_reader_set
 
 ANY_4XX = 0  # in ``statuses``: any 4xx
 
@@ -167,13 +167,14 @@ def test_corpus_socket(socket_server, case: Case, how: str) -> None:
     check(case, responses, closed)
 
 
-@pytest.fixture(scope="module")
-def socket_server(root):
+@pytest.fixture(scope="module", params=HEAD_READERS)
+def socket_server(root, request):
     from axon.app import App
     from axon.server.config import ServerConfig
     from axon.server.worker import ThreadServer
 
-    server = ThreadServer(App(root), ServerConfig(port=0)).start()
+    with head_reader_set(request.param):
+        server = ThreadServer(App(root), ServerConfig(port=0)).start()
     yield server
     server.stop()
 

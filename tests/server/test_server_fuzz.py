@@ -16,7 +16,7 @@ import socket
 import time
 
 import pytest
-from conftest import Client
+from conftest import HEAD_READERS, Client, head_reader_set
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_server_corpus import CORPUS
@@ -103,13 +103,14 @@ def test_fuzz_fake_transport(harness, errors, data) -> None:
     h.finish()
 
 
-@pytest.fixture(scope="module")
-def fuzz_server(root):
+@pytest.fixture(scope="module", params=HEAD_READERS)
+def fuzz_server(root, request):
     from axon.app import App
     from axon.server.config import ServerConfig
     from axon.server.worker import ThreadServer
 
-    server = ThreadServer(App(root), ServerConfig(port=0)).start()
+    with head_reader_set(request.param):
+        server = ThreadServer(App(root), ServerConfig(port=0)).start()
     yield server
     server.stop()
 

@@ -78,6 +78,15 @@ class NotImplementedEncoding(HTTPError):
 
 
 class HTTPProtocol(asyncio.Protocol):
+    # Slots: a connection is read on every request, and past some 30 attributes an instance
+    # dict's keys stop being shared and each ``self.x`` costs more (CPython 3.11).
+    __slots__ = (
+        "worker", "app", "loop", "limits", "_max_headers", "_max_header_bytes", "parser", "_simple_head",
+        "_between", "_shortcuts", "_get_fixed", "_remembered", "_open", "_record_sent", "_sync_files",
+        "_cached_files", "state", "deadline", "_transport", "flow", "writer", "cycle", "_exchange", "_refusal",
+        "_pipeline", "_stash", "_closing", "stopping", "_eof", "_linger_bytes",
+    )
+
     def __init__(self, worker: Host) -> None:
         self.worker = worker
         self.app = worker.app
@@ -85,6 +94,8 @@ class HTTPProtocol(asyncio.Protocol):
         self.limits = limits = worker.limits
         self._max_headers, self._max_header_bytes = limits.max_headers, limits.max_header_bytes
         self.parser = HttpRequestParser(self)
+        self._simple_head = worker.simple_head
+        self._between = True  # whether llhttp may be between requests (see _feed)
         self._shortcuts = shortcuts = worker.shortcuts
         self._get_fixed = shortcuts.get_fixed
         self._remembered = shortcuts.remembered
@@ -215,6 +226,15 @@ class HTTPProtocol(asyncio.Protocol):
     # -- parsing --------------------------------------------------------------------------------
 
     def _feed(self, data: bytes) -> None:
+        if self._simple_head is not None:
+            if self._between and self._exchange is None:
+                data = self._feed_simple(data)
+                if not data:
+                    return
+            # Whether llhttp will be between requests after this read, where the compiled reader
+            # may take over: a request begun makes an exchange in a callback, but the first bytes
+            # of a method ("GE") are held without one. A read ending in "\n" ends no method.
+            self._between = data[-1:] == b"\n"
         arriving = ex = self._exchange
         in_head = ex is not None and ex.in_head
         body_before = 0 if ex is None else ex.size
@@ -260,6 +280,25 @@ class HTTPProtocol(asyncio.Protocol):
                         return
                 if state is HEAD or state is IDLE or state is NEW:
                     self._to(BODY)
+
+    def _feed_simple(self, data: bytes) -> bytes:
+        """Read the simple heads that ``data`` begins with in one call each (:mod:`.simplehead`)
+        and answer them as llhttp's callbacks would; return what is left for llhttp."""
+        parse, start, size = self._simple_head, 0, len(data)
+        max_url, max_headers, max_header_bytes = self.limits.max_url_bytes, self._max_headers, self._max_header_bytes
+        while start < size:
+            found = parse(data, start, max_url, max_headers, max_header_bytes)  # type: ignore[misc]
+            if found is None:
+                break
+            method, url, headers, start = found
+            ex = Exchange(url)
+            ex.headers = headers
+            ex.in_head = False
+            ex.keep_alive = True  # HTTP/1.1, and no "Connection" but "keep-alive"
+            self._complete(ex, method)
+            if self._closing:
+                return b""
+        return data[start:] if start else data
 
     def _refuse(self, error: HTTPError) -> None:
         """Answer ``error`` once what is queued before it is answered; then close."""
@@ -374,13 +413,15 @@ class HTTPProtocol(asyncio.Protocol):
         if self._closing:  # cut, or answered "close" already: what follows in this read is dropped
             return
         parser = self.parser
-        keep_alive = ex.keep_alive
-        if keep_alive and ex.chunks:  # a chunked body's trailer may say "Connection: close"
-            keep_alive = ex.keep_alive = parser.should_keep_alive()
-        method = parser.get_method()
+        if ex.keep_alive and ex.chunks:  # a chunked body's trailer may say "Connection: close"
+            ex.keep_alive = parser.should_keep_alive()
+        self._complete(ex, parser.get_method())
+
+    def _complete(self, ex: Exchange, method: bytes) -> None:
+        """``ex`` is read whole: answer it here if a shortcut may, else queue it for the App."""
         ex.head = method == b"HEAD"
         url = ex.url
-        if keep_alive and ex.http11 and self._shortcut(ex, method, url):
+        if ex.keep_alive and ex.http11 and self._shortcut(ex, method, url):
             return
         self._sync_files()  # before anything opens a file for this request
         try:

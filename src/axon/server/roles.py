@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .outbox import Outbox
     from .served import ServedApp
     from .shortcuts import Shortcuts
+    from .simplehead import SimpleHeadParser
 
 
 class Host(Protocol):
@@ -31,6 +32,8 @@ class Host(Protocol):
     connections: set[Any]
     #: What connections may send without calling the App (fixed answers, remembered heads).
     shortcuts: Shortcuts
+    #: The compiled reader of simple request heads (:mod:`.simplehead`), or None: llhttp alone.
+    simple_head: SimpleHeadParser | None
     #: The 503 a connection over the limit gets, whole.
     full_response: bytes
     use_sendfile: bool

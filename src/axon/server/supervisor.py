@@ -31,6 +31,7 @@ from dataclasses import replace
 from .accept import bind
 from .config import ServerConfig
 from .loops import loop_name
+from . import simplehead
 from .served import ServedApp
 from .worker import raise_fd_limit, run_worker
 
@@ -49,8 +50,8 @@ def serve(app: ServedApp, config: ServerConfig) -> int:
     shown = replace(config, host=host, port=port)
     mode = "sendfile" if config.use_sendfile else "copying (TLS or AXON_NO_SENDFILE)"
     log.info(
-        "axon serve: listening on %s, root %s, %d worker(s), loop %s, %s",
-        shown.url, app.store.root, max(config.workers, 1), loop_name(), mode,
+        "axon serve: listening on %s, root %s, %d worker(s), loop %s, %s, %s",
+        shown.url, app.store.root, max(config.workers, 1), loop_name(), mode, simplehead.describe(),
     )
     if in_process:
         try:
