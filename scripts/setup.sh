@@ -72,7 +72,8 @@ fi
 # What was installed, and from which pyproject.toml: the same again (or a subset of the extras
 # after --all) skips pip, which takes seconds even when there is nothing to do.
 stamp="$VENV/.axon-setup"
-want="$(sha256sum pyproject.toml | cut -d' ' -f1) $extras"
+# The compiled reader is built into src/ by the install: a change to its source installs again.
+want="$(cat pyproject.toml src/axon/server/_simplehead.c | sha256sum | cut -d' ' -f1) $extras"
 have=$(cat "$stamp" 2>/dev/null || true)
 # With --all the compiler is here, so axon serve's compiled reader of simple heads must be built
 # (an install made before gcc was is made again).

@@ -25,12 +25,12 @@ LIMITS = Limits()
 MAX = (LIMITS.max_url_bytes, LIMITS.max_headers, LIMITS.max_header_bytes)
 
 
-def test_the_reader_is_built_where_it_can_be() -> None:
+def test_the_reader_is_built_where_it_can_be(monkeypatch) -> None:
     """Where a C compiler and Python's headers are (as scripts/setup.sh --all makes sure), the
     install builds the reader: a missing one would leave every test of it skipped."""
     if not shutil.which("gcc") or not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
         pytest.skip("no C compiler or Python headers: the reader is optional")
-    os.environ.pop("AXON_PURE_PYTHON", None)
+    monkeypatch.delenv("AXON_PURE_PYTHON", raising=False)
     assert simplehead.parser() is not None, "pip install -e . did not build axon/server/_simplehead.c"
 
 
@@ -302,3 +302,26 @@ def test_a_method_begun_in_one_read_is_not_read_again(root) -> None:
     compiled = _answers("compiled", root, pieces)
     assert compiled == _answers("pure", root, pieces)
     assert compiled.count(b"HTTP/1.1 200 ") == 1 and b"HTTP/1.1 400 " in compiled
+
+
+@needs_reader
+def test_an_exception_of_the_answer_is_answered_alike(root) -> None:
+    """A bug of ours while answering (here: the file cache's sync fails) is a 400 and a close on
+    both paths, as httptools makes it of a callback's exception; the worker goes on."""
+    def answers(kind: str) -> bytes:
+        with head_reader_set(kind):
+            h = Harness(App(root))
+
+        def broken() -> None:
+            raise OSError("a bug")
+
+        h.proto._sync_files = broken
+        try:
+            h.feed(b"GET /files/missing.bin HTTP/1.1\r\n\r\n" + WRK)
+            return re.sub(rb"\r\nDate: [^\r]*", b"", bytes(h.transport.out))
+        finally:
+            h.finish()
+
+    compiled = answers("compiled")
+    assert compiled == answers("pure")
+    assert compiled.startswith(b"HTTP/1.1 400 ") and b"callback error" in compiled

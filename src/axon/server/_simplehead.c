@@ -17,7 +17,7 @@
  *
  * Anything else returns None: the bytes go to llhttp, which reads them (or refuses them) as it
  * always does. This reads a strict subset of what llhttp accepts and reads it the same way, so
- * the two can never disagree on where a request ends (tests/server/test_simplehead.py compares
+ * the two can never disagree on where a request ends (tests/server/test_server_simplehead.py compares
  * them on generated heads). It never raises for bad input.
  */
 #define PY_SSIZE_T_CLEAN
@@ -75,11 +75,11 @@ parse(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "parse(data: bytes, start, max_url, max_headers, max_header_bytes)");
         return NULL;
     }
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    Py_ssize_t max_url = PyLong_AsSsize_t(args[2]);
-    Py_ssize_t max_headers = PyLong_AsSsize_t(args[3]);
-    Py_ssize_t max_header_bytes = PyLong_AsSsize_t(args[4]);
-    if (PyErr_Occurred()) return NULL;
+    Py_ssize_t start, max_url, max_headers, max_header_bytes;
+    if ((start = PyLong_AsSsize_t(args[1])) == -1 && PyErr_Occurred()) return NULL;
+    if ((max_url = PyLong_AsSsize_t(args[2])) == -1 && PyErr_Occurred()) return NULL;
+    if ((max_headers = PyLong_AsSsize_t(args[3])) == -1 && PyErr_Occurred()) return NULL;
+    if ((max_header_bytes = PyLong_AsSsize_t(args[4])) == -1 && PyErr_Occurred()) return NULL;
     const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(args[0]);
     Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
     if (start < 0 || start > size) Py_RETURN_NONE;
@@ -193,8 +193,7 @@ PyMODINIT_FUNC
 PyInit__simplehead(void)
 {
     make_tables();
-    GET = PyBytes_FromString("GET");
-    HEAD = PyBytes_FromString("HEAD");
-    if (GET == NULL || HEAD == NULL) return NULL;
+    if (GET == NULL && (GET = PyBytes_FromString("GET")) == NULL) return NULL;
+    if (HEAD == NULL && (HEAD = PyBytes_FromString("HEAD")) == NULL) return NULL;
     return PyModule_Create(&module);
 }

@@ -62,6 +62,10 @@ LINGER_BYTES = 8 * 1024 * 1024
 #: framing; chunk extensions past it are refused with the trailers that overflow it).
 CHUNK_LINE_BYTES = 64
 
+#: What httptools says when a callback raised (HttpParserCallbackError), which _feed answers with
+#: a 400: the compiled reader's path answers an exception of _complete the same way.
+CALLBACK_ERROR = "`on_message_complete` callback error"
+
 _METHODS = {m.encode(): m for m in ("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH")}
 
 
@@ -295,7 +299,10 @@ class HTTPProtocol(asyncio.Protocol):
             ex.headers = headers
             ex.in_head = False
             ex.keep_alive = True  # HTTP/1.1, and no "Connection" but "keep-alive"
-            self._complete(ex, method)
+            try:
+                self._complete(ex, method)
+            except Exception:  # noqa: BLE001 - what httptools makes of a callback's exception (_feed)
+                self._refuse(BadRequest(f"malformed request: {CALLBACK_ERROR}", code="bad_request"))
             if self._closing:
                 return b""
         return data[start:] if start else data

@@ -11,7 +11,7 @@ ended).
 install: pip warns and goes on) or is turned off (``AXON_PURE_PYTHON=1``). With None every head
 goes to llhttp, as it always can: the accelerator reads a strict subset of what llhttp accepts
 (``_simplehead.c`` lists it) and hands anything else back, untouched, so a request is never
-refused or read differently because of it. ``tests/server/test_simplehead.py`` compares the two
+refused or read differently because of it. ``tests/server/test_server_simplehead.py`` compares the two
 on generated heads, and the suite's connection tests run with and without it.
 """
 
