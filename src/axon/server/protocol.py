@@ -7,7 +7,9 @@ the closing; each request is an :class:`~.exchange.Exchange`; a :class:`~.cycle.
 runs the App for it; a :class:`~.writer.ResponseWriter` writes the answers.
 
 Bytes arrive in :meth:`HTTPProtocol.data_received` and are parsed into complete requests (the
-body read whole, up to ``Limits.max_body_bytes``), which queue in order. Requests are answered
+body read whole, up to ``Limits.max_body_bytes``), which queue in order. Where it was built, the
+compiled reader of simple heads (:mod:`.simplehead`) reads a plain ``GET`` or ``HEAD`` in one
+call before llhttp sees it (``_feed_simple``), and answers it as the callbacks would. Requests are answered
 one at a time, in order (pipelining). While a response is pending in a task the connection does
 not parse further: what arrives is kept (one read at most) and reading pauses until the response
 is done. One of the App's fixed answers (the health probe), or a head the worker remembered for

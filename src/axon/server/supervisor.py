@@ -28,10 +28,10 @@ import sys
 import time
 from dataclasses import replace
 
+from . import simplehead
 from .accept import bind
 from .config import ServerConfig
 from .loops import loop_name
-from . import simplehead
 from .served import ServedApp
 from .worker import raise_fd_limit, run_worker
 
