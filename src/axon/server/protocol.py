@@ -9,12 +9,12 @@ runs the App for it; a :class:`~.writer.ResponseWriter` writes the answers.
 Bytes arrive in :meth:`HTTPProtocol.data_received` and are parsed into complete requests (the
 body read whole, up to ``Limits.max_body_bytes``), which queue in order. Where it was built, the
 compiled reader of simple heads (:mod:`.simplehead`) reads a plain ``GET`` or ``HEAD`` in one
-call before llhttp sees it (``_feed_simple``), and answers it as the callbacks would. Requests are answered
-one at a time, in order (pipelining). While a response is pending in a task the connection does
-not parse further: what arrives is kept (one read at most) and reading pauses until the response
-is done. One of the App's fixed answers (the health probe), or a head the worker remembered for
-a repeatable route (a file, a batch) with its files opened anew, is sent from the parser's
-callback, past the App (:mod:`.shortcuts`; ``_shortcut``).
+call before llhttp sees it (``_feed_simple``), and answers it as the callbacks would. Requests
+are answered one at a time, in order (pipelining). While a response is pending in a task the
+connection does not parse further: what arrives is kept (one read at most) and reading pauses
+until the response is done. One of the App's fixed answers (the health probe), or a head the
+worker remembered for a repeatable route (a file, a batch) with its files opened anew, is sent
+from the parser's callback, past the App (:mod:`.shortcuts`; ``_shortcut``).
 
 Protection: URL, header bytes and header count are bounded while parsing (414, 431), a body by
 ``max_body_bytes`` (413, before ``100 Continue`` is sent), and malformed framing is a 400 from
@@ -255,8 +255,7 @@ class HTTPProtocol(asyncio.Protocol):
         except HttpParserError as exc:
             refusal, self._refusal = self._refusal, None
             if refusal is None:
-                reason = str(exc) or type(exc).__name__
-                refusal = BadRequest(f"malformed request: {reason}", code="bad_request")
+                refusal = _malformed(str(exc) or type(exc).__name__)
             self._refuse(refusal)
         else:
             # A request still arriving when the read is parsed runs the header clock, or once its
@@ -304,7 +303,7 @@ class HTTPProtocol(asyncio.Protocol):
             try:
                 self._complete(ex, method)
             except Exception:  # noqa: BLE001 - what httptools makes of a callback's exception (_feed)
-                self._refuse(BadRequest(f"malformed request: {CALLBACK_ERROR}", code="bad_request"))
+                self._refuse(_malformed(CALLBACK_ERROR))
             if self._closing:
                 return b""
         return data[start:] if start else data
@@ -596,6 +595,11 @@ class HTTPProtocol(asyncio.Protocol):
         if self.cycle is not None:
             self.cycle.cancel()
         self._abort()
+
+
+def _malformed(reason: str) -> BadRequest:
+    """The 400 of bytes llhttp refused (``reason``: what it said)."""
+    return BadRequest(f"malformed request: {reason}", code="bad_request")
 
 
 def _target(url: bytes) -> tuple[str, str]:
