@@ -126,6 +126,15 @@ class ObjectStoreEnvironment:
     region: str | None = None
     #: Plain ``http://`` endpoints allowed (``AWS_ALLOW_HTTP=true``): a store on loopback.
     allow_http: bool = False
+    #: Requests unsigned, no credentials looked for (``AWS_SKIP_SIGNATURE=true``): a public bucket.
+    skip_signature: bool = False
+    #: A role assumed with a web identity token (``AWS_WEB_IDENTITY_TOKEN_FILE`` and ``AWS_ROLE_ARN``).
+    web_identity: bool = False
+    #: The container's credentials (``AWS_CONTAINER_CREDENTIALS_RELATIVE_URI`` or ``_FULL_URI``: ECS, EKS).
+    container_credentials: bool = False
+    #: The role of the cloud instance, from its metadata service (``AXON_INSTANCE_CREDENTIALS=1``):
+    #: asked only when the user says so, never as a fallback for credentials left unset.
+    instance_credentials: bool = False
 
 
 def object_store_environment(environ: Mapping[str, str] | None = None) -> ObjectStoreEnvironment:
@@ -138,4 +147,9 @@ def object_store_environment(environ: Mapping[str, str] | None = None) -> Object
         session_token=variable("AWS_SESSION_TOKEN", None, env),
         region=variable("AWS_REGION", None, env) or variable("AWS_DEFAULT_REGION", None, env),
         allow_http=flag("AWS_ALLOW_HTTP", env),
+        skip_signature=flag("AWS_SKIP_SIGNATURE", env),
+        web_identity=bool(variable("AWS_WEB_IDENTITY_TOKEN_FILE", None, env) and variable("AWS_ROLE_ARN", None, env)),
+        container_credentials=bool(variable("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", None, env)
+                                   or variable("AWS_CONTAINER_CREDENTIALS_FULL_URI", None, env)),
+        instance_credentials=flag("AXON_INSTANCE_CREDENTIALS", env),
     )

@@ -70,12 +70,13 @@ class Served:
                 self.proc.wait(5)
 
 
-def serve(runtime: str, url: str, store: seaweed.Seaweed, log_dir: Path, *flags: str, **env: str) -> Served:
+def serve(runtime: str, url: str, store: seaweed.Seaweed, log_dir: Path, *flags: str, **env: str | None) -> Served:
     """``runtime`` serving the objects under ``url``, started and healthy (``flags`` appended
-    to its command line)."""
+    to its command line; a variable of ``env`` given as None is left out)."""
     import http.client
 
-    environ = dict(os.environ, **store.env(), AXON_ROOT=url, AXON_STORE_TIMEOUT=STORE_TIMEOUT, **env)
+    given = {**os.environ, **store.env(), "AXON_ROOT": url, "AXON_STORE_TIMEOUT": STORE_TIMEOUT, **env}
+    environ = {name: value for name, value in given.items() if value is not None}
     port = seaweed.free_port()
     log_path = log_dir / f"{runtime}.log"
     with open(log_path, "wb") as log:

@@ -33,6 +33,32 @@ class StoreMisconfigured(ValueError):
     setting to fix, not an outage (a ``ValueError``: ``axon serve`` exits with its message)."""
 
 
+class NoCredentials(StoreMisconfigured):
+    """Nothing in the environment says how to sign requests to an S3 store: a usage error
+    (``axon serve`` exits 2), decided before any request, so that the cloud's instance metadata
+    address is never asked unless the user said to ask it."""
+
+
+def require_credentials(root: str, scheme: str, env: ObjectStoreEnvironment) -> None:
+    """:class:`NoCredentials` unless ``env`` names how to authenticate to the S3 store at
+    ``root``: keys, a web identity, the container's credentials, unsigned requests, or the
+    instance's role, asked for by name. Left alone, object_store would fall back on the
+    instance metadata service (169.254.169.254): on a machine outside a cloud, a wait and a
+    warning; inside one, a role nobody chose. Stores of other schemes take theirs as they are."""
+    if scheme not in ("s3", "s3a"):
+        return
+    if (env.access_key_id and env.secret_access_key) or env.skip_signature or env.web_identity \
+            or env.container_credentials or env.instance_credentials:
+        return
+    half = "AWS_ACCESS_KEY_ID" if env.access_key_id else "AWS_SECRET_ACCESS_KEY" if env.secret_access_key else None
+    said = f"{half} is set but not its pair" if half else "no credentials are set"
+    raise NoCredentials(
+        f"{root}: {said}. Set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (with AWS_SESSION_TOKEN for "
+        "temporary keys), or AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN; AWS_SKIP_SIGNATURE=true reads a "
+        "public bucket unsigned; AXON_INSTANCE_CREDENTIALS=1 takes the cloud instance's role from its "
+        "metadata service")
+
+
 def connect(root: str, scheme: str, env: ObjectStoreEnvironment, timeout: float) -> Any:
     """obstore's store for the URL ``root``, whose scheme is ``scheme``."""
     config, client, retry = _settings(scheme, env, timeout)
@@ -50,6 +76,8 @@ def _settings(
             value = getattr(env, name)
             if value is not None:
                 config[name] = value
+        if env.skip_signature:
+            config["skip_signature"] = True
         if env.allow_http or (env.endpoint or "").startswith("http://"):
             client["allow_http"] = True
     # A few quick retries, all within the timeout: a store that stopped answering is an

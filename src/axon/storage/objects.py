@@ -58,7 +58,8 @@ from .local import FileStore
 from .object_cache import ObjectCache
 from .object_file import ObjectFile
 from .object_listing import ListingRefused, list_runs, plan_runs
-from .object_store import StoreMisconfigured, connect, refused, unavailable  # noqa: F401 - its old home
+from .object_store import NoCredentials, StoreMisconfigured  # noqa: F401 - their old home
+from .object_store import connect, refused, require_credentials, unavailable
 from .object_store import check as check_store
 
 T = TypeVar("T")
@@ -131,6 +132,8 @@ class ObjectSource:
         self._cache: ObjectCache | None = None  # made per process, with the loop
         self._listing_off_until = 0.0
         self._env = env if env is not None else object_store_environment()
+        if store is None:
+            require_credentials(self.root, self.scheme, self._env)
         self._given_store = store
         self._store: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
