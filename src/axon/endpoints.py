@@ -59,12 +59,16 @@ class BuiltinEndpoints:
         self._send_file = app.send_file
         self._send_batch = app.send_batch
         self._cacheable = app.cacheable
+        self._source_health = app.store.health
 
     def add_to(self, router: Router, remote: bool) -> None:
         """Route the endpoints on ``router``; ``remote``: opening a file waits on the network (an
         object store), so the async runtimes run the file endpoints in their thread pool."""
-        router.add_route("/api/health", self.health, ["GET"], blocking=False)
-        router.fixed["/api/health"] = self.health(Request("GET", "/api/health"))
+        if self._source_health is None:
+            router.add_route("/api/health", self.health, ["GET"], blocking=False)
+            router.fixed["/api/health"] = self.health(Request("GET", "/api/health"))
+        else:  # a source that can fail as a whole: what it last saw, read at each probe
+            router.add_route("/api/health", self.source_health, ["GET"], blocking=False)
         router.add_route("/api/limits", self.limits_of_batches, ["GET"], blocking=False)
         # A file or a batch is its target, its Accept and its files' versions, nothing else (no
         # clock: a signed request is never remembered, see App.handle): repeatable.
@@ -80,6 +84,14 @@ class BuiltinEndpoints:
 
     def health(self, request: Request) -> Response:
         return Response(200, [("Content-Type", "application/json"), NO_STORE], [_HEALTH])
+
+    def source_health(self, request: Request) -> Response:
+        """``health``, or a 503 naming what the source last failed at, for a load balancer to
+        act on (an object store that stopped answering or refuses the server's credentials)."""
+        failure = self._source_health()  # type: ignore[misc]
+        if failure is None:
+            return self.health(request)
+        return json_response({"status": "unavailable", **failure.to_dict()}, 503, [NO_STORE, *failure.headers])
 
     def limits_of_batches(self, request: Request) -> Response:
         """What a client needs to size its batches: it sends at most ``max_files`` items in a JSON

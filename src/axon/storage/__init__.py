@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple, Protocol
 
+from ..errors import HTTPError
 from ..http.segments import Segment
 
 #: The open-file cache's defaults (:mod:`axon.storage.file_cache`; README, "axon serve"), here so
@@ -81,6 +82,10 @@ class Source(Protocol):
     #: stream the runtimes send (an object store's slices are fetched as they are sent), or None
     #: for a body of bytes only; the attribute is None where every segment is sendable as it is.
     body_stream: Callable[[list[Segment], int], Any] | None
+    #: ``health()``: None while the source serves, as far as it last saw; else the error saying
+    #: why it cannot (an object store that stopped answering), never asked anew per call. The
+    #: attribute is None where only a file can fail, not the source (a directory).
+    health: Callable[[], HTTPError | None] | None
 
     def open(self, requested: str) -> File:
         """``requested`` (decoded once) as an open :class:`File`, or an

@@ -142,6 +142,7 @@ class FileStore(RootJail):
     blocking = False
     for_batch = None
     body_stream = None
+    health = None
 
     def __init__(
         self, root: str | os.PathLike[str], *, allow_hidden: bool = False, openat2: bool | None = None,

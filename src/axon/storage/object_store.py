@@ -123,10 +123,13 @@ def check(root: str, scheme: str, env: ObjectStoreEnvironment, timeout: float) -
 def unavailable(exc: Exception, path: str) -> HTTPError:
     # The store's own words (its address, the bucket) are for the log, not for the client.
     log.warning("object store request failed for %r: %s", path, _first_line(str(exc)) or type(exc).__name__)
-    return ServiceUnavailable(
-        "the object store did not answer for this key", code="store_unavailable", paths=[path],
-        headers=[("Retry-After", "1")],
-    )
+    return silent(path)
+
+
+def silent(path: str) -> HTTPError:
+    """The 503 of a store that did not answer for ``path``."""
+    return ServiceUnavailable("the object store did not answer", code="store_unavailable", paths=[path],
+                              headers=[("Retry-After", "1")])
 
 
 def _first_line(text: str) -> str:

@@ -36,9 +36,11 @@ import obstore
 from obstore.exceptions import NotFoundError, PreconditionError
 
 from ..http.segments import ObjectSlice, Segment
+from .object_store import silent
 
 if TYPE_CHECKING:
     from .object_cache import ObjectCache
+    from .object_health import StoreHealth
 
 #: The most bytes one ranged GET asks for: large objects arrive as several ranges at once.
 PIECE = 1 << 20
@@ -56,6 +58,7 @@ class StreamSource(Protocol):
     cache: ObjectCache | None
     prefetch_bytes: int
     timeout: float
+    store_health: StoreHealth  # a store that fails a piece is noted as failing
 
     def run(self, coro: Coroutine[Any, Any, Any]) -> Any: ...
 
@@ -200,8 +203,10 @@ async def _fetch(source: StreamSource, obj: StreamObject, offset: int, count: in
     except (NotFoundError, FileNotFoundError):
         raise ObjectStreamBroken(f"{obj.key} was deleted since it was opened") from None
     except asyncio.TimeoutError:
+        source.store_health.outcome(silent(obj.key))
         raise ObjectStreamBroken(f"the object store did not answer within {source.timeout} s for {obj.key}") from None
     except Exception as exc:  # noqa: BLE001 - any failure of the store ends this body
+        source.store_health.outcome(silent(obj.key))
         said = str(exc).strip().split("\n", 1)[0][:500] or type(exc).__name__
         raise ObjectStreamBroken(f"the object store failed for {obj.key}: {said}") from None
     meta, data = result

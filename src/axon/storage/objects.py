@@ -31,7 +31,8 @@ before the fork would be shared, broken, by every worker).
 
 A store that refuses the server's credentials, or has no such bucket, is a setting to fix, not
 an outage: :meth:`ObjectSource.check` asks at start; a refusal later is a 502 or a 403, never
-the 503 of a store that did not answer (:mod:`.object_store`).
+the 503 of a store that did not answer (:mod:`.object_store`). Each request's outcome is noted
+(:mod:`.object_health`): ``/api/health`` says what the store last did.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from .jail import normalize
 from .local import FileStore
 from .object_cache import ObjectCache
 from .object_file import ObjectFile
+from .object_health import StoreHealth
 from .object_listing import ListingRefused, list_runs, plan_runs
 from .object_store import NoCredentials, StoreMisconfigured  # noqa: F401 - their old home
 from .object_store import connect, refused, require_credentials, unavailable
@@ -141,6 +143,8 @@ class ObjectSource:
         self._lock = threading.Lock()
         self._types: dict[str, str] = {}
         self._crcs: OrderedDict[tuple[str, str], int] = OrderedDict()
+        #: What the store last did in this process (its requests note it): what health reports.
+        self.store_health = StoreHealth()
         if check and store is None:
             self.check()
 
@@ -171,7 +175,30 @@ class ObjectSource:
                     loop = asyncio.new_event_loop()
                     threading.Thread(target=loop.run_forever, name="axon-objects", daemon=True).start()
                     self._loop, self._pid = loop, os.getpid()
+                    self.store_health.asking = False  # a check under way in the parent is not this one's
         return self._loop  # type: ignore[return-value]
+
+    def health(self) -> HTTPError | None:
+        """None while the store answered last, else the 503 saying what failed (:mod:`.object_health`):
+        never a request made here; a note too old is checked in the background, once."""
+        note = self.store_health
+        if note.stale():
+            note.asking = True
+            asyncio.run_coroutine_threadsafe(self._check_health(), self._ensure())
+        return note.report()
+
+    async def _check_health(self) -> None:
+        """One HEAD of a key that is not there: a 404 is the store answering."""
+        key = ".axon-health"
+        try:
+            await asyncio.wait_for(obstore.head_async(self._store, key), self.timeout)
+            self.store_health.answered()
+        except (NotFoundError, FileNotFoundError):
+            self.store_health.answered()
+        except Exception as exc:  # noqa: BLE001 - the store's failure is what health reports
+            self.store_health.outcome(refused(exc, self.root, key) or unavailable(exc, key))
+        finally:
+            self.store_health.asking = False
 
     def check(self) -> None:
         """Ask the store at once whether it takes this server's settings
@@ -298,9 +325,11 @@ class ObjectSource:
         except (NotFoundError, FileNotFoundError) as exc:
             if self._cache is not None:
                 self._cache.forget(key)
-            return refused(exc, self.root, requested) or NotFound("no such object", paths=[requested])
+            return self.store_health.outcome(refused(exc, self.root, requested)
+                                             or NotFound("no such object", paths=[requested]))
         except Exception as exc:  # noqa: BLE001 - the store's failure is the client's 503
-            return refused(exc, self.root, requested) or unavailable(exc, requested)
+            return self.store_health.outcome(refused(exc, self.root, requested) or unavailable(exc, requested))
+        self.store_health.answered()
         size = meta["size"]
         if data is not None and 0 < size == len(data) and self._cache is not None:
             data = bytes(data)
@@ -367,7 +396,7 @@ class ObjectSource:
         except (PreconditionError, NotFoundError, FileNotFoundError):
             raise FileChanged(f.path) from None
         except Exception as exc:  # noqa: BLE001
-            raise (refused(exc, self.root, f.path) or unavailable(exc, f.path)) from None
+            raise self.store_health.outcome(refused(exc, self.root, f.path) or unavailable(exc, f.path)) from None
         if seen != f.size:
             raise FileChanged(f.path)
         return crc
@@ -412,7 +441,8 @@ class ObjectSource:
         try:
             found = await obstore.list_with_delimiter_async(self._store, prefix or None)
         except Exception as exc:  # noqa: BLE001
-            raise (refused(exc, self.root, prefix) or unavailable(exc, prefix)) from None
+            raise self.store_health.outcome(refused(exc, self.root, prefix) or unavailable(exc, prefix)) from None
+        self.store_health.answered()
         return found["common_prefixes"], found["objects"]
 
     # -- what the App asks of a source beside opening ---------------------------------------------
