@@ -80,6 +80,13 @@ def test_a_large_batch_in_request_order(server):
         assert all(t.extractfile(m).read() == OLD * MiB for m in members)
 
 
+def test_the_start_line_names_what_sends_the_bytes(server):
+    if server.runtime != "native":
+        pytest.skip("the start line is axon serve's")
+    line = next(line for line in server.log_text().splitlines() if "listening on" in line)
+    assert "ranged GETs" in line and "sendfile" not in line, line
+
+
 def test_a_range(server):
     status, headers, body = get(server, "/files/b.bin", {"Range": "bytes=256-511"})
     assert (status, body) == (206, bytes(range(256)))

@@ -48,10 +48,9 @@ def serve(app: ServedApp, config: ServerConfig) -> int:
     sock = bind(config, listen=in_process or not config.reuse_port)
     host, port = sock.getsockname()[:2]
     shown = replace(config, host=host, port=port)
-    mode = "sendfile" if config.use_sendfile else "copying (TLS or AXON_NO_SENDFILE)"
     log.info(
         "axon serve: listening on %s, root %s, %d worker(s), loop %s, %s, %s",
-        shown.url, app.store.root, max(config.workers, 1), loop_name(), mode, simplehead.describe(),
+        shown.url, app.store.root, max(config.workers, 1), loop_name(), sending(app, config), simplehead.describe(),
     )
     if in_process:
         try:
@@ -59,6 +58,13 @@ def serve(app: ServedApp, config: ServerConfig) -> int:
         finally:
             sock.close()
     return Supervisor(app, shown, sock).run()
+
+
+def sending(app: ServedApp, config: ServerConfig) -> str:
+    """What sends a response's file bytes, for the start line."""
+    if app.store.body_stream is not None:  # an object store's pieces, written as they arrive
+        return "bytes fetched from the store by ranged GETs"
+    return "sendfile" if config.use_sendfile else "copying (TLS or AXON_NO_SENDFILE)"
 
 
 class Supervisor:
