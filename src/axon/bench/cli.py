@@ -1,15 +1,19 @@
-"""``axon bench``: the article's load tests against a server, or against every server in turn.
+"""axon bench: the article's load tests against a server, or against every server in turn.
 
-    axon bench http://127.0.0.1:8000 --files-dir /srv/files     # a server you started
-    axon bench --compare                                        # nginx, the original, Axon x 6
+    axon bench http://127.0.0.1:8000 --files-dir /srv/files     # a server you started; its root
+    axon bench --compare                                        # nginx, the original, Axon on five runtimes
     axon bench --compare --targets nginx,granian-static,axon --scenarios real,distinct
                                                                 # real traffic: random files, no repeats
     axon bench --compare --article                              # the article's 1 + 10 minutes
-    axon bench --from-json bench-results/<run>/results.json     # redraw a saved run's report
+    axon bench --from-json bench-results/RUN/results.json       # redraw a saved run's report
 
-Each run writes ``report.md`` (the article's tables), ``summary.md`` (the side-by-side tables),
-``results.json`` (every figure, with its ratios to nginx and to the original), ``chart.png``,
-the servers' logs and wrk's raw output to ``--out``.
+Against a URL, --files-dir must be that server's root: the bench puts its files there, and a
+scenario whose first request is refused (a 404: the files are not under the server's root)
+fails the run (exit 1), naming the URL, the file and the directory.
+
+Each run writes report.md (the article's tables), summary.md (the side-by-side tables),
+results.json (every figure, with its ratios to nginx and to the original), chart.png, the
+servers' logs and wrk's raw output to --out.
 """
 
 from __future__ import annotations
@@ -142,9 +146,8 @@ def run(args: argparse.Namespace) -> int:
                 runner.run_compare([target], chosen, settings, root, args.cache_dir.expanduser(), out_dir, rs)
                 rs.save(out_dir / "results.json", targets.REFERENCES)  # a long run keeps what it has
         else:
-            if args.files_dir:
-                scenarios.ensure_files(args.files_dir, pool=pool)
-            runner.run_url(args.url, chosen, settings, args.server_pid, out_dir, rs, args.name)
+            root = scenarios.ensure_files(args.files_dir, pool=pool) if args.files_dir else None
+            runner.run_url(args.url, chosen, settings, args.server_pid, out_dir, rs, args.name, root=root)
     except (KeyboardInterrupt, procs.Interrupted) as exc:
         interrupted = True
         print(f"axon bench: interrupted ({exc or 'SIGINT'}); stopping servers, keeping what was measured",

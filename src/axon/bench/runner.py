@@ -68,8 +68,8 @@ def _say(text: str) -> None:
 
 def probe(base_url: str, request: HttpRequest, timeout: float = 10.0) -> int:
     """Send ``request`` once and return the status: a scenario whose answer is not what it
-    expects (a server without the echo route, files not where the server looks) is skipped
-    instead of benchmarking an error page."""
+    expects is not measured (an error page is no benchmark): skipped when the server lacks
+    the route (the echo), failed when it lacks the files (:func:`refused_files`)."""
     parts = urlsplit(base_url)
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
     try:
@@ -81,9 +81,20 @@ def probe(base_url: str, request: HttpRequest, timeout: float = 10.0) -> int:
         conn.close()
 
 
+def refused_files(base_url: str, request: HttpRequest, scenario: Scenario, status: int, root: Path | None) -> str:
+    """What a probe that did not find the scenario's files says: the URL it asked, the file,
+    and where the bench put the files (which must be the server's root)."""
+    where = (f"the bench put the files under {root}, which must be the server's root" if root is not None
+             else "give --files-dir: the server's root, where the bench puts its files")
+    return (f"GET {base_url}{request.target} answered {status}, expected {scenario.expect_status}: "
+            f"the server has no {scenario.files[0]} under its root ({where})")
+
+
 def run_scenario(base_url: str, target: str, dialect: Dialect, scenario: Scenario, settings: Settings,
-                 pids: list[int], raw_dir: Path | None = None, say: Progress = _say) -> list[Result]:
-    """Every phase of one scenario against a server that is already up."""
+                 pids: list[int], raw_dir: Path | None = None, say: Progress = _say,
+                 root: Path | None = None) -> list[Result]:
+    """Every phase of one scenario against a server that is already up, whose files are under
+    ``root`` (for the message of a probe that finds none)."""
     phases = settings.phases()
     request = request_for(scenario, dialect)
     if request is None:
@@ -92,6 +103,10 @@ def run_scenario(base_url: str, target: str, dialect: Dialect, scenario: Scenari
         status = probe(base_url, request)
     except OSError as exc:
         return [Result(target, scenario.name, phase, "failed", f"probe: {exc}") for phase, _ in phases]
+    if status == 404 and scenario.files:
+        note = refused_files(base_url, request, scenario, status, root)
+        say(f"[{target}] {scenario.name}: failed, {note}")
+        return [Result(target, scenario.name, phase, "failed", note) for phase, _ in phases]
     if status != scenario.expect_status:
         note = f"probe answered {status}, expected {scenario.expect_status}"
         say(f"[{target}] {scenario.name}: skipped, {note}")
@@ -165,7 +180,8 @@ def run_target(target: Target, scenarios: list[Scenario], settings: Settings, ro
             try:
                 with started(target, ctx, settings, out_dir / "logs" / target.name) as (base, pids):
                     for scenario in batch:
-                        results += run_scenario(base, target.name, target.dialect, scenario, settings, pids, raw_dir, say)
+                        results += run_scenario(base, target.name, target.dialect, scenario, settings, pids, raw_dir, say,
+                                                root)
             except (RuntimeError, OSError, TimeoutError) as exc:
                 say(f"[{target.name}] failed: {exc}")
                 done = {(r.scenario, r.phase) for r in results}
@@ -192,12 +208,14 @@ def run_compare(targets: list[Target], scenarios: list[Scenario], settings: Sett
 
 
 def run_url(base_url: str, scenarios: list[Scenario], settings: Settings, pids: list[int], out_dir: Path,
-            results: ResultSet, name: str = "server", dialect: Dialect | None = None, say: Progress = _say) -> ResultSet:
-    """The matrix against a server someone else started (memory only if its ``pids`` are given)."""
+            results: ResultSet, name: str = "server", dialect: Dialect | None = None, say: Progress = _say,
+            root: Path | None = None) -> ResultSet:
+    """The matrix against a server someone else started (memory only if its ``pids`` are given),
+    whose root is ``root`` (``--files-dir``, None if not given)."""
     raw_dir = out_dir / "raw"
     base = base_url.rstrip("/")
     for scenario in scenarios:
-        for result in run_scenario(base, name, dialect or AXON, scenario, settings, pids, raw_dir, say):
+        for result in run_scenario(base, name, dialect or AXON, scenario, settings, pids, raw_dir, say, root):
             results.add(result)
     return results
 
