@@ -7,7 +7,24 @@ so a client always gets either a complete success or one JSON 4xx that says what
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Iterable, Sequence
+
+
+@contextmanager
+def needs_extra(extra: str, what: str, *modules: str) -> Iterator[None]:
+    """The imports in the block come with the ``axon-stream[extra]`` extra: one of ``modules``
+    (top-level names) missing is a ModuleNotFoundError naming the ``pip install`` that brings
+    it, not a bare "No module named"; anything else missing is raised as it is."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in modules:
+            raise
+        raise ModuleNotFoundError(f"{what} needs {missing}, which is not installed: pip install 'axon-stream[{extra}]'",
+                                  name=exc.name) from None
 
 
 class WouldBlock(Exception):

@@ -23,12 +23,15 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import dask
-import dask.bag
-import dask.dataframe
-
+from ..errors import needs_extra
 from .file_groups import expand, groups, read_group
-from .parquet_groups import read_parquet_group
+
+with needs_extra("dask", "axon.engines.dask_io", "dask", "pyarrow", "pandas"):
+    import dask
+    import dask.bag
+    import dask.dataframe
+
+    from .parquet_groups import read_parquet_group
 
 __all__ = ["DEFAULT_FILES_PER_PARTITION", "read_bytes", "read_parquet", "read_text"]
 

@@ -22,13 +22,16 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import pyarrow as pa
-import ray.data
-from ray.data.block import BlockMetadata
-from ray.data.datasource import Datasource, ReadTask
-
+from ..errors import needs_extra
 from .file_groups import expand, groups, read_group
-from .parquet_groups import read_parquet_group
+
+with needs_extra("ray", "axon.engines.ray_datasource", "ray", "pyarrow"):
+    import pyarrow as pa
+    import ray.data
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+
+    from .parquet_groups import read_parquet_group
 
 __all__ = ["DEFAULT_FILES_PER_BLOCK", "AxonFiles", "AxonParquet", "read_binary_files", "read_parquet"]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..errors import needs_extra
 from ..fsspec import AxonFileSystem
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ def arrow_filesystem(**storage_options: Any) -> pyarrow.fs.PyFileSystem:
     ``pyarrow.dataset.dataset("host:port/dir", filesystem=arrow_filesystem(), format="parquet")``.
     ``storage_options`` are :class:`~axon.fsspec.AxonFileSystem`'s (``secret``, ``scheme``, ...).
     """
-    from pyarrow.fs import FSSpecHandler, PyFileSystem  # pyarrow is the caller's, not ours
+    with needs_extra("arrow", "arrow_filesystem", "pyarrow"):
+        from pyarrow.fs import FSSpecHandler, PyFileSystem  # pyarrow is the caller's, not ours
 
     return PyFileSystem(FSSpecHandler(AxonFileSystem(**storage_options)))

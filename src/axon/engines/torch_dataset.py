@@ -23,8 +23,11 @@ import http.client
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import torch.distributed
-from torch.utils.data import Dataset, IterableDataset, get_worker_info
+from ..errors import needs_extra
+
+with needs_extra("torch", "AxonDataset and AxonShards", "torch"):
+    import torch.distributed
+    from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from ..batchclient.refusal import MAX_ERROR_BODY, error_object
 from ..batchclient.request import build_request

@@ -5,6 +5,9 @@ and ``pandas.read_parquet("axon://host:port/data/x.parquet")`` need no import of
 The library core never imports it.
 """
 
-from .filesystem import AxonFileSystem
+from ..errors import needs_extra
+
+with needs_extra("fsspec", "axon://", "fsspec", "aiohttp", "yarl"):
+    from .filesystem import AxonFileSystem
 
 __all__ = ["AxonFileSystem"]

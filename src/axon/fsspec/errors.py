@@ -8,7 +8,7 @@ import aiohttp
 
 from ..batchclient.refusal import MAX_ERROR_BODY, error_object
 
-__all__ = ["ListingOff", "error_body", "error_for", "listing_off", "status_error"]
+__all__ = ["ListingOff", "NotAxonServer", "error_body", "error_for", "listing_off", "not_axon", "status_error"]
 
 # Statuses that say "not now" rather than "not this": worth trying again later.
 _UNAVAILABLE = {429: errno.EAGAIN, 502: errno.ECONNREFUSED, 503: errno.EAGAIN}
@@ -19,6 +19,22 @@ class ListingOff(PermissionError):
     """The server lists no directories (started without ``--browse``): ``ls``, ``find``, ``glob``,
     ``walk`` and questions about a directory cannot be answered. A PermissionError, as listing a
     directory without read permission is locally; raised, never read as "empty"."""
+
+
+class NotAxonServer(OSError):
+    """The server answers, but not as Axon does: its ``/api/limits`` is missing (a static file
+    server, another application, the wrong port). Raised for every read from it, never read as
+    a missing file with the other server's page as its reason."""
+
+
+def not_axon(url: str, response: aiohttp.ClientResponse) -> NotAxonServer:
+    kind = response.headers.get("Content-Type", "no Content-Type")
+    return NotAxonServer(
+        errno.EPROTO,
+        f"{url} answered {response.status} ({kind}) where an Axon server answers its limits as JSON: "
+        "/api/limits is missing, so this server is not Axon; check the host and port of the axon:// path",
+        url,
+    )
 
 
 def listing_off(netloc: str, path: str) -> ListingOff:

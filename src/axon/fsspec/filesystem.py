@@ -307,8 +307,8 @@ class AxonFileSystem(AsyncFileSystem):
             return (await self._info(path))["type"] == "directory"
         except ListingOff:
             raise  # as in _exists: False would be a guess
-        except OSError:  # fsspec's own: missing or refused is no directory
-            return False
+        except (FileNotFoundError, PermissionError):  # missing or refused is no directory; a server
+            return False  # that is down or not Axon is an error, as in _exists
 
     async def _walk(self, path, maxdepth=None, on_error="omit", **kwargs):
         # fsspec's walk omits any OSError of a listing by default, which read "the server lists

@@ -19,7 +19,8 @@ from ..http.multipart_parser import parse_content_range
 from ..limits import DEFAULT_LIMITS
 from ..signing import mint_token
 from ..batchclient.parts import check_slice, item_path
-from .errors import status_error
+from ..batchclient.refusal import MAX_ERROR_BODY, error_object
+from .errors import error_body, error_for, not_axon, status_error
 from .slices import Slice
 
 __all__ = ["ServerLimits", "Servers"]
@@ -90,17 +91,35 @@ class Servers:
         if known is not None:
             return known
         session = await self.session()
-        async with session.get(self.url(netloc, "/api/limits"), headers=self.headers()) as response:
-            if response.status == 404:  # a server from before /api/limits (and slices)
+        url = self.url(netloc, "/api/limits")
+        async with session.get(url, headers=self.headers()) as response:
+            if response.status == 404:
+                # An Axon server from before /api/limits (and slices) says so in its JSON; any
+                # other 404 (an HTML page) is another kind of server.
+                if error_object(await response.content.read(MAX_ERROR_BODY)) is None:
+                    raise not_axon(str(url), response)
                 known = ServerLimits(DEFAULT_LIMITS.max_files, DEFAULT_LIMITS.max_body_bytes, slices=False)
             elif response.status == 200:
-                data = await response.json(content_type=None)
-                browse = data["browse"] is not None if "browse" in data else None
-                known = ServerLimits(int(data["max_files"]), int(data["max_body_bytes"]), slices=True, browse=browse)
+                try:
+                    data = await response.json(content_type=None)
+                    browse = data["browse"] is not None if "browse" in data else None
+                    known = ServerLimits(int(data["max_files"]), int(data["max_body_bytes"]), slices=True,
+                                         browse=browse)
+                except (ValueError, KeyError, TypeError):
+                    raise not_axon(str(url), response) from None
             else:
                 raise await status_error(response, f"{netloc}/api/limits")
         self._limits[netloc] = known
         return known
+
+    async def refusal(self, netloc: str, response: aiohttp.ClientResponse, path: str) -> Exception:
+        """The exception for a request to ``netloc`` it refused. An answer that is not Axon's
+        JSON error has the server's ``/api/limits`` asked first (once): another kind of server
+        is :class:`~.errors.NotAxonServer`, never a missing file with its page as the reason."""
+        error = await error_body(response)
+        if "code" not in error:  # Axon's errors name their code
+            await self.limits(netloc)
+        return error_for(response.status, str(error.get("message") or response.reason or ""), path)
 
     async def read_range(self, netloc: str, rel: str, start: int, end: int, etag: str | None) -> bytes:
         """``file[start:end]`` for an open file, refused if the file is no longer ``etag``."""
@@ -126,7 +145,7 @@ class Servers:
             if response.status == 412:
                 raise OSError(errno.ESTALE, "the file changed while it was read", f"{netloc}/{rel}")
             if response.status not in (200, 206):
-                raise await status_error(response, f"{netloc}/{rel}")
+                raise await self.refusal(netloc, response, f"{netloc}/{rel}")
             data = await response.read()
             value = response.headers.get("Content-Range") if response.status == 206 else None
         try:

@@ -1,0 +1,100 @@
+"""Errors a user can act on, from ``axon://`` against real servers: nginx serving a directory is
+said not to be Axon (the URL that answered, ``/api/limits`` missing), never a missing file with
+nginx's HTML page as its reason; a server that is down is named by host and port in every
+reader; without aiohttp, the import names the ``pip install`` that brings it."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from axon.bench import nginx, procs
+from axon.fsspec import AxonFileSystem
+from axon.fsspec.errors import NotAxonServer
+
+
+@pytest.fixture(scope="module")
+def nginx_netloc(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """nginx serving the corpus as static files (at /files/, as the bench's yardstick does)."""
+    if not Path(nginx.binary()).exists():
+        pytest.skip("nginx is installed by scripts/setup.sh --all")
+    prefix = tmp_path_factory.mktemp("nginx")
+    port = procs.free_port()
+    server = procs.start(nginx.static_command(prefix, port, corpus), None, prefix / "out.log")
+    try:
+        procs.wait_ready(f"http://127.0.0.1:{port}/api/health")
+        yield f"127.0.0.1:{port}"
+    finally:
+        procs.stop(server)
+
+
+def _readers(fs: AxonFileSystem, netloc: str) -> dict[str, Callable[[], object]]:
+    """Every way to read ``data/missing.bin`` and its neighbours through ``axon://``."""
+    missing, present = f"{netloc}/data/missing.bin", f"{netloc}/data/small/f001.bin"
+    return {
+        "cat": lambda: fs.cat(missing),
+        "cat many": lambda: fs.cat([missing, present]),
+        "cat_ranges": lambda: fs.cat_ranges([missing], [0], [5], on_error="raise"),
+        "cat_file": lambda: fs.cat_file(missing),
+        "info": lambda: fs.info(missing),
+        "open": lambda: fs.open(missing).read(),
+        "exists": lambda: fs.exists(missing),
+        "isdir": lambda: fs.isdir(f"{netloc}/data"),
+        "ls": lambda: fs.ls(f"{netloc}/data"),
+    }
+
+
+def test_a_server_that_is_not_axon_says_so(nginx_netloc: str):
+    fs = AxonFileSystem(skip_instance_cache=True)
+    for name, read in _readers(fs, nginx_netloc).items():
+        with pytest.raises(NotAxonServer) as caught:
+            read()
+        said = str(caught.value)
+        assert f"http://{nginx_netloc}/api/limits answered 404" in said, (name, said)
+        assert "/api/limits is missing" in said and "<html" not in said.lower(), (name, said)
+
+
+def _dead_port() -> int:
+    """A loopback port nothing listens on (bound, then closed: connecting is refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_server_that_is_down_is_named_by_every_reader():
+    netloc = f"127.0.0.1:{_dead_port()}"
+    fs = AxonFileSystem(skip_instance_cache=True)
+    for name, read in _readers(fs, netloc).items():
+        with pytest.raises(OSError) as caught:
+            read()
+        assert netloc in str(caught.value), (name, caught.value)
+
+
+def test_without_aiohttp_the_import_names_the_pip_install():
+    """A Python in which aiohttp cannot be imported (as where it is not installed): importing
+    axon.fsspec, or fsspec finding axon:// by its entry point, names the extra."""
+    program = """
+import sys
+sys.modules["aiohttp"] = None  # import aiohttp now fails as it does where it is not installed
+try:
+    import axon.fsspec
+except ImportError as exc:
+    print("import:", exc)
+import fsspec
+from fsspec.registry import register_implementation
+register_implementation("axon", "axon.fsspec.AxonFileSystem", clobber=True)  # as its entry point
+try:
+    fsspec.open("axon://127.0.0.1:9/a.bin").open()
+except ImportError as exc:
+    print("fsspec:", exc.__cause__)
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2, done.stdout + done.stderr
+    for line in lines:
+        assert "aiohttp" in line and "pip install 'axon-stream[fsspec]'" in line, line
