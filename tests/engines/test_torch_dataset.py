@@ -7,6 +7,9 @@ import errno
 import json
 import multiprocessing
 import pickle
+import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -171,6 +174,30 @@ def test_a_missing_file_fails_its_shard_with_file_not_found(served):
     shards = AxonShards([[served.url(RELS[0]), served.url("small/missing.bin")]])
     with pytest.raises(FileNotFoundError, match="missing.bin"):
         list(shards)
+
+
+def test_a_server_that_is_down_is_named_by_host_and_port():
+    with socket.socket() as sock:  # a port nothing listens on: bound, then closed
+        sock.bind(("127.0.0.1", 0))
+        netloc = f"127.0.0.1:{sock.getsockname()[1]}"
+    path = f"axon://{netloc}/small/0000.bin"
+    for read in (lambda: AxonDataset([path])[0], lambda: AxonDataset([path]).__getitems__([0]),
+                 lambda: list(AxonShards([[path]]))):
+        with pytest.raises(OSError, match=netloc):
+            read()
+
+
+def test_without_torch_the_import_names_the_pip_install():
+    program = """
+import sys
+sys.modules["torch"] = None  # import torch now fails as it does where it is not installed
+try:
+    import axon.engines.torch_dataset
+except ImportError as exc:
+    print(exc)
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert "needs torch" in done.stdout and "pip install 'axon-stream[torch]'" in done.stdout, done.stdout + done.stderr
 
 
 def test_a_shard_past_the_servers_max_files_is_refused_naming_the_limit(served):

@@ -199,8 +199,12 @@ class AxonShards(IterableDataset):
         connection = (http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection)(
             request.host, request.port, timeout=self.timeout)
         try:
-            connection.request(request.method, request.target, request.body, dict(request.headers))
-            response = connection.getresponse()
+            try:
+                connection.request(request.method, request.target, request.body, dict(request.headers))
+                response = connection.getresponse()
+            except OSError as exc:  # as axon:// says it: the server named by host and port
+                kind = TimeoutError if isinstance(exc, TimeoutError) else ConnectionError
+                raise kind(exc.errno, f"{scheme}://{netloc} failed for a shard: {exc.strerror or exc}") from exc
             if response.status != 200:
                 raise _refusal(response.status, response.reason, response.read(MAX_ERROR_BODY), netloc, rels)
             with tarfile.open(fileobj=response, mode="r|") as archive:
