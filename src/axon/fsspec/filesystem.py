@@ -7,9 +7,10 @@ one filesystem reads from any number of servers and a listing's names round-trip
   /api/stream-files``), each as large as the server's ``GET /api/limits`` allows, several in
   flight, and put the parts back in order (:mod:`.transfer`). A file the server refuses
   (missing, forbidden) is dropped from its batch, which is sent again without it; what happens
-  to it then is fsspec's ``on_error``. A server without ``/api/limits`` predates slices too:
-  ranges go to it one ranged GET each, whole files still in batches sized by
-  ``axon.limits.Limits``' defaults.
+  to it then is fsspec's ``on_error``. An Axon server without ``/api/limits`` (its JSON 404)
+  predates slices too: ranges go to it one ranged GET each, whole files still in batches sized
+  by ``axon.limits.Limits``' defaults. A server whose ``/api/limits`` is not Axon's (an HTML
+  page) is :class:`~.errors.NotAxonServer` from every call, never a missing file.
 - ``cat_file`` and ``open`` read ``/files/<path>`` with ``Range``.
 - ``info`` is a ``HEAD`` on the file, or the listing for a directory; ``ls`` (and with it
   ``find``, ``glob``, ``walk``, ``exists``, ``isdir``) reads the JSON listing at
