@@ -74,6 +74,8 @@ CONCURRENCY = 64
 OPEN_READ = 64 * 1024
 #: Checksums kept, by (key, ETag): a zip of the same objects is read once for its CRC-32s.
 CRC_CACHE = 65536
+#: The key a health check opens: one that is not there (a 404 is the store answering).
+HEALTH_KEY = "axon-health-check"
 #: Seconds batches are opened without listing after the store refused to list (credentials
 #: that may GET but not LIST are common): then it is asked again.
 LISTING_RETRY = 300.0
@@ -181,22 +183,14 @@ class ObjectSource:
     def health(self) -> HTTPError | None:
         """None while the store answered last, else the 503 saying what failed (:mod:`.object_health`):
         never a request made here; a note too old is checked in the background, once."""
-        note = self.store_health
-        if note.stale():
-            note.asking = True
+        if self.store_health.stale():
+            self.store_health.asking = True
             asyncio.run_coroutine_threadsafe(self._check_health(), self._ensure())
-        return note.report()
+        return self.store_health.report()
 
     async def _check_health(self) -> None:
-        """One HEAD of a key that is not there: a 404 is the store answering."""
-        key = ".axon-health"
         try:
-            await asyncio.wait_for(obstore.head_async(self._store, key), self.timeout)
-            self.store_health.answered()
-        except (NotFoundError, FileNotFoundError):
-            self.store_health.answered()
-        except Exception as exc:  # noqa: BLE001 - the store's failure is what health reports
-            self.store_health.outcome(refused(exc, self.root, key) or unavailable(exc, key))
+            await self._open(HEALTH_KEY)  # notes what the store did, as every opening does
         finally:
             self.store_health.asking = False
 
