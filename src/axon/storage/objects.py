@@ -60,7 +60,7 @@ from .object_cache import ObjectCache
 from .object_file import ObjectFile
 from .object_health import StoreHealth
 from .object_listing import ListingRefused, list_runs, plan_runs
-from .object_store import NoCredentials, StoreMisconfigured  # noqa: F401 - their old home
+from .object_store import NoCredentials, StoreMisconfigured  # noqa: F401 - raised from here, named here
 from .object_store import connect, refused, require_credentials, unavailable
 from .object_store import check as check_store
 
