@@ -91,10 +91,12 @@ def refused_files(base_url: str, request: HttpRequest, scenario: Scenario, statu
 
 
 def run_scenario(base_url: str, target: str, dialect: Dialect, scenario: Scenario, settings: Settings,
-                 pids: list[int], raw_dir: Path | None = None, say: Progress = _say,
-                 root: Path | None = None) -> list[Result]:
-    """Every phase of one scenario against a server that is already up, whose files are under
-    ``root`` (for the message of a probe that finds none)."""
+                 pids: list[int], raw_dir: Path | None = None, say: Progress = _say, *,
+                 users: bool = False, root: Path | None = None) -> list[Result]:
+    """Every phase of one scenario against a server that is already up. ``users``: the server
+    is the user's (a URL), serving ``root`` (``--files-dir``; None if not given), and a probe
+    that finds none of the scenario's files fails the run. A server the bench started on its
+    own files that answers a probe otherwise than expected has the scenario skipped."""
     phases = settings.phases()
     request = request_for(scenario, dialect)
     if request is None:
@@ -103,7 +105,7 @@ def run_scenario(base_url: str, target: str, dialect: Dialect, scenario: Scenari
         status = probe(base_url, request)
     except OSError as exc:
         return [Result(target, scenario.name, phase, "failed", f"probe: {exc}") for phase, _ in phases]
-    if status == 404 and scenario.files:
+    if status == 404 and scenario.files and users:
         note = refused_files(base_url, request, scenario, status, root)
         say(f"[{target}] {scenario.name}: failed, {note}")
         return [Result(target, scenario.name, phase, "failed", note) for phase, _ in phases]
@@ -180,8 +182,7 @@ def run_target(target: Target, scenarios: list[Scenario], settings: Settings, ro
             try:
                 with started(target, ctx, settings, out_dir / "logs" / target.name) as (base, pids):
                     for scenario in batch:
-                        results += run_scenario(base, target.name, target.dialect, scenario, settings, pids, raw_dir, say,
-                                                root)
+                        results += run_scenario(base, target.name, target.dialect, scenario, settings, pids, raw_dir, say)
             except (RuntimeError, OSError, TimeoutError) as exc:
                 say(f"[{target.name}] failed: {exc}")
                 done = {(r.scenario, r.phase) for r in results}
@@ -215,7 +216,8 @@ def run_url(base_url: str, scenarios: list[Scenario], settings: Settings, pids: 
     raw_dir = out_dir / "raw"
     base = base_url.rstrip("/")
     for scenario in scenarios:
-        for result in run_scenario(base, name, dialect or AXON, scenario, settings, pids, raw_dir, say, root):
+        for result in run_scenario(base, name, dialect or AXON, scenario, settings, pids, raw_dir, say, users=True,
+                                   root=root):
             results.add(result)
     return results
 
