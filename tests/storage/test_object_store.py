@@ -52,7 +52,8 @@ def metadata_service(keys: tuple[str, str]) -> Iterator[tuple[str, list[str]]]:
                 self._answer(b"axon-role")
                 return
             expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
-            self._answer(json.dumps({"AccessKeyId": access, "SecretAccessKey": secret, "Token": "",  # SeaweedFS knows no sessions: an empty token is sent as none
+            # SeaweedFS knows no sessions: an empty token is sent as none.
+            self._answer(json.dumps({"AccessKeyId": access, "SecretAccessKey": secret, "Token": "",
                                      "Expiration": expires}).encode())
 
         def log_message(self, *args: object) -> None:
