@@ -205,3 +205,25 @@ def test_workers_0_serves_in_process(spawn) -> None:
     server = spawn("--workers", "0")
     assert server.workers() == []
     assert get(server.port, "/api/health").status == 200
+
+
+@pytest.mark.slow  # a process
+def test_a_root_the_user_app_does_not_serve_is_a_usage_error(user_module, root, tmp_path) -> None:
+    other = tmp_path / "other-root"
+    other.mkdir()
+    done = _serve_fails(str(other), "--app", f"{user_module}:app", "--port", "0")
+    assert done.returncode == 2, done.stderr
+    assert f"ROOT {other} is not what --app {user_module}:app serves ({root})" in done.stderr
+
+
+@pytest.mark.slow  # a process
+def test_a_store_url_without_its_extra_names_the_pip_install(tmp_path) -> None:
+    # The s3 extra missing, as in an install without it: its module cannot be imported.
+    blocker = tmp_path / "without-obstore"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['obstore'] = None\n")
+    path = os.pathsep.join(p for p in (str(blocker), os.environ.get("PYTHONPATH")) if p)
+    done = _serve_fails("s3://bucket/prefix", "--port", "0", env={"PYTHONPATH": path})
+    assert done.returncode == 1, done.stderr
+    assert "serving s3://bucket/prefix needs the s3 extra: pip install 'axon-stream[s3]'" in done.stderr
+    assert "Traceback" not in done.stderr

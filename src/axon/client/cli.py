@@ -27,6 +27,7 @@ from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..batchclient.request import split_base
 from .archive import PARTIAL, fetch_archive, unpack
 from .cancel import Cancel
 from .download import FetchedFile
@@ -47,7 +48,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="download files from an Axon server",
         description="Download files from an Axon server; each lands at DIR/<path>, whole or not at all.",
     )
-    parser.add_argument("base_url", metavar="BASE_URL", help="the server, e.g. http://127.0.0.1:8000")
+    parser.add_argument("base_url", metavar="BASE_URL", type=_base_url, help="the server, e.g. http://127.0.0.1:8000")
     parser.add_argument("files", metavar="FILE", nargs="*", help="paths to fetch, as the server names them")
     parser.add_argument(
         "-o", "--output", metavar="DIR", default=".", help="destination directory (default: .)"
@@ -61,7 +62,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=DEFAULT_BATCH_SIZE,
         help="files per request (default: 500)",
     )
-    parser.add_argument("--parallel", type=_positive_int, default=1, metavar="N", help="connections at once")
+    parser.add_argument("--parallel", type=_positive_int, default=1, metavar="N",
+                        help="batches fetched at once, a connection each (default: 1)")
     parser.add_argument(
         "--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT, help="seconds per network operation"
     )
@@ -260,6 +262,14 @@ def _show_progress(args: argparse.Namespace) -> bool:
 
 def _files(count: int) -> str:
     return f"{count} file" if count == 1 else f"{count} files"
+
+
+def _base_url(text: str) -> str:
+    try:
+        split_base(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc) if "://" in text else f"{exc} (try http://{text})") from None
+    return text
 
 
 def _positive_int(text: str) -> int:
