@@ -82,7 +82,8 @@ class ASGIApp:
         body = b""
         if scope["method"] in BODY_METHODS:
             body = await read_body(receive, headers, self.app.limits)
-        return Request(scope["method"], path, query, headers, body)
+        client = scope.get("client")  # (host, port), or None where the server knows none
+        return Request(scope["method"], path, query, headers, body, client[0] if client else None)
 
 
 async def read_body(receive: Receive, headers: dict[str, str], limits: Limits) -> bytes:

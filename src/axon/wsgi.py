@@ -84,7 +84,7 @@ class WSGIApp:
         body = b""
         if method in BODY_METHODS:
             body = self.read_body(environ, self.app.limits)
-        return Request(method, path or "/", environ.get("QUERY_STRING", ""), headers, body)
+        return Request(method, path or "/", environ.get("QUERY_STRING", ""), headers, body, environ.get("REMOTE_ADDR"))
 
     @staticmethod
     def read_body(environ: dict, limits: Limits) -> bytes:
