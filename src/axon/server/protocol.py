@@ -170,7 +170,7 @@ class HTTPProtocol(asyncio.Protocol):
         worker.connections.add(self)
         # The client's address for the access log, asked once a connection (a system call), and
         # only while someone reads the records.
-        peer = transport.get_extra_info("peername") if self.app.records.wanted else None
+        peer = transport.get_extra_info("peername") if self.app.records_responses() else None
         self.peer = peer[0] if isinstance(peer, tuple) else None
         sock_fd = -1
         if transport.get_extra_info("sslcontext") is None:
