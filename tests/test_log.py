@@ -104,13 +104,18 @@ def test_access_log_stays_off_under_an_info_root_logger(root):
 def test_access_log_when_configured(root, capsys):
     configure("warning", access_log=True)
     app = App(root)
-    app.handle(Request("GET", "/files/a.txt")).close()
+    app.handle(Request("GET", "/files/a.txt", "v=1&w=%20", client="192.0.2.7")).close()
     app.handle(Request("HEAD", "/missing")).close()
+    app.handle(Request("GET", "/files/a.txt", headers={"x-forwarded-for": "203.0.113.9, 10.0.0.1"}, client="10.0.0.1")).close()
+    app.handle(Request("GET", "/files/a\nGET /forged 200", client="192.0.2.7")).close()
     app.records.drain()  # lines are written in batches; a thread drains every 0.25 s
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 2
-    assert re.fullmatch(r"GET /files/a\.txt 200 12 \d+\.\dms", out[0]), out[0]
-    assert re.fullmatch(r"HEAD /missing 404 \d+ \d+\.\dms", out[1]), out[1]
+    assert len(out) == 4
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+    assert re.fullmatch(stamp + r" 192\.0\.2\.7 GET /files/a\.txt\?v=1&w=%20 200 12 \d+\.\dms", out[0]), out[0]
+    assert re.fullmatch(stamp + r" - HEAD /missing 404 \d+ \d+\.\dms", out[1]), out[1]
+    assert re.fullmatch(stamp + r" 203\.0\.113\.9,10\.0\.0\.1 GET /files/a\.txt 200 12 \d+\.\dms", out[2]), out[2]
+    assert " GET /files/a\\nGET /forged 200 404 " in out[3]  # a line break in a path forges no line
 
 
 def test_access_log_json(root, capsys):
@@ -163,7 +168,7 @@ def test_an_app_built_before_configure_is_logged_too(root, capsys, json_format):
         for key in ("level", "logger", "method", "path", "status", "bytes"):
             assert first_line[key] == second_line[key], key
     else:
-        pattern = r"GET /files/a\.txt 200 12 \d+\.\dms\n"
+        pattern = r"\S+ - GET /files/a\.txt 200 12 \d+\.\dms\n"
         assert re.fullmatch(pattern, first) and re.fullmatch(pattern, second), (first, second)
     assert capsys.readouterr().err == ""  # not on stderr as well
 
@@ -336,3 +341,43 @@ def test_a_negative_duration_is_logged_as_zero():
     stream = io.StringIO()
     log.AccessLog(stream, json_format=True).read([(time.perf_counter(), "GET", "/p", "", 200, 1, 1, -0.002, None, None)])
     assert json.loads(stream.getvalue())["ms"] == 0  # never a table lookup from the end
+
+
+@pytest.mark.slow  # a server process
+@pytest.mark.parametrize("runtime", ["gunicorn", "uvicorn"])
+def test_the_json_access_log_names_the_client_under_wsgi_and_asgi(root, tmp_path, runtime):
+    """The peer's address as the runtime gives it (REMOTE_ADDR, the scope's client)."""
+    import http.client
+    import signal
+    import socket
+    import subprocess
+
+    (tmp_path / "logged_site.py").write_text(
+        "from axon import log\nfrom axon.asgi import create_app as asgi_app\nfrom axon.wsgi import create_app as wsgi_app\n"
+        f"log.configure('warning', json_format=True, access_log=True)\nROOT = {str(root)!r}\n"
+        "wsgi, asgi = wsgi_app(ROOT), asgi_app(ROOT)\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = (["gunicorn", "--workers", "1", "--bind", f"127.0.0.1:{port}", "logged_site:wsgi"] if runtime == "gunicorn"
+            else ["uvicorn", "logged_site:asgi", "--port", str(port), "--no-access-log"])
+    proc = subprocess.Popen([sys.executable, "-m", *argv], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])})
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                connection.request("GET", "/files/a.txt?v=1")
+                assert connection.getresponse().status == 200
+                break
+            except ConnectionRefusedError:
+                assert time.monotonic() < deadline and proc.poll() is None, "the server did not start"
+                time.sleep(0.1)
+        time.sleep(0.6)  # the records are read every 0.25 s
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    (line,) = [json.loads(line) for line in out.splitlines() if '"v=1"' in line]
+    assert (line["client"], line["query"], line["path"]) == ("127.0.0.1", "v=1", "/files/a.txt")

@@ -233,6 +233,11 @@ class App(Router):
             response.repeatable = False
         return response
 
+    def records_responses(self) -> bool:
+        """Whether responses are recorded now (for the metrics, the access log): only then is a
+        client's address worth a server's asking (:attr:`Request.client`)."""
+        return self.records.wanted
+
     def remembers(self) -> bool:
         """Whether a server may send a repeatable response again past the App now (and then
         record it through :meth:`record_sent`): not while a handler of your own on ``axon.access``

@@ -5,7 +5,8 @@
 File bodies go out through the server's zero-copy extension ``http.response.zerocopysend`` when
 it advertises it (the server is handed our open, checked descriptor), and as
 ``http.response.body`` chunks of ``Limits.chunk_size`` otherwise. Reading stops as soon as the
-client disconnects. Lifespan events are answered.
+client disconnects. Lifespan events are answered: ``axon.asgi:application`` builds its App at
+startup, and a startup fails, saying why, when it cannot serve (``runtime.build_app``).
 
 ``http.response.pathsend`` is deliberately not used: it hands the server a *name* to open later.
 Granian, for one, opens it after ``send`` has returned (measured: passing ``/proc/self/fd/N``
@@ -24,7 +25,9 @@ from .chunks import iter_chunks
 from .errors import ClientGone, FileChanged, HTTPError
 from .limits import DEFAULT_LIMITS, Limits
 from .response import Response, error_response
-from .runtime import BODY_METHODS, BodyReader, Lazy, declared_length, default_app, fold_headers
+from .runtime import (
+    BODY_METHODS, BodyReader, CannotServe, Lazy, build_app, declared_length, default_app, fold_headers, refusal_to_serve,
+)
 from .streams import aiter_stream
 
 Scope = dict[str, Any]
@@ -79,7 +82,8 @@ class ASGIApp:
         body = b""
         if scope["method"] in BODY_METHODS:
             body = await read_body(receive, headers, self.app.limits)
-        return Request(scope["method"], path, query, headers, body)
+        client = scope.get("client")  # (host, port), or None where the server knows none
+        return Request(scope["method"], path, query, headers, body, client[0] if client else None)
 
 
 async def read_body(receive: Receive, headers: dict[str, str], limits: Limits) -> bytes:
@@ -168,9 +172,28 @@ def create_app(root: str | os.PathLike[str] | None = None, *, limits: Limits = D
     return ASGIApp(default_app(root, limits=limits, app=app))
 
 
-_built = Lazy(create_app)
+_built = Lazy(lambda: build_app(create_app))
 
 
 async def application(scope: Scope, receive: Receive, send: Send) -> None:
-    """``axon.asgi:application``: built on first call, so importing this module opens nothing."""
-    await _built()(scope, receive, send)
+    """``axon.asgi:application``: built on first call (the lifespan's startup, where the server
+    sends one), so importing this module opens nothing."""
+    try:
+        app = _built()
+    except CannotServe as failure:
+        await cannot_serve(failure, scope, receive, send)
+        return
+    await app(scope, receive, send)
+
+
+async def cannot_serve(failure: CannotServe, scope: Scope, receive: Receive, send: Send) -> None:
+    """Say why the App cannot serve: the lifespan's startup fails with it (the server exits
+    saying so); a request, where the server sends no lifespan, gets it in a JSON 503."""
+    kind = scope["type"]
+    if kind == "lifespan":
+        if (await receive())["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.failed", "message": str(failure)})
+    elif kind == "http":
+        response = error_response(refusal_to_serve(failure))
+        await send({"type": "http.response.start", "status": response.status, "headers": _encode(response.headers)})
+        await send({"type": "http.response.body", "body": b"".join(response.body)})  # type: ignore[arg-type]

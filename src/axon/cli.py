@@ -27,11 +27,15 @@ def build_parser() -> argparse.ArgumentParser:
         if importlib.util.find_spec(module_name) is None:
             continue  # a subcommand whose module is not installed is simply not offered
         importlib.import_module(module_name).add_parser(sub)
+    parser.set_defaults(subcommands=sub.choices)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # argparse would print the top-level usage: the subcommand's says what it takes
+        args.subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     return int(args.func(args) or 0)
 
 

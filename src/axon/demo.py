@@ -1,6 +1,6 @@
 """``axon demo``: make the article's sample files and serve them, so its commands run as written.
 
-    axon demo                 # files in ./axon-demo, served on http://127.0.0.1:8000
+    axon demo                 # files in ./axon-demo, served on http://127.0.0.1:8000 by one worker
 
 The files are the article's T1-T8 payloads (8 KB to 512 KB) plus 32 files of 4 KB for B32,
 with fixed pseudo-random content so two runs make identical files.
@@ -39,8 +39,11 @@ def make_samples(root: Path) -> list[Path]:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("demo", help="make sample files and serve them (the article's demo)")
     parser.add_argument("dir", nargs="?", default="axon-demo", help="where to put the files (default: ./axon-demo)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    # One worker, where axon serve starts one per CPU: a demo on a laptop need not take them all.
+    parser.add_argument("--workers", type=int, default=1,
+                        help="worker processes (default: 1; axon serve's default is one per CPU)")
     parser.set_defaults(func=run)
 
 
@@ -56,4 +59,4 @@ def run(args: argparse.Namespace) -> int:
     print(f'  wrk -t1 -c50 -d10s --latency "{base}/api/stream-files?file1=examples/512kb.bin"')
     from .cli import main  # imported here: the dispatcher imports this module
 
-    return main(["serve", str(root), "--host", args.host, "--port", str(args.port), "--workers", "1"])
+    return main(["serve", str(root), "--host", args.host, "--port", str(args.port), "--workers", str(args.workers)])

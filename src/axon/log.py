@@ -162,11 +162,17 @@ class AccessLog(logging.Handler):
             self._paths[path] = quoted
         return quoted
 
-    @staticmethod
-    def _text_lines(records: list[Record]) -> str:
+    def _text_lines(self, records: list[Record]) -> str:
+        """``TIME CLIENT METHOD PATH?QUERY STATUS BYTES MSms``: "-" for a client or length not
+        known; a path or query holding a control character (a line break) escaped as in JSON."""
+        stamps, max_query = self._stamps, self.max_query
+        offset = time.time() - time.perf_counter()  # records carry perf_counter times
         return "".join([
-            f"{method} {path} {status} {'-' if nbytes is None else nbytes} {seconds * 1000:.1f}ms\n"
-            for _, method, path, _, status, nbytes, _, seconds, _, _ in records
+            f"{stamps.get(ms := int((ended + offset) * 1000)) or self._stamp(ms)} {client.replace(' ', '') if client else '-'} {method} "
+            f"{path if path.isprintable() else _quote(path)[1:-1]}"
+            f"{'' if not query else '?' + (q if (q := query[:max_query]).isprintable() else _quote(q)[1:-1])} "
+            f"{status} {'-' if nbytes is None else nbytes} {seconds * 1000:.1f}ms\n"
+            for ended, method, path, query, status, nbytes, _, seconds, client, _ in records
         ])
 
     def _write(self, data: bytes) -> None:

@@ -23,7 +23,7 @@ status     the response's status
 nbytes     its Content-Length; 0 for HEAD and 304 (no body), None for a stream
 files      how many files it opened
 seconds    time to handle the request and plan the response
-client     the X-Forwarded-For header, or None
+client     the X-Forwarded-For header (a proxy in front sets it), else the peer's address, or None
 error      the first body segment of a response >= 400 (its JSON error), else None
 =========  =========================================================================
 """
@@ -84,7 +84,7 @@ def record_of(request: "Request", response: "Response", seconds: float, ended: f
     return _new_record(Record, (
         ended, request.method, request.path, request.query_string, status,
         None if response.stream is not None else response.length if body else 0,
-        len(response.files), seconds, request.headers.get("x-forwarded-for"),
+        len(response.files), seconds, request.headers.get("x-forwarded-for") or request.client,
         body[0] if status >= 400 and body else None,
     ))
 

@@ -22,9 +22,10 @@ class Request:
     ``query_string`` is raw (decoded once by :attr:`query`); header names are lower case.
     ``on_loop`` is true while its handler runs on an event loop's thread, where a long read would
     hold every other connection: work that would block raises :class:`~axon.errors.WouldBlock`
-    there, and the App runs the handler again in its thread pool (``on_loop`` false)."""
+    there, and the App runs the handler again in its thread pool (``on_loop`` false). ``client``
+    is the address of the peer, as the runtime gives it (None where it gives none); for the logs."""
 
-    __slots__ = ("method", "path", "query_string", "headers", "body", "params", "on_loop", "_query")
+    __slots__ = ("method", "path", "query_string", "headers", "body", "client", "params", "on_loop", "_query")
 
     def __init__(
         self,
@@ -33,12 +34,14 @@ class Request:
         query_string: str = "",
         headers: dict[str, str] | None = None,
         body: bytes = b"",
+        client: str | None = None,
     ) -> None:
         self.method = method
         self.path = path
         self.query_string = query_string
         self.headers = headers if headers is not None else {}
         self.body = body
+        self.client = client
         self.params: dict[str, str] = {}
         self.on_loop = False
         self._query: list[tuple[str, str]] | None = None

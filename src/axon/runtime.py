@@ -10,21 +10,30 @@ body at a time, where a call more per header would be paid on every request: it 
 :func:`declared_length` from here and keeps the folding and the counting of :class:`BodyReader`
 inline (``server/protocol.py``: ``on_header``, ``on_body``). Its ``Date`` is part of the head it
 frames, rebuilt on a timer (``server/wire.py``).
+
+An App that cannot be built as configured (a root that is not a directory, a store whose extra is
+not installed) is told the same way by every runtime, in the words of :func:`build_app`: ``axon
+serve`` exits with them, an ASGI lifespan's startup fails with them, and where the App is built on
+a first request (WSGI, ASGI without lifespan) each request gets them in a JSON 503.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
 from .app import App
-from .errors import BadRequest
+from .errors import BadRequest, ServiceUnavailable
 from .http.conditional import http_date
 from .limits import DEFAULT_LIMITS, Limits
 
-__all__ = ["BODY_METHODS", "BodyReader", "DateHeader", "Lazy", "declared_length", "default_app", "fold_headers"]
+__all__ = [
+    "BODY_METHODS", "BodyReader", "CannotServe", "DateHeader", "Lazy", "build_app", "declared_length", "default_app",
+    "fold_headers", "refusal_to_serve",
+]
 
 T = TypeVar("T")
 
@@ -99,9 +108,37 @@ def default_app(root: str | os.PathLike[str] | None = None, *, limits: Limits = 
     return app if app is not None else App(root, limits=limits)
 
 
+class CannotServe(Exception):
+    """The App cannot be built as configured; ``str()`` says what is wrong, for the operator."""
+
+
+def build_app(build: Callable[[], T]) -> T:
+    """``build()``, or :class:`CannotServe` saying why it cannot serve: a root that is not a
+    directory, a setting it cannot take, a store refusing (ValueError), a store's extra not
+    installed (ImportError, its message naming the ``pip install``)."""
+    try:
+        return build()
+    except (ValueError, ImportError) as exc:
+        raise CannotServe(str(exc)) from exc
+
+
+_told: set[str] = set()
+
+
+def refusal_to_serve(failure: CannotServe) -> ServiceUnavailable:
+    """The 503 a request gets while the App cannot be built (:func:`build_app`), its JSON saying
+    why; logged on the ``axon`` logger the first time, where the runtime's log shows it."""
+    message = str(failure)
+    if message not in _told:
+        _told.add(message)
+        logging.getLogger("axon").error("cannot serve: %s", message)
+    return ServiceUnavailable(f"cannot serve: {message}", code="cannot_serve")
+
+
 class Lazy(Generic[T]):
     """``build()``'s result, built on the first call: ``axon.wsgi:application`` and
-    ``axon.asgi:application`` open nothing when their module is imported."""
+    ``axon.asgi:application`` open nothing when their module is imported. A call that raises
+    keeps nothing: the next call builds again (a root mounted late is then served)."""
 
     def __init__(self, build: Callable[[], T]) -> None:
         self._build = build

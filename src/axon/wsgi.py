@@ -20,7 +20,9 @@ from .errors import BadRequest, FileChanged, HTTPError, URITooLong
 from .limits import DEFAULT_LIMITS, Limits
 from .response import Response, error_response
 from .http.segments import FileSlice
-from .runtime import BODY_METHODS, BodyReader, DateHeader, Lazy, declared_length, default_app
+from .runtime import (
+    BODY_METHODS, BodyReader, CannotServe, DateHeader, Lazy, build_app, declared_length, default_app, refusal_to_serve,
+)
 
 StartResponse = Callable[..., object]
 
@@ -82,7 +84,7 @@ class WSGIApp:
         body = b""
         if method in BODY_METHODS:
             body = self.read_body(environ, self.app.limits)
-        return Request(method, path or "/", environ.get("QUERY_STRING", ""), headers, body)
+        return Request(method, path or "/", environ.get("QUERY_STRING", ""), headers, body, environ.get("REMOTE_ADDR"))
 
     @staticmethod
     def read_body(environ: dict, limits: Limits) -> bytes:
@@ -156,9 +158,17 @@ def create_app(root: str | os.PathLike[str] | None = None, *, limits: Limits = D
     return WSGIApp(default_app(root, limits=limits, app=app))
 
 
-_built = Lazy(create_app)
+_built = Lazy(lambda: build_app(create_app))
 
 
 def application(environ: dict, start_response: StartResponse) -> Iterable[bytes]:
-    """``axon.wsgi:application``: built on first call, so importing this module opens nothing."""
-    return _built()(environ, start_response)
+    """``axon.wsgi:application``: built on first call, so importing this module opens nothing.
+    WSGI has no start-up event: while the App cannot be built, every request (the health probe
+    too) gets a JSON 503 saying why, and the server's log the reason once."""
+    try:
+        app = _built()
+    except CannotServe as failure:
+        response = error_response(refusal_to_serve(failure))
+        start_response(f"{response.status} {response.reason}", [*response.headers, _date_header()])
+        return response.body  # type: ignore[return-value]
+    return app(environ, start_response)

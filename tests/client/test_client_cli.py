@@ -184,3 +184,34 @@ def test_the_real_command_counts_in_words_and_keeps_progress_off_a_pipe(live_axo
     assert done.returncode == 0 and done.stdout.startswith("fetched 1 of 1 file (") and done.stderr == ""
     done = fetch("-o", str(tmp_path / "shown"), "--progress")
     assert done.returncode == 0 and "1/1 files" in done.stderr  # asked for: shown on the pipe
+
+
+def test_archive_progress_counts_the_files_in_the_archive(live_axon, tmp_path: Path) -> None:
+    """``--zip`` saves one file, an archive of four: its progress counts the four."""
+    import os
+    import subprocess
+    import sys
+
+    names = [f"four/{i}.bin" for i in range(4)]
+    for name in names:
+        live_axon.put(name, os.urandom(50_000))
+    done = subprocess.run(
+        [sys.executable, "-m", "axon.cli", "fetch", live_axon.url, *names, "--zip", str(tmp_path / "four.zip"),
+         "--progress"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        env={**os.environ, "AXON_SECRET": live_axon.secret})
+    assert done.returncode == 0, done.stderr
+    assert "4/4 files" in done.stderr and "/1 files" not in done.stderr, done.stderr
+    assert done.stdout.startswith(f"saved 4 files as {tmp_path / 'four.zip'} (") and "/s" in done.stdout
+
+
+def test_help_shows_the_defaults() -> None:
+    import subprocess
+    import sys
+
+    def usage(command: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "axon.cli", command, "--help"], capture_output=True, text=True,
+                              timeout=30, check=True, stdin=subprocess.DEVNULL)
+        return " ".join(done.stdout.split())  # argparse wraps its lines
+
+    assert "--parallel N batches fetched at once, a connection each (default: 1)" in usage("fetch")
+    assert "--workers WORKERS worker processes (default: 1; axon serve's default is one per CPU)" in usage("demo")

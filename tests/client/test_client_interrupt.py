@@ -1,16 +1,18 @@
 """``axon fetch`` (multipart) interrupted: the real command in a subprocess, against Axon under
 uvicorn behind a proxy that passes the answer on slowly (a download of seconds).
 
-Ctrl-C stops it within a second and saves where it stood; a second Ctrl-C changes nothing; after
-SIGKILL the journal of the last second is there. Each time the same command run again resumes
-(fewer bytes cross the proxy than a whole batch), ends with every byte right, and leaves nothing
-stray: no ``*.part``, no journal.
+Ctrl-C stops it within a second and saves where it stood, counting the bytes of the part it keeps
+as received; a second Ctrl-C changes nothing; after SIGKILL the journal of the last second is
+there. Each time the same command run again resumes (fewer bytes cross the proxy than a whole
+batch), says where it took over, reports the rate of its own bytes only, ends with every byte
+right, and leaves nothing stray: no ``*.part``, no journal.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +25,7 @@ from live_server import live_server, runtime_available
 from slow_proxy import SlowProxy
 
 from axon.client.journal import JOURNAL_DIR
+from axon.client.progress import format_bytes
 
 pytestmark = pytest.mark.slow  # real processes interrupted with signals
 
@@ -74,13 +77,21 @@ def journals(dest: Path) -> list[Path]:
     return sorted((dest / JOURNAL_DIR).glob("*.json")) if (dest / JOURNAL_DIR).exists() else []
 
 
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
 def resume_and_check(url: str, dest: Path, files: dict[str, bytes], proxy: SlowProxy) -> None:
-    """The same command again: it resumes, every file is the server's, nothing stray is left."""
+    """The same command again: it resumes, says where, counts only its own bytes in the rate;
+    every file is the server's, nothing stray is left."""
+    saved = json.loads(journals(dest)[0].read_text())
     before = proxy.sent
     rerun = start_fetch(url, dest)
     out, err = rerun.communicate(timeout=60)
     assert rerun.returncode == 0, err
     assert proxy.sent - before < sum(SIZES) - 500_000  # resumed: not the whole batch again
+    assert out.rstrip().endswith(f"; resumed at {format_bytes(saved['offset'])} of {format_bytes(saved['length'])}"), out
+    number, unit = re.search(r" s, ([\d.]+) (\w+)/s", out).groups()  # type: ignore[union-attr]
+    assert float(number) * UNITS[unit] < RATE * 1.1, out  # no faster than the proxy passes bytes on
     for name, data in files.items():
         assert (dest / name).read_bytes() == data, name
     assert parts(dest) == [] and not (dest / JOURNAL_DIR).exists()
@@ -102,6 +113,9 @@ def test_ctrl_c_stops_within_a_second_and_the_next_run_resumes(server, tmp_path:
         assert "Traceback" not in err
         (journal,) = journals(dest)
         saved = json.loads(journal.read_text())
+        # What was received counts, the part kept to resume included, not only the whole files.
+        number, unit = re.search(r"\(([\d.]+) (\w+) received", err).groups()  # type: ignore[union-attr]
+        assert abs(float(number) * UNITS[unit] - saved["offset"]) < 0.15 * UNITS["MiB"], (err, saved["offset"])
         assert [p.relative_to(dest).as_posix() for p in parts(dest)] == [saved["part"][1]]  # the one it names
         resume_and_check(proxy.url, dest, files, proxy)
 

@@ -99,3 +99,19 @@ def test_axon_sign_mints_a_working_batch_url(
     status, headers, body = get(live, url.removeprefix(live.url))
     assert status == 200 and headers["content-type"].startswith("multipart/mixed")
     assert all(data in body for data in FILES.values())
+
+
+@pytest.mark.parametrize(("suffix", "media_type"), [(".zip", "application/zip"), (".tar", "application/x-tar")])
+def test_axon_sign_mints_an_archive_batch_url_from_its_endpoint(
+    live: LiveAxon, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], suffix: str, media_type: str,
+) -> None:
+    monkeypatch.setenv("AXON_SECRET", live.secret)
+    parser = argparse.ArgumentParser(prog="axon")
+    cli_sign.add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["sign", f"{live.url}/api/stream-files{suffix}", *FILES])
+    assert args.func(args) == 0
+    url = capsys.readouterr().out.strip()
+    assert url.startswith(f"{live.url}/api/stream-files{suffix}?file1=")
+    status, headers, body = get(live, url.removeprefix(live.url))
+    assert status == 200 and headers["content-type"] == media_type
+    assert all(data in body for data in FILES.values())

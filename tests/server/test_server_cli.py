@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -205,3 +206,58 @@ def test_workers_0_serves_in_process(spawn) -> None:
     server = spawn("--workers", "0")
     assert server.workers() == []
     assert get(server.port, "/api/health").status == 200
+
+
+@pytest.mark.slow  # a process
+def test_a_root_the_user_app_does_not_serve_is_a_usage_error(user_module, root, tmp_path) -> None:
+    other = tmp_path / "other-root"
+    other.mkdir()
+    done = _serve_fails(str(other), "--app", f"{user_module}:app", "--port", "0")
+    assert done.returncode == 2, done.stderr
+    assert f"ROOT {other} is not what --app {user_module}:app serves ({root})" in done.stderr
+
+
+@pytest.mark.slow  # a process
+def test_a_store_url_without_its_extra_names_the_pip_install(tmp_path) -> None:
+    # The s3 extra missing, as in an install without it: its module cannot be imported.
+    blocker = tmp_path / "without-obstore"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['obstore'] = None\n")
+    path = os.pathsep.join(p for p in (str(blocker), os.environ.get("PYTHONPATH")) if p)
+    done = _serve_fails("s3://bucket/prefix", "--port", "0", env={"PYTHONPATH": path})
+    assert done.returncode == 1, done.stderr
+    assert "serving s3://bucket/prefix needs the s3 extra: pip install 'axon-stream[s3]'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def _logged_line(server, needle: str) -> str:
+    deadline = time.monotonic() + 5  # the access log writes its lines at most 0.25 s late
+    while time.monotonic() < deadline:
+        found = [line for line in server.log().splitlines() if needle in line]
+        if found:
+            return found[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no access-log line with {needle!r}:\n{server.log()}")
+
+
+@pytest.mark.slow  # a server process
+def test_the_access_log_line_says_when_who_and_the_query(spawn) -> None:
+    server = spawn("--workers", "1", "--access-log")
+    with Client(server.port) as c:
+        assert c.get("/files/a.txt?v=1").status == 200
+    line = _logged_line(server, "/files/a.txt")
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+    assert re.fullmatch(stamp + r" 127\.0\.0\.1 GET /files/a\.txt\?v=1 200 12 \d+\.\dms", line), line
+
+
+@pytest.mark.slow  # a server process
+def test_the_json_access_log_names_the_client(spawn) -> None:
+    server = spawn("--workers", "1", "--access-log", "--json-logs")
+    with Client(server.port) as c:
+        for _ in range(3):  # again: a repeated answer may be sent past the App (server/shortcuts.py)
+            assert c.get("/files/a.txt?v=1").status == 200
+        assert c.get("/files/a.txt", {"X-Forwarded-For": "203.0.113.9"}).status == 200
+    forwarded = json.loads(_logged_line(server, "203.0.113.9"))
+    direct = [json.loads(line) for line in server.log().splitlines() if '"v=1"' in line]
+    assert [(line["client"], line["query"]) for line in direct] == [("127.0.0.1", "v=1")] * 3
+    assert forwarded["client"] == "203.0.113.9"  # a proxy in front says who its client was

@@ -36,6 +36,11 @@ def axon_cli(*argv: str, **env: str) -> subprocess.CompletedProcess:
      "AXON_BROWSE must be 1, true, yes or on (or 0, false, no, off), not 'maybe'"),
     (["serve", "--app", "nocolon", "--port", "0"], {}, "--app takes MODULE:ATTR"),
     (["serve", "/no/such/dir", "--port", "0"], {}, "root is not a directory: /no/such/dir"),
+    (["serve", "--bogus"], {}, "usage: axon serve"),  # serve's usage, not the top-level one
+    (["serve", "--bogus"], {}, "axon serve: error: unrecognized arguments: --bogus"),
+    (["fetch", "127.0.0.1:8003", "a.bin"], {}, "argument BASE_URL: base URL must be http:// or https:// with a host"),
+    (["sign", "http://h/api/stream-files.zip?file1=b.bin", "a.bin"], {"AXON_SECRET": "s"},
+     "with FILEs, name the server's URL without a query"),
     (["sign", "--expires-in", "-5", "/files/a.bin"], {"AXON_SECRET": "s"},
      "argument --expires-in: must be 1 second or more, not -5"),
     (["sign", "--expires-at", "5", "/files/a.bin"], {"AXON_SECRET": "s"}, "--expires-at 5 is not in the future"),

@@ -36,6 +36,9 @@ class OnlyTheProtocol:
     def remembers(self):
         return self._app.remembers()
 
+    def records_responses(self):
+        return self._app.records_responses()
+
     def record_sent(self, *args):
         return self._app.record_sent(*args)
 

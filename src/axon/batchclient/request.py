@@ -20,7 +20,7 @@ from .errors import FetchError
 from .paths import check_path_shape
 
 __all__ = [
-    "BatchRequest", "Item", "MAX_GET_TARGET", "batch_body", "build_post", "build_request", "compact_json",
+    "BatchRequest", "Item", "MAX_GET_TARGET", "batch_body", "build_post", "build_request", "compact_json", "split_base",
 ]
 
 Item = str | dict  # a path, or a slice of one: {"path", "offset", "length"?}
@@ -102,7 +102,7 @@ def build_request(
             check_path_shape(path)
         except FetchError as exc:
             raise ValueError(f"refusing to request {path!r}: {exc}") from None
-    url, port = _base(base_url)
+    url, port = split_base(base_url)
     suffix, accept = FORMATS[fmt]
     path = url.path.rstrip("/") + ENDPOINT + suffix
     query = urlencode([(f"file{i}", name) for i, name in enumerate(files, 1)], safe="/")
@@ -134,7 +134,7 @@ def build_post(base_url: str, items: Sequence[Item], headers: Mapping[str, str] 
     """``POST /api/stream-files`` of ``items`` (paths or slices), as multipart, to be sent on a
     pooled connection (the transport sets Host and keeps the connection alive). The paths go as
     they are: the server judges each, and its refusal names the ones it will not serve."""
-    url, port = _base(base_url)
+    url, port = split_base(base_url)
     body = batch_body(items)
     merged = {
         "accept": ("Accept", FORMATS["multipart"][1]),
@@ -146,7 +146,8 @@ def build_post(base_url: str, items: Sequence[Item], headers: Mapping[str, str] 
     return BatchRequest(url.scheme, url.hostname or "", port, "POST", target, tuple(merged.values()), body)
 
 
-def _base(base_url: str) -> tuple[SplitResult, int]:
+def split_base(base_url: str) -> tuple[SplitResult, int]:
+    """A server's base URL and its port; ValueError unless it is http:// or https:// with a host."""
     url = urlsplit(base_url)
     if url.scheme not in ("http", "https") or not url.hostname:
         raise ValueError(f"base URL must be http:// or https:// with a host: {base_url!r}")

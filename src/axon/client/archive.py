@@ -117,6 +117,9 @@ def _receive(
     if resume and head.headers.get("ETag"):
         note.write_text(json.dumps(dict(batch, etag=head.headers["ETag"], length=total)), encoding="utf-8")
     if progress is not None:
+        resumed = getattr(progress, "response_resumed", None)
+        if resumed is not None and start:
+            resumed(start, total)
         progress.response_started(total - start)
     received = 0
     with open(partial, "r+b" if start else "wb") as out:

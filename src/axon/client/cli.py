@@ -27,13 +27,13 @@ from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..batchclient.request import split_base
 from .archive import PARTIAL, fetch_archive, unpack
 from .cancel import Cancel
-from .download import FetchedFile
 from .errors import BatchTooLarge, FetchError
 from .fetch import DEFAULT_TIMEOUT, fetch
 from .paths import check_path_shape
-from .progress import ProgressTracker, format_bytes
+from .progress import ProgressTracker, format_bytes, resumed_at
 
 __all__ = ["add_parser", "run"]
 
@@ -47,7 +47,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="download files from an Axon server",
         description="Download files from an Axon server; each lands at DIR/<path>, whole or not at all.",
     )
-    parser.add_argument("base_url", metavar="BASE_URL", help="the server, e.g. http://127.0.0.1:8000")
+    parser.add_argument("base_url", metavar="BASE_URL", type=_base_url, help="the server, e.g. http://127.0.0.1:8000")
     parser.add_argument("files", metavar="FILE", nargs="*", help="paths to fetch, as the server names them")
     parser.add_argument(
         "-o", "--output", metavar="DIR", default=".", help="destination directory (default: .)"
@@ -61,7 +61,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=DEFAULT_BATCH_SIZE,
         help="files per request (default: 500)",
     )
-    parser.add_argument("--parallel", type=_positive_int, default=1, metavar="N", help="connections at once")
+    parser.add_argument("--parallel", type=_positive_int, default=1, metavar="N",
+                        help="batches fetched at once, a connection each (default: 1)")
     parser.add_argument(
         "--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT, help="seconds per network operation"
     )
@@ -154,11 +155,15 @@ def run(args: argparse.Namespace) -> int:
             _hold_interrupts()
         tracker.close()
     elapsed = time.monotonic() - started
-    done = f"{tracker.files_done} of {_files(len(paths))} ({format_bytes(tracker.bytes_written)})"
+    resumed = tracker.resumed()
     if error is None:
-        rate = format_bytes(tracker.bytes_written / max(elapsed, 1e-9))
-        print(f"fetched {done} into {args.output} in {elapsed:.1f} s, {rate}/s")
+        done = f"{tracker.files_done} of {_files(len(paths))} ({format_bytes(tracker.bytes_written)})"
+        rate = format_bytes(tracker.rate(elapsed))
+        print(f"fetched {done} into {args.output} in {elapsed:.1f} s, {rate}/s" + (f"; {resumed}" if resumed else ""))
         return 0
+    # Stopped: what moved counts, the bytes of a part kept to resume too, not only whole files.
+    done = f"{tracker.files_done} of {_files(len(paths))} ({format_bytes(tracker.bytes_moved)} received" + (
+        f", {resumed})" if resumed else ")")
     if isinstance(error, KeyboardInterrupt):
         again = "; run the same command again to resume" if args.resume else ""
         return _fail(f"interrupted after {done}{again}", code=130)
@@ -190,15 +195,15 @@ def _wait_for(pool: ThreadPoolExecutor, cancel: Cancel) -> bool:
 
 def _run_archive(args: argparse.Namespace, paths: list[str], headers: dict[str, str]) -> int:
     fmt, path = ("zip", args.zip) if args.zip else ("tar", args.tar)
-    tracker = ProgressTracker(1, show=_show_progress(args))  # one file: the archive
-    progress = tracker.for_batch(1)
+    tracker = ProgressTracker(len(paths), show=_show_progress(args))  # all of them, when the archive is
+    progress = tracker.for_batch(len(paths))
     started = time.monotonic()
     try:
         result = fetch_archive(
             args.base_url, paths, path, fmt, timeout=args.timeout, headers=headers,
             method="POST" if args.from_list else None, progress=progress, resume=args.resume, secret=args.secret,
         )
-        progress.file_written(FetchedFile(path, result.path, result.size))
+        tracker.archive_written(result.size)
         unpacked = unpack(result.path, args.output) if args.unpack else None
     except KeyboardInterrupt:
         return _fail("interrupted" + _resumable(path), code=130)
@@ -210,8 +215,9 @@ def _run_archive(args: argparse.Namespace, paths: list[str], headers: dict[str, 
     finally:
         tracker.close()
     elapsed = time.monotonic() - started
-    resumed = f", resumed at byte {result.resumed_from}" if result.resumed_from else ""
-    print(f"saved {_files(len(paths))} as {result.path} ({format_bytes(result.size)}{resumed}) in {elapsed:.1f} s")
+    resumed = f"; {resumed_at(result.resumed_from, result.size)}" if result.resumed_from else ""
+    print(f"saved {_files(len(paths))} as {result.path} ({format_bytes(result.size)}) in {elapsed:.1f} s, "
+          f"{format_bytes(tracker.rate(elapsed))}/s{resumed}")
     if unpacked is not None:
         print(f"unpacked {_files(len(unpacked))} into {args.output}")
     return 0
@@ -260,6 +266,14 @@ def _show_progress(args: argparse.Namespace) -> bool:
 
 def _files(count: int) -> str:
     return f"{count} file" if count == 1 else f"{count} files"
+
+
+def _base_url(text: str) -> str:
+    try:
+        split_base(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc) if "://" in text else f"{exc} (try http://{text})") from None
+    return text
 
 
 def _positive_int(text: str) -> int:

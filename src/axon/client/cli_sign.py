@@ -2,6 +2,7 @@
 
     axon sign /files/report.pdf                           # a signed path, valid one hour
     axon sign http://host:8000 a.bin dir/b.bin            # a signed batch URL for these files
+    axon sign http://host:8000/api/stream-files.zip a.bin b.bin   # ... as a zip (.tar: a tar)
     axon sign --token --expires-in 86400                  # a bearer token for a day
 
 The secret comes from ``AXON_SECRET`` (or ``--secret``, which other users can see in ``ps``).
@@ -15,9 +16,10 @@ import os
 import sys
 import time
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from ..signing import mint_token, sign_url
-from ..batchclient.request import build_request
+from ..batchclient.request import ENDPOINT, FORMATS, build_request
 
 __all__ = ["add_parser", "run"]
 
@@ -35,7 +37,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "target",
         metavar="URL",
         nargs="?",
-        help="a path with its query (/files/a.bin), a full URL, or with FILEs the server's base URL",
+        help="a path with its query (/files/a.bin), a full URL, or with FILEs the server's base URL "
+             "or its batch URL (.../api/stream-files, .zip or .tar: the batch as multipart, zip or tar)",
     )
     parser.add_argument("files", metavar="FILE", nargs="*", help="sign the batch URL for these files")
     parser.add_argument("--token", action="store_true", help="print a bearer token instead of a URL")
@@ -65,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail("name what to sign: a path, a URL, or a base URL and files")
     try:
         if args.files:
-            request = build_request(args.target, args.files, method="GET")
+            base, fmt = batch_endpoint(args.target)
+            request = build_request(base, args.files, method="GET", fmt=fmt)
             print(request.origin + sign_url(request.target, secret, expires))
         else:
             target = args.target if "://" in args.target or args.target.startswith("/") else "/" + args.target
@@ -73,6 +77,19 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(str(exc))
     return 0
+
+
+def batch_endpoint(url: str) -> tuple[str, str]:
+    """The base URL and the format ``build_request`` takes for a server's base URL or its batch
+    URL (``.../api/stream-files.zip``: the zip); a URL with FILEs names no files of its own."""
+    parts = urlsplit(url)
+    if parts.query:
+        raise ValueError(f"with FILEs, name the server's URL without a query, not {url!r}")
+    path = parts.path.rstrip("/")
+    for fmt, (suffix, _) in FORMATS.items():
+        if path.endswith(ENDPOINT + suffix):
+            return urlunsplit(parts._replace(path=path[: -len(ENDPOINT + suffix)])), fmt
+    return url, "multipart"
 
 
 def _whole(text: str) -> int:

@@ -71,7 +71,9 @@ class Progress(Protocol):
     """What a fetch reports as it goes; the CLI's progress bar implements it.
 
     ``response_started`` gets the length of this answer's body: when a download resumes, the
-    bytes still to come, and then ``file_written`` once for each file finished before.
+    bytes still to come, and then ``file_written`` once for each file finished before. A progress
+    that also has ``response_resumed(offset, length)`` is told first where a resumed download
+    starts again: ``offset`` bytes of its body of ``length`` were received by an earlier run.
     """
 
     def response_started(self, content_length: int | None) -> None: ...
@@ -218,6 +220,9 @@ class BatchDownload:
             download._journaled = saved.part
         download._progress = progress
         if progress is not None:
+            resumed = getattr(progress, "response_resumed", None)
+            if resumed is not None:
+                resumed(saved.offset, saved.length)
             progress.response_started(saved.length - saved.offset)
             for fetched in download.result.files:
                 progress.file_written(fetched)

@@ -5,6 +5,10 @@ with ``tqdm`` when it is installed, or with a plain line at most once a second w
 The total size is only learnt batch by batch, from each response's Content-Length, so until the
 last batch has started the total is an estimate: the bytes per file seen so far, times the files
 still to come.
+
+What moved is counted apart from what was done: ``bytes_received`` are this run's bytes (the
+rate is theirs alone); a batch resumed from a saved part adds what an earlier run received to
+``bytes_resumed``, so that the run can say where it took over (:meth:`ProgressTracker.resumed`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any, Protocol, TextIO
 
 from .download import FetchedFile
 
-__all__ = ["ProgressTracker", "format_bytes"]
+__all__ = ["ProgressTracker", "format_bytes", "resumed_at"]
 
 
 def format_bytes(count: float) -> str:
@@ -25,6 +29,11 @@ def format_bytes(count: float) -> str:
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
         count /= 1024
     raise AssertionError("unreachable")
+
+
+def resumed_at(offset: int, length: int) -> str:
+    """Where a resumed download took over: ``resumed at 37.7 MiB of 1.2 GiB``."""
+    return f"resumed at {format_bytes(offset)} of {format_bytes(length)}"
 
 
 class _Display(Protocol):
@@ -47,7 +56,9 @@ class ProgressTracker:
         self.total_files = total_files
         self.files_done = 0
         self.bytes_written = 0  # file contents, whole files only
-        self.bytes_received = 0  # response bodies, multipart framing included
+        self.bytes_received = 0  # response bodies this run, multipart framing included
+        self.bytes_resumed = 0  # of the bodies resumed, what earlier runs received
+        self.resumed_length = 0  # the whole length of the bodies resumed
         self.started = time.monotonic()
         self._files_in_started_batches = 0
         self._known_bytes = 0
@@ -65,9 +76,34 @@ class ProgressTracker:
     def for_batch(self, file_count: int) -> _BatchProgress:
         return _BatchProgress(self, file_count)
 
+    @property
+    def bytes_moved(self) -> int:
+        """Body bytes received in all, earlier runs' included (those kept in a saved part)."""
+        return self.bytes_resumed + self.bytes_received
+
+    def resumed(self) -> str | None:
+        """``resumed at X of Y`` when a batch took over from an earlier run, else None."""
+        return resumed_at(self.bytes_resumed, self.resumed_length) if self.resumed_length else None
+
+    def rate(self, seconds: float) -> float:
+        """This run's bytes a second: what an earlier run received does not count."""
+        return self.bytes_received / max(seconds, 1e-9)
+
+    def archive_written(self, size: int) -> None:
+        """An archive of every file was saved whole (``--zip``/``--tar``): all its files are."""
+        with self._lock:
+            self.files_done = self.total_files
+            self.bytes_written += size
+            self._display.update(self, 0)
+
     def close(self) -> None:
         with self._lock:
             self._display.close()
+
+    def _resumed(self, offset: int, length: int) -> None:
+        with self._lock:
+            self.bytes_resumed += offset
+            self.resumed_length += length
 
     def _batch_started(self, file_count: int, content_length: int | None) -> None:
         with self._lock:
@@ -93,6 +129,9 @@ class _BatchProgress:
     def __init__(self, tracker: ProgressTracker, file_count: int) -> None:
         self._tracker = tracker
         self._file_count = file_count
+
+    def response_resumed(self, offset: int, length: int) -> None:
+        self._tracker._resumed(offset, length)
 
     def response_started(self, content_length: int | None) -> None:
         self._tracker._batch_started(self._file_count, content_length)

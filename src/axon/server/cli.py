@@ -192,7 +192,8 @@ def load_app(
     """The built-in App serving ``root``, or the user's App named ``module:attr``.
 
     With ``--app``, ROOT (if given) is exported as ``AXON_ROOT`` before the module is imported, so
-    an ``App()`` built there without a root serves it (and ``--browse`` as ``AXON_BROWSE``). ``attr`` may be an App, or a function that
+    an ``App()`` built there without a root serves it (and ``--browse`` as ``AXON_BROWSE``); an App
+    that names another root is a usage error, not ROOT ignored. ``attr`` may be an App, or a function that
     takes no argument and returns one. The current directory is importable, as with uvicorn.
     """
     from ..app import App
@@ -225,11 +226,24 @@ def load_app(
         target = target()
     if not hasattr(target, "handle_async"):
         raise SystemExit(f"--app {spec}: expected an axon.App, got {type(target).__name__}")
+    served = getattr(getattr(target, "settings", None), "root", None)
+    if root is not None and served is not None and not _same_root(root, served):
+        raise usage_error(f"ROOT {root} is not what --app {spec} serves ({served}): that App names its own "
+                          "root; leave ROOT out, or build the App without one to serve ROOT")
     return target
+
+
+def _same_root(given: str, served: Any) -> bool:
+    from ..storage.sources import is_store_url
+
+    if is_store_url(given) or is_store_url(served):
+        return given.rstrip("/") == str(served).rstrip("/")
+    return os.path.realpath(given) == os.path.realpath(served)
 
 
 def run(args: argparse.Namespace) -> int:
     from .. import log as axon_log
+    from ..runtime import CannotServe, build_app
     from .config import ServerConfig
     from .loops import require_httptools
 
@@ -271,11 +285,14 @@ def run(args: argparse.Namespace) -> int:
     if args.object_listing:  # --object-listing wins over AXON_NO_OBJECT_LISTING
         os.environ.pop("AXON_NO_OBJECT_LISTING", None)
     try:
-        app = load_app(args.app, args.root, args.cache_control, args.browse, args.portable_identity)
-    except ValueError as exc:  # the root is not a directory; or the store refuses (StoreMisconfigured)
-        if type(exc).__name__ == "StoreMisconfigured":  # the store answered: no usage error, no outage
-            raise SystemExit(f"axon serve: {exc}") from None
-        raise usage_error(str(exc)) from None
+        app = build_app(lambda: load_app(args.app, args.root, args.cache_control, args.browse, args.portable_identity))
+    except CannotServe as failure:
+        cause = failure.__cause__
+        # The root is not a directory, a setting cannot be: what was asked cannot be served (2).
+        # The store refused (StoreMisconfigured), an extra is missing: no usage error (1).
+        if isinstance(cause, ValueError) and type(cause).__name__ != "StoreMisconfigured":
+            raise usage_error(str(failure)) from None
+        raise SystemExit(f"axon serve: {failure}") from None
     scratch = None
     if args.metrics:
         from ..metrics import instrument

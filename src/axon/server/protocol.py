@@ -90,7 +90,7 @@ class HTTPProtocol(asyncio.Protocol):
         "worker", "app", "loop", "limits", "_max_headers", "_max_header_bytes", "parser", "_simple_head",
         "_between", "_shortcuts", "_get_fixed", "_remembered", "_open", "_record_sent", "_sync_files",
         "_cached_files", "state", "deadline", "_transport", "flow", "writer", "cycle", "_exchange", "_refusal",
-        "_pipeline", "_stash", "_closing", "stopping", "_eof", "_linger_bytes",
+        "_pipeline", "_stash", "_closing", "stopping", "_eof", "_linger_bytes", "peer",
     )
 
     def __init__(self, worker: Host) -> None:
@@ -110,6 +110,7 @@ class HTTPProtocol(asyncio.Protocol):
         self._sync_files = worker.sync_files
         self._cached_files = worker.cached_files
         self.state = NEW
+        self.peer: str | None = None  # the client's address, for the records (connection_made)
         self.deadline: float | None = None  # when the current state's clock runs out (see _to)
         self._transport: Any = None
         self.flow: FlowControl | None = None
@@ -167,6 +168,10 @@ class HTTPProtocol(asyncio.Protocol):
             transport.close()
             return
         worker.connections.add(self)
+        # The client's address for the access log, asked once a connection (a system call), and
+        # only while someone reads the records.
+        peer = transport.get_extra_info("peername") if self.app.records_responses() else None
+        self.peer = peer[0] if isinstance(peer, tuple) else None
         sock_fd = -1
         if transport.get_extra_info("sslcontext") is None:
             # Pause on anything unsent: see writer.py. TLS keeps the default marks.
@@ -451,6 +456,7 @@ class HTTPProtocol(asyncio.Protocol):
             query,
             ex.headers,
             (body[0] if len(body) == 1 else b"".join(body)) if body else b"",
+            self.peer,
         )
         self._pipeline.append(ex)
 
@@ -487,7 +493,7 @@ class HTTPProtocol(asyncio.Protocol):
                 return False  # too much to send at once: the App answers it
             ended = perf_counter()
             self._record_sent(head.path, head.query, head.length, len(head.paths), ended - started, ended,
-                              ex.headers.get("x-forwarded-for"))
+                              ex.headers.get("x-forwarded-for") or self.peer)
             if not ex.keep_alive:  # cut: a file could not be read as planned, or the client left
                 self._abort()  # nothing more is parsed or answered on this connection
                 return True

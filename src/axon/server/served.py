@@ -62,6 +62,11 @@ class ServedApp(Protocol):
         """Whether the server may send a repeatable response's head again past the App now."""
         ...
 
+    def records_responses(self) -> bool:
+        """Whether responses are recorded now: the server then asks each new connection for the
+        client's address, for the records (``Request.client``, ``record_sent``'s ``client``)."""
+        ...
+
     def record_sent(
         self, path: str, query: str, nbytes: int, files: int, seconds: float, ended: float, client: str | None,
     ) -> None:

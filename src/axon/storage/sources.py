@@ -37,8 +37,13 @@ def open_source(location: str | os.PathLike[str], *, allow_hidden: bool = False,
     ``portable_identity`` is for copies of one directory on several hosts (:class:`FileStore`);
     an object's facts (its ETag, its Last-Modified) are the same from every node already."""
     if is_store_url(location):
-        from .objects import ObjectSource  # needs the axon-stream[s3] extra
-
+        try:
+            from .objects import ObjectSource
+        except ModuleNotFoundError as exc:
+            if exc.name != "obstore":
+                raise
+            raise ModuleNotFoundError(f"serving {location} needs the s3 extra: pip install 'axon-stream[s3]'",
+                                      name=exc.name) from None
         return ObjectSource(str(location), allow_hidden=allow_hidden)
     return FileStore(location, allow_hidden=allow_hidden, portable_identity=portable_identity)
 
