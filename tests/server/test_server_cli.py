@@ -226,7 +226,7 @@ def test_a_store_url_without_its_extra_names_the_pip_install(tmp_path) -> None:
     path = os.pathsep.join(p for p in (str(blocker), os.environ.get("PYTHONPATH")) if p)
     done = _serve_fails("s3://bucket/prefix", "--port", "0", env={"PYTHONPATH": path})
     assert done.returncode == 1, done.stderr
-    assert "serving s3://bucket/prefix needs the s3 extra: pip install 'axon-stream[s3]'" in done.stderr
+    assert "serving s3://bucket/prefix needs obstore, which is not installed: pip install 'axon-stream[s3]'" in done.stderr
     assert "Traceback" not in done.stderr
 
 

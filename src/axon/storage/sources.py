@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from . import FILE_CACHE_BYTES, FILE_CACHE_INACTIVE, FILE_CACHE_VALID, Source
 from .local import FileStore
 from .shared_files import SharedFiles
+from ..errors import needs_extra
 
 __all__ = ["SharingSource", "is_store_url", "open_source", "share_open_files"]
 
@@ -37,13 +38,8 @@ def open_source(location: str | os.PathLike[str], *, allow_hidden: bool = False,
     ``portable_identity`` is for copies of one directory on several hosts (:class:`FileStore`);
     an object's facts (its ETag, its Last-Modified) are the same from every node already."""
     if is_store_url(location):
-        try:
+        with needs_extra("s3", f"serving {location}", "obstore"):
             from .objects import ObjectSource
-        except ModuleNotFoundError as exc:
-            if exc.name != "obstore":
-                raise
-            raise ModuleNotFoundError(f"serving {location} needs the s3 extra: pip install 'axon-stream[s3]'",
-                                      name=exc.name) from None
         return ObjectSource(str(location), allow_hidden=allow_hidden)
     return FileStore(location, allow_hidden=allow_hidden, portable_identity=portable_identity)
 
