@@ -215,3 +215,33 @@ def test_gunicorn_zips_rewritten_bytes_with_their_crc_within_the_window(tmp_path
             time.sleep(FILE_CACHE_VALID + 0.2)
             for _ in range(3):
                 assert zipped() == {"m.bin": NEW}
+
+
+@pytest.mark.slow  # a server process of its own, and the window
+def test_permissions_revoked_are_refused_within_the_window(spawn) -> None:
+    """``chmod 000`` leaves a cached descriptor readable (as nginx's are): the revalidation opens
+    the path again and is refused, so requests from the window on get a 403. Root reads a file
+    of mode 000 anyway (CAP_DAC_OVERRIDE), so as root the server runs as ``nobody`` (setpriv),
+    where the mode is what decides."""
+    wrap: list[str] = []
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("root reads a file of mode 000; setpriv (to serve as nobody) is not installed")
+        wrap = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    root = Path(tempfile.mkdtemp(prefix="axon-perm-"))  # outside pytest's 0700 tree: nobody must reach it
+    try:
+        root.chmod(0o755)
+        path = root / "p.txt"
+        path.write_bytes(b"readable\n")
+        path.chmod(0o644)
+        server = spawn("--workers", "1", "--file-cache-valid", "1", serve_root=root, wrap=wrap)
+        with Client(server.port) as c:
+            for _ in range(5):  # cached, bytes kept, watched, trusted
+                assert c.get("/files/p.txt").body == b"readable\n"
+            path.chmod(0)
+            time.sleep(1.2)
+            refused = c.get("/files/p.txt")
+            assert refused.status == 403 and refused.json()["error"]["paths"] == ["p.txt"]
+            assert c.get("/api/stream-files?f=p.txt").status == 403
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
