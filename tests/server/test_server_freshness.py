@@ -15,14 +15,11 @@ import io
 import mmap
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
-import urllib.error
 import urllib.request
 import zipfile
 from contextlib import contextmanager
@@ -30,6 +27,9 @@ from pathlib import Path
 
 import pytest
 from conftest import Client, batch_target, parse_multipart
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "client"))
+from live_server import live_server, runtime_available  # noqa: E402
 
 from axon.app import App
 
@@ -159,42 +159,6 @@ def test_axon_serve_zips_rewritten_bytes_with_their_crc(spawn, tmp_path) -> None
                 assert c.get("/files/m.bin").body == NEW
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def gunicorn(root: Path):
-    """``gunicorn axon.wsgi:application`` on ``root``, one worker; its base URL."""
-    pytest.importorskip("gunicorn")
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "-w", "1", "-b", f"127.0.0.1:{port}", "axon.wsgi:application"],
-        env=dict(os.environ, AXON_ROOT=str(root)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                urllib.request.urlopen(base + "/api/health", timeout=1).read()
-                break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, server.stderr.read().decode()
-                time.sleep(0.1)
-        yield base
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(5)
-
-
 @pytest.mark.slow  # gunicorn, a settled file and the default 5 s window
 def test_gunicorn_zips_rewritten_bytes_with_their_crc_within_the_window(tmp_path) -> None:
     """WSGI reads a file's bytes for each response; the CRC-32 of a small file is kept per
@@ -202,10 +166,13 @@ def test_gunicorn_zips_rewritten_bytes_with_their_crc_within_the_window(tmp_path
     passes ``unzip -t``."""
     from axon.storage import FILE_CACHE_VALID
 
+    why = runtime_available("gunicorn")
+    if why:
+        pytest.skip(why)
     root, path = _mapped_root(tmp_path)
     with mapped(path, OLD) as mapping:
         time.sleep(2.1)  # settled: the CRC-32 read now is kept for the file's version
-        with gunicorn(root) as base:
+        with live_server("gunicorn", root) as base:
             def zipped() -> dict[str, bytes]:
                 with urllib.request.urlopen(base + "/api/stream-files.zip?f=m.bin", timeout=10) as r:
                     return zip_members(r.read())
