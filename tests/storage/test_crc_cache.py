@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import zlib
 
@@ -55,6 +56,35 @@ def test_a_file_shorter_than_planned_has_changed(opened):
     path, fd = opened
     with pytest.raises(FileChanged):
         read_crc32(fd, os.fstat(fd).st_size + 1)
+
+
+def test_a_small_files_crc_is_read_again_once_valid_old_a_large_ones_stands(opened, tmp_path):
+    """A second write through one shared mmap leaves a file's version (size and times) as it was:
+    a small file's kept CRC is read again after the window, a large one's (costly to read) is not."""
+    path, fd = opened
+    small = tmp_path / "small.bin"
+    small.write_bytes(b"....")
+    small_fd = os.open(small, os.O_RDWR)
+    now = [0.0]
+    cache = CrcCache(settled_ns=0, valid=5.0, monotonic=lambda: now[0])
+    try:
+        with mmap.mmap(small_fd, 0) as mapped:
+            mapped[:] = b"old!"
+            versions = [version(small_fd), version(fd)]
+            first = [cache.crc32(small_fd, versions[0]), cache.crc32(fd, versions[1])]
+            assert first[0] == zlib.crc32(b"old!")
+            mapped[:] = b"new!"
+            if version(small_fd) != versions[0]:
+                pytest.skip("the kernel wrote the page back between the two writes")
+            now[0] = 4.9
+            assert cache.lookup(versions) == first  # within the window: as kept
+            now[0] = 5.0
+            assert cache.lookup(versions) == [None, first[1]]  # the small one is due to be read again
+            assert cache.crc32(small_fd, versions[0], read=False) is None  # not read where reading is refused
+            assert cache.crc32(small_fd, versions[0]) == zlib.crc32(b"new!")
+            assert cache.lookup(versions) == [zlib.crc32(b"new!"), first[1]]
+    finally:
+        os.close(small_fd)
 
 
 def test_a_file_not_settled_is_not_kept(opened):

@@ -12,6 +12,13 @@ open-file cache (:data:`~axon.storage.file_cache.SETTLED_NS`), a CRC is kept onl
 last change is ``settled_ns`` old: two writes within one tick of the filesystem's clock can leave
 the key as it was, and a CRC read between them must not outlive this one response.
 
+A write through a shared ``mmap`` may change neither the size nor a time, so a version's CRC can
+outlive its bytes. Bytes the open-file cache keeps carry their own CRC-32 and never ask here
+(:meth:`~axon.storage.local.FileStore.crc32s`); a small file's (up to ``SMALL_FILE``) CRC kept
+here is read again once it is ``valid`` seconds old (the open-file cache's revalidation window),
+so its zip entries are right again within that window, as its bytes are. A larger file's CRC
+stands for its version (the README says to ``touch`` such a file).
+
 After reading, the descriptor is ``fstat`` ed again: if the file changed while it was read (or
 since it was opened, which is what the response's length was planned from), the CRC describes no
 version the response could send, and :class:`FileChanged` is raised for the planner to open the
@@ -30,7 +37,8 @@ from collections import OrderedDict, deque
 from typing import NamedTuple
 
 from ..errors import FileChanged
-from .file_cache import SETTLED_NS
+from . import FILE_CACHE_VALID
+from .file_cache import SETTLED_NS, SMALL_FILE
 
 
 class Version(NamedTuple):
@@ -54,11 +62,18 @@ class CrcCache:
     takes no lock: ``OrderedDict``'s lookup and ``move_to_end`` are each one C call, atomic
     under the GIL, and the lock orders only the writers (a zip of 32 known files asks 32 times)."""
 
-    def __init__(self, size: int = 65536, settled_ns: int = SETTLED_NS, clock=time.time_ns) -> None:
+    def __init__(
+        self, size: int = 65536, settled_ns: int = SETTLED_NS, clock=time.time_ns, valid: float = FILE_CACHE_VALID,
+        monotonic=time.monotonic,
+    ) -> None:
         self.size = size
         self.settled_ns = settled_ns
+        self.valid = valid
         self._clock = clock
+        self._monotonic = monotonic
         self._entries: OrderedDict[Version, int] = OrderedDict()
+        #: When each small file's CRC was read (``monotonic``): read again once ``valid`` old.
+        self._read_at: dict[Version, float] = {}
         self._lock = threading.Lock()
 
     def known(self, version: Version) -> int | None:
@@ -69,6 +84,12 @@ class CrcCache:
         are all known, one C loop for the lookups and one for the LRU's order."""
         entries = self._entries
         crcs = list(map(entries.get, versions))
+        read_at = self._read_at
+        if read_at:
+            oldest = self._monotonic() - self.valid
+            for i, when in enumerate(map(read_at.get, versions)):
+                if when is not None and when <= oldest:
+                    crcs[i] = None  # a small file's, due to be read again (see the module's text)
         try:
             if None not in crcs:
                 deque(map(entries.move_to_end, versions), 0)
@@ -98,13 +119,16 @@ class CrcCache:
             with self._lock:
                 self._entries[version] = crc
                 self._entries.move_to_end(version)
+                if version.size <= SMALL_FILE:
+                    self._read_at[version] = self._monotonic()
                 while len(self._entries) > self.size:
-                    self._entries.popitem(last=False)
+                    self._read_at.pop(self._entries.popitem(last=False)[0], None)
         return crc
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._read_at.clear()
 
 
 def read_crc32(fd: int, size: int) -> int:

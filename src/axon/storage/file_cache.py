@@ -26,7 +26,10 @@ When a change on disk is seen:
 * anything else that changes which file a path names (a symlink or directory re-pointed, a file
   replaced while another hard link keeps the old one alive): within ``valid`` seconds;
 * what inotify cannot see (writes through a shared ``mmap``, another host's on a network file
-  system): within ``valid`` seconds too, when the revalidation ``fstat``s the file again.
+  system): within ``valid`` seconds too, when the revalidation ``fstat``s the file again. A write
+  through a shared ``mmap`` may change neither the size nor a time, so the revalidation also
+  reads a small file's kept bytes again and compares them (:meth:`FileCache._revalidate`, the
+  one rule of what a revalidation checks): a watched entry is revalidated on the same window.
 
 Only an entry whose bytes are in memory goes without its ``fstat`` (it is served from those
 bytes, so nothing is read from a descriptor someone else might have closed), and only from its
@@ -36,8 +39,12 @@ leave with it; the inotify instance is one descriptor for the whole cache.
 
 A small file (up to ``SMALL_FILE``) keeps its bytes in the entry too, read once its last change
 is ``SETTLED_NS`` old and served while the ``fstat`` of each use still shows the size, mtime and
-ctime they were read under, as long as all the entries' bytes together stay within
-``small_bytes``: a batch of small files is then framed from memory, with no read.
+ctime they were read under (and a revalidation finds them the file's), as long as all the
+entries' bytes together stay within ``small_bytes``: a batch of small files is then framed from
+memory, with no read. Kept bytes carry their CRC-32, computed once when they are read: a zip
+entry framed from them declares exactly their checksum, and their version token (:data:`Token`)
+is their stat and that CRC-32, so bytes that changed under the same stat are a new version, and
+nothing made from the old ones (a trusted file, a remembered head) is taken for them.
 
 Descriptors are shared by reference count: an entry evicted or gone stale while responses still
 read it is closed when the last of them is done. Shared descriptors must be read with explicit
@@ -53,6 +60,7 @@ import logging
 import os
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -77,14 +85,20 @@ DEFAULT_VALID, DEFAULT_SMALL_BYTES = FILE_CACHE_VALID, FILE_CACHE_BYTES
 #: thousands of times a second takes the lock once a second instead of on every hit.
 REORDER_SECONDS = 1.0
 
+#: The version token of kept bytes: (device, inode, size, mtime, ctime) as they were read under,
+#: and their CRC-32.
+Token = tuple[int, int, int, int, int, int]
+#: Kept bytes: the (size, mtime, ctime) they were read under, the bytes, their CRC-32.
+Kept = tuple[tuple[int, int, int], bytes, int]
+
 #: What a trusted entry gives (:meth:`FileCache.peek`), made once per file version from the
-#: requested path, the version token (device, inode, size, mtime, ctime), the bytes, the
-#: normalised name and the content type: the open-file sharing makes it a ready file
-#: (:class:`~.local.TrustedFile`), so a request that opens it builds nothing.
-Trusted = Callable[[str, tuple[int, int, int, int, int], bytes, str, str], Any]
+#: requested path, the version token (:data:`Token`), the bytes, the normalised name and the
+#: content type: the open-file sharing makes it a ready file (:class:`~.local.TrustedFile`), so a
+#: request that opens it builds nothing.
+Trusted = Callable[[str, Token, bytes, str, str], Any]
 
 
-def _facts(requested: str, version: tuple[int, int, int, int, int], data: bytes, name: str, content_type: str) -> Any:
+def _facts(requested: str, version: Token, data: bytes, name: str, content_type: str) -> Any:
     """A trusted entry's facts as a plain tuple (a cache used without ``trusted``)."""
     return (version, data, name, content_type)
 
@@ -105,7 +119,7 @@ class CachedDescriptor:
         self.used = now
         self.refs = 1
         self.dropped = False
-        self.small: tuple[tuple[int, int, int], bytes] | None = None
+        self.small: Kept | None = None
         self._cache = cache
         self.wd = 0  # the kernel's watch on the file: 0 none yet, -1 none to be had
         #: The stat of the last use while the kernel watches the file and told of no change since:
@@ -117,37 +131,64 @@ class CachedDescriptor:
         self.known: Any = None
         #: The version ``known`` was last made for, and what was made: trusted again (after a
         #: revalidation, or a change undone) at the same version, the entry gives the same object.
-        self.made: tuple[tuple[int, int, int, int, int], Any] | None = None
+        self.made: tuple[Token, Any] | None = None
 
-    def content(self, st: os.stat_result) -> bytes | None:
-        """The file's bytes if it is small and settled, as of ``st`` (an ``fstat`` just taken),
-        and the cache's byte budget allows; else None, and the caller reads it at its own offsets."""
+    def content(self, st: os.stat_result) -> Kept | None:
+        """The file's bytes with their CRC-32 if it is small and settled, as of ``st`` (an
+        ``fstat`` just taken), and the cache's byte budget allows; else None, and the caller reads
+        it at its own offsets."""
         size = st.st_size
         if size > SMALL_FILE:
             return None
         key = (size, st.st_mtime_ns, st.st_ctime_ns)
         small = self.small
         if small is not None and small[0] == key:
-            return small[1]
+            return small
         if time.time_ns() - st.st_ctime_ns < SETTLED_NS:
             return None
         cache = self._cache
         if cache.small_total + size > cache.small_bytes:
             return None
+        return self._keep(key, small)
+
+    def reread(self, st: os.stat_result) -> None:
+        """Read kept bytes again (a revalidation): a write through a shared ``mmap`` changes
+        neither the size nor a time, so only the bytes themselves tell. Changed, they are kept
+        anew with their CRC-32 (a new version token); unreadable, or changing as they are read,
+        they are dropped, and the file is read by offset until it settles."""
+        small = self.small
+        if small is None or small[0] != (st.st_size, st.st_mtime_ns, st.st_ctime_ns):
+            return  # nothing kept for this stat: the next use reads it if it may
         try:
-            data = os.pread(self.fd, size + 1, 0)
-        except OSError:  # EIO: read by offset later, where the error aborts the response
-            return None
+            data = os.pread(self.fd, st.st_size + 1, 0)
+        except OSError:
+            data = b""
+        if data != small[1] and self._keep(small[0], small, data) is None:
+            with self._cache._lock:
+                if self.small is small:
+                    self._cache.small_total -= len(small[1])
+                    self.small = self.made = None
+
+    def _keep(self, key: tuple[int, int, int], old: Kept | None, data: bytes | None = None) -> Kept | None:
+        """Keep the file's bytes as of ``key`` (its size and times now), ``data`` if just read
+        (else read now), in place of ``old``; None if they cannot be read whole."""
+        size = key[0]
+        if data is None:
+            try:
+                data = os.pread(self.fd, size + 1, 0)
+            except OSError:  # EIO: read by offset later, where the error aborts the response
+                return None
         if len(data) != size:  # changed as we read: read by offset this time, cache next time
             return None
+        kept = (key, data, zlib.crc32(data))
+        cache = self._cache
         with cache._lock:
-            if self.dropped:  # evicted meanwhile: its bytes would never be counted back
-                return data
-            old = self.small
+            if self.dropped or self.small is not old:  # evicted, or kept anew by another thread meanwhile
+                return kept
             cache.small_total += size - (len(old[1]) if old is not None else 0)
-            self.small = (key, data)  # one assignment: a reader sees the old pair or the new one
-            self.made = None  # it held the old bytes, which the budget no longer counts
-        return data
+            self.small = kept  # one assignment: a reader sees the old bytes or the new ones
+            self.made = None  # made from the old bytes
+        return kept
 
     def release(self) -> None:
         """One user is done; the last one closes a descriptor that left the cache."""
@@ -238,7 +279,7 @@ class FileCache:
                 self._forget(requested, entry)
                 entry.refs -= 1
             return None
-        if st.st_nlink == 0 or (now - entry.checked >= self.valid and not self._checked(entry, now)):
+        if st.st_nlink == 0 or (now - entry.checked >= self.valid and not self._revalidate(entry, st, now)):
             # Deleted, renamed over, or the path names another file now: resolve it again.
             with lock:
                 self._forget(requested, entry)
@@ -320,7 +361,7 @@ class FileCache:
                     entry.wd = wd
                     self._watched.setdefault(wd, []).append(entry)
             return
-        version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, small[2])
         made = entry.made
         if made is not None and made[0] == version:
             known = made[1]  # the same version as before: every batch keeps sharing one object
@@ -364,9 +405,14 @@ class FileCache:
             for wd in events.removed:  # no events will come for it: fstat its entries from now on
                 for entry in self._watched.pop(wd, ()):
                     entry.fresh, entry.known, entry.wd = None, None, -1
-    def _checked(self, entry: CachedDescriptor, now: float) -> bool:
+
+    def _revalidate(self, entry: CachedDescriptor, st: os.stat_result, now: float) -> bool:
+        """What every ``valid`` seconds of use check, watched or not (inotify misses mmap and NFS
+        writes): the path still names the file (``recheck``), and bytes kept are still the file's.
+        False: resolve the path again."""
         if not self._recheck(entry):
             return False
+        entry.reread(st)
         entry.checked = now
         return True
 

@@ -17,7 +17,7 @@ from ..errors import FileChanged, Forbidden, HTTPError, NotFound
 from . import Entry
 from .batch_key import derive_key
 from .crc_cache import CrcCache, Version
-from .file_cache import CachedDescriptor
+from .file_cache import CachedDescriptor, Token
 from .jail import RootJail, normalize, os_error
 from ..http.batch_identity import KeptSignature
 from ..http.segments import FileSlice, Segment
@@ -37,7 +37,7 @@ class OpenFile:
     """
 
     __slots__ = ("fd", "path", "name", "device", "inode", "size", "mtime_ns", "ctime_ns", "content_type", "data",
-                 "_shared", "_version")
+                 "crc", "_shared", "_version")
 
     def __init__(
         self,
@@ -52,6 +52,7 @@ class OpenFile:
         content_type: str,
         shared: CachedDescriptor | None = None,
         data: bytes | None = None,  # the whole content, when the open-file cache holds it
+        crc: int | None = None,  # the CRC-32 of ``data``, computed when they were read
     ) -> None:
         self.fd = fd
         self.path = path
@@ -63,6 +64,7 @@ class OpenFile:
         self.ctime_ns = ctime_ns
         self.content_type = content_type
         self.data = data
+        self.crc = crc
         self._shared = shared
         self._version: tuple[int, int, int, int, int] | None = None  # the host's, where the facts above are not
 
@@ -74,12 +76,15 @@ class OpenFile:
         return f"OpenFile(fd={self.fd}, path={self.path!r}, size={self.size})"
 
     @property
-    def version(self) -> tuple[int, int, int, int, int]:
+    def version(self) -> tuple[int, ...]:
         """An opaque token of the file as opened on this host: equal tokens are the same bytes,
         whatever the facts above say of a portable identity. A :class:`~.crc_cache.Version`'s facts
         in its order, as a plain tuple: made per file of every remembered head and only compared,
-        where a tuple costs a fraction of a NamedTuple to build."""
-        return self._version or (self.device, self.inode, self.size, self.mtime_ns, self.ctime_ns)
+        where a tuple costs a fraction of a NamedTuple to build. Bytes in memory add their CRC-32
+        (the open-file cache's :data:`~.file_cache.Token`): bytes rewritten under the same stat
+        (through a shared ``mmap``) are another version."""
+        facts = self._version or (self.device, self.inode, self.size, self.mtime_ns, self.ctime_ns)
+        return facts if self.crc is None else (*facts, self.crc)
 
     @property
     def shared(self) -> bool:
@@ -116,10 +121,11 @@ class TrustedFile(OpenFile):
     # ``signature`` made here, once: a batch takes it as it is (see KeptSignature).
     __slots__ = ("version", "signature")
 
-    def __init__(self, path: str, version: tuple[int, int, int, int, int], data: bytes, name: str, content_type: str) -> None:
-        super().__init__(-1, path, name, *version, content_type, None, data)
+    def __init__(self, path: str, version: Token, data: bytes, name: str, content_type: str) -> None:
+        facts = version[:5]
+        super().__init__(-1, path, name, *facts, content_type, None, data, version[5])
         self.version = version  # type: ignore[misc]
-        self.signature = _new_slice(KeptSignature, (path, content_type, *version, name, None))  # type: ignore[misc]
+        self.signature = _new_slice(KeptSignature, (path, content_type, *facts, name, None))  # type: ignore[misc]
 
     def close(self) -> None:
         pass
@@ -192,10 +198,19 @@ class FileStore(RootJail):
         return f
 
     def crc32s(self, files: list[OpenFile], read: bool = True) -> list[int | None]:
-        """The CRC-32 of each of ``files`` as opened: kept per file version
-        (:mod:`axon.storage.crc_cache`), read by offset when not known (with ``read`` false, None
-        instead of reading); :class:`~axon.errors.FileChanged`, naming the requested
-        path, if one changed. Pass a file once: one not known is read as often as it is given."""
+        """The CRC-32 of each of ``files`` as opened: that of the bytes in memory where a file
+        carries them (what its entry will hold, whatever the file on disk holds now); else kept
+        per file version (:mod:`axon.storage.crc_cache`), read by offset when not known (with
+        ``read`` false, None instead of reading); :class:`~axon.errors.FileChanged`, naming the
+        requested path, if one changed. Pass a file once: one not known is read as often as it
+        is given."""
+        own = [f.crc for f in files]
+        if None not in own:  # every file's bytes in memory (the open-file cache's): nothing to look up
+            return own
+        if any(crc is not None for crc in own):
+            rest = [f for f in files if f.crc is None]
+            found = iter(self.crc32s(rest, read))
+            return [next(found) if crc is None else crc for crc in own]
         cache = self.crcs
         if self.portable_identity:
             versions = [self._host_version(f) for f in files]

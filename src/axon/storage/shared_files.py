@@ -38,6 +38,7 @@ class SharedFiles:
         # never), so that a hit needs no fstat: sync() takes in its news before each request.
         make = FileCache.watched if watch else FileCache
         self.cache = make(size, valid, inactive=inactive, small_bytes=small_bytes, recheck=store._names, trusted=TrustedFile)
+        store.crcs.valid = valid  # a small file's CRC not kept with its bytes is read again on the same window
         self.sync = self.cache.sync
         #: ``cached(path)``: a trusted small file, as one :class:`~.local.TrustedFile` per version
         #: that every request shares, nothing held (FileCache.peek); else None.
@@ -89,9 +90,10 @@ class SharedFiles:
             found = cache.acquire(requested)
             if found is not None:
                 entry, st = found
+                kept = entry.content(st)
                 f = OpenFile(
                     entry.fd, requested, entry.name, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
-                    st.st_ctime_ns, entry.content_type, entry, entry.content(st),
+                    st.st_ctime_ns, entry.content_type, entry, *(kept[1:] if kept is not None else ()),
                 )
             else:
                 f = self._open(requested)
