@@ -8,6 +8,7 @@ from __future__ import annotations
 import email.parser
 import email.policy
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,24 @@ def fast_loop(config: pytest.Config) -> bool:
     ``-m "not slow"`` (README, "Development") when no profile is named."""
     named = config.getoption("--hypothesis-profile", None)
     return named == "fast" or (named is None and "not slow" in (config.getoption("markexpr", "") or ""))
+
+
+#: A test module all of whose tests are slow: ``pytestmark = pytest.mark.slow``, or a list of
+#: marks that begins with it.
+ALL_SLOW = re.compile(r"^pytestmark = \[?\s*pytest\.mark\.slow\b", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The fast loop does not import a module all of whose tests it would deselect: the
+    engines, browsers and linters those import would cost each worker seconds."""
+    if (
+        (config.getoption("markexpr", "") or "").strip() == "not slow"
+        and collection_path.suffix == ".py"
+        and collection_path.name.startswith("test_")
+        and ALL_SLOW.search(collection_path.read_text(encoding="utf-8"))
+    ):
+        return True
+    return None  # not False: that would overrule pytest's own --ignore
 
 
 def pytest_configure(config: pytest.Config) -> None:
