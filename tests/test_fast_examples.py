@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 
 def _property(calls: list[int]):
-    @settings(max_examples=300, deadline=None, database=None)
+    @settings(max_examples=250, deadline=None, database=None)
     @given(st.integers())
     def prop(n: int) -> None:
         calls.append(n)
@@ -23,7 +23,7 @@ def test_a_property_runs_the_share_of_its_own_examples() -> None:
     fast = _property(share)
     use_fast_examples(fast)
     fast()
-    assert len(whole) == 300 and len(share) == fast_examples(300) == 30
+    assert len(whole) == 250 and len(share) == fast_examples(250) == 25
 
 
 def test_a_small_property_keeps_at_least_the_floor() -> None:
