@@ -8,9 +8,11 @@ from __future__ import annotations
 import email.parser
 import email.policy
 import os
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 #: The sample root: relative path -> content. Tests add what else they need (symlinks, FIFOs).
 SAMPLES: dict[str, bytes] = {
@@ -111,3 +113,63 @@ def pytest_collectstart(collector: pytest.Collector) -> None:
         own = collector.config.pluginmanager.get_plugin(str(collector.path.parent / "conftest.py"))
         if own is not None:
             sys.modules["conftest"] = own
+
+
+# ------------------------------------------------------------------- the fast loop's examples
+
+#: In the fast loop each property test runs this share of the examples its ``@settings`` asks
+#: for (at least ``FAST_EXAMPLES_FLOOR``); the full run, which CI is, runs them all.
+FAST_EXAMPLES_SHARE = 10
+FAST_EXAMPLES_FLOOR = 20
+settings.register_profile("fast", deadline=None)
+
+
+def fast_examples(asked: int) -> int:
+    return max(min(asked, FAST_EXAMPLES_FLOOR), asked // FAST_EXAMPLES_SHARE)
+
+
+def fast_loop(config: pytest.Config) -> bool:
+    """The ``fast`` profile: named with ``--hypothesis-profile``, or the fast loop's
+    ``-m "not slow"`` (README, "Development") when no profile is named."""
+    named = config.getoption("--hypothesis-profile", None)
+    return named == "fast" or (named is None and "not slow" in (config.getoption("markexpr", "") or ""))
+
+
+#: A test module all of whose tests are slow: ``pytestmark = pytest.mark.slow``, or a list of
+#: marks that begins with it.
+ALL_SLOW = re.compile(r"^pytestmark = \[?\s*pytest\.mark\.slow\b", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The fast loop does not import a module all of whose tests it would deselect: the
+    engines, browsers and linters those import would cost each worker seconds."""
+    if (
+        (config.getoption("markexpr", "") or "").strip() == "not slow"
+        and collection_path.suffix == ".py"
+        and collection_path.name.startswith("test_")
+        and ALL_SLOW.search(collection_path.read_text(encoding="utf-8"))
+    ):
+        return True
+    return None  # not False: that would overrule pytest's own --ignore
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if fast_loop(config):
+        settings.load_profile("fast")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test's own ``@settings(max_examples=...)`` wins over any profile: the fast loop scales
+    it down here instead."""
+    if fast_loop(config):
+        for item in items:
+            use_fast_examples(getattr(item, "obj", None))
+
+
+def use_fast_examples(test) -> None:
+    """Have the ``@given`` test ``test`` run :func:`fast_examples` of its examples. Hypothesis
+    reads a test's settings from this attribute at each call; were it gone, all would run."""
+    own = getattr(test, "_hypothesis_internal_use_settings", None)
+    if getattr(test, "is_hypothesis_test", False) and own is not None and not getattr(test, "_fast_examples", False):
+        test._hypothesis_internal_use_settings = settings(own, max_examples=fast_examples(own.max_examples))
+        test._fast_examples = True

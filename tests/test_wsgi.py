@@ -71,7 +71,7 @@ def test_close_mid_stream_releases_descriptors(files):
     first = next(iter(body))
     assert len(first) == 4096
     body.close()  # what a server does when the client goes away
-    assert open_fds() == before
+    assert open_fds() <= before  # another test's thread may close one of its own meanwhile
 
 
 def test_body_over_limit_is_413_without_reading(files):
