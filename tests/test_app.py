@@ -967,8 +967,7 @@ def test_a_cold_zip_called_on_the_loop_reads_its_crcs_in_the_pool(root, render, 
         request = Request("GET", target, query)
         if runtime == "asgi":  # as axon.asgi calls it
             return await app.handle_async(request)
-        request.on_loop = True  # as axon serve calls a handler that never blocks
-        answer = app.handle(request)
+        answer = app.handle_on_loop(request)  # as axon serve calls it
         return await answer if asyncio.iscoroutine(answer) else answer
 
     loop_thread = threading.current_thread().name
@@ -1009,9 +1008,7 @@ def test_a_handler_that_would_block_on_the_loop_runs_again_in_the_pool(root, cap
         raise WouldBlock("always")  # a handler's bug: it would block even where it may
 
     async def on_loop(path: str) -> Response:
-        request = Request("GET", path)
-        request.on_loop = True  # as axon serve calls it
-        answer = app.handle(request)
+        answer = app.handle_on_loop(Request("GET", path))  # as axon serve calls it
         return await answer if asyncio.iscoroutine(answer) else answer
 
     try:

@@ -39,9 +39,7 @@ def test_defaults(clean_env) -> None:
     assert (args.graceful_timeout, args.certfile, args.keyfile) == (30.0, None, None)
     assert args.file_cache == 10000 and args.cache_control is None and args.browse is False
     assert args.file_cache_valid == 5.0
-    # Answers are no longer replayed: the old switch still parses (a unit file that has it
-    # starts), and run() says it does nothing.
-    assert args.replay is None and build_parser().parse_args(["serve", "--no-replay"]).replay is False
+    assert args.replay is None  # parsed only to be refused (test_server_cli_input)
 
 
 def test_every_flag_has_an_environment_variable(clean_env, tmp_path) -> None:

@@ -36,6 +36,7 @@ def axon_cli(*argv: str, **env: str) -> subprocess.CompletedProcess:
      "AXON_BROWSE must be 1, true, yes or on (or 0, false, no, off), not 'maybe'"),
     (["serve", "--app", "nocolon", "--port", "0"], {}, "--app takes MODULE:ATTR"),
     (["serve", "/no/such/dir", "--port", "0"], {}, "root is not a directory: /no/such/dir"),
+    (["serve", "--no-replay", "--port", "0"], {}, "--replay and --no-replay were removed: answers are no longer replayed"),
     (["sign", "--expires-in", "-5", "/files/a.bin"], {"AXON_SECRET": "s"},
      "argument --expires-in: must be 1 second or more, not -5"),
     (["sign", "--expires-at", "5", "/files/a.bin"], {"AXON_SECRET": "s"}, "--expires-at 5 is not in the future"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from conftest import FILES, Client, get
+from conftest import FILES, Client, get, shared_app
 
 from axon.app import App, Request
 from axon.server.served import ServedApp
@@ -29,9 +29,9 @@ class OnlyTheProtocol:
     def store(self):
         return self._app.store
 
-    @store.setter
-    def store(self, source):  # the server serves through a source that shares open files
-        self._app.store = source
+    @property
+    def shared_files(self):
+        return self._app.shared_files
 
     def remembers(self):
         return self._app.remembers()
@@ -47,16 +47,9 @@ class OnlyTheProtocol:
     def executor(self):
         return self._app.executor
 
-    def match(self, method, path):
-        return self._app.match(method, path)
-
-    def handle(self, request):
+    def handle_on_loop(self, request):
         self.handled.append(request.path)
-        return self._app.handle(request)
-
-    async def handle_async(self, request):
-        self.handled.append(request.path)
-        return await self._app.handle_async(request)
+        return self._app.handle_on_loop(request)
 
     def fixed_answers(self):
         return self._app.fixed_answers()
@@ -67,7 +60,7 @@ class OnlyTheProtocol:
 
 
 def _app(root) -> App:
-    app = App(root)
+    app = shared_app(root)
 
     @app.route("/blocking")
     def blocking(request: Request) -> str:

@@ -17,10 +17,13 @@ import shutil
 import ssl
 import sys
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import environment, flag, variable
 from ..storage import FILE_CACHE_SIZE, FILE_CACHE_VALID
+
+if TYPE_CHECKING:
+    from .config import ServerConfig
 
 
 def _env(name: str, default: Any = None) -> Any:
@@ -160,8 +163,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="how often a cached path is resolved again, as nginx's open_file_cache_valid: what "
                         "inotify cannot see (a path re-pointed, an mmap or NFS write) shows within this "
                         "(AXON_FILE_CACHE_VALID; default 5)")
-    # Answers were once replayed for requests that repeated byte for byte; accepted, and said to
-    # do nothing, so that a service started with it still starts.
+    # Parsed only to refuse it with a message that says why (see run).
     p.add_argument("--replay", action=argparse.BooleanOptionalAction, default=None, help=argparse.SUPPRESS)
     p.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=_env_bool("AXON_METRICS"),
                    help="Prometheus metrics at GET /metrics, summed over the workers (AXON_METRICS; the workers "
@@ -187,19 +189,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def load_app(
     spec: str | None, root: str | None, cache_control: str | None = None, browse: bool = False,
-    portable_identity: bool = False,
+    portable_identity: bool = False, config: ServerConfig | None = None,
 ) -> Any:
-    """The built-in App serving ``root``, or the user's App named ``module:attr``.
+    """The built-in App serving ``root``, or the user's App named ``module:attr``. The built-in
+    App is built for the server ``config`` describes (its open files shared: the open-file
+    cache); a user's App is served as it was built (``App(store=...)`` says how it shares them).
 
     With ``--app``, ROOT (if given) is exported as ``AXON_ROOT`` before the module is imported, so
     an ``App()`` built there without a root serves it (and ``--browse`` as ``AXON_BROWSE``). ``attr`` may be an App, or a function that
     takes no argument and returns one. The current directory is importable, as with uvicorn.
     """
     from ..app import App
+    from ..storage.sources import open_source
 
     if spec is None:
-        return App(root if root is not None else ".", cache_control=cache_control, browse=browse,
-                   portable_identity=portable_identity)
+        location = root if root is not None else "."
+        store = None
+        if config is not None:
+            store = config.serving_store(open_source(location, portable_identity=portable_identity))
+        return App(location, cache_control=cache_control, browse=browse, portable_identity=portable_identity,
+                   store=store)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise usage_error(f"--app takes MODULE:ATTR, e.g. mysite:app, not {spec!r}")
@@ -232,6 +241,7 @@ def run(args: argparse.Namespace) -> int:
     from .. import log as axon_log
     from .config import ServerConfig
     from .loops import require_httptools
+    from .worker import raise_fd_limit
 
     if _BAD_SWITCHES:
         raise usage_error(_BAD_SWITCHES[0])
@@ -240,7 +250,8 @@ def run(args: argparse.Namespace) -> int:
     axon_log.configure(args.log_level, json_format=args.json_logs, access_log=args.access_log)
     require_httptools()
     if args.replay is not None:
-        axon_log.logger.warning("--replay/--no-replay does nothing: answers are no longer replayed (README, axon serve)")
+        raise usage_error("--replay and --no-replay were removed: answers are no longer replayed "
+                          "(README, axon serve); drop the flag")
     try:
         config = ServerConfig(
             host=args.host,
@@ -271,7 +282,8 @@ def run(args: argparse.Namespace) -> int:
     if args.object_listing:  # --object-listing wins over AXON_NO_OBJECT_LISTING
         os.environ.pop("AXON_NO_OBJECT_LISTING", None)
     try:
-        app = load_app(args.app, args.root, args.cache_control, args.browse, args.portable_identity)
+        raise_fd_limit()  # before the open-file cache is sized: at most half of the limit
+        app = load_app(args.app, args.root, args.cache_control, args.browse, args.portable_identity, config)
     except ValueError as exc:  # the root is not a directory; or the store refuses (StoreMisconfigured)
         if type(exc).__name__ == "StoreMisconfigured":  # the store answered: no usage error, no outage
             raise SystemExit(f"axon serve: {exc}") from None
