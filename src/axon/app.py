@@ -8,9 +8,9 @@ what it answered (:mod:`axon.records`). ``Request`` is :mod:`axon.request`'s, re
 One App runs unchanged as a WSGI app, an ASGI app and on Axon's own server; each runtime builds
 a :class:`Request`, calls :meth:`App.handle` (WSGI), :meth:`App.handle_async` (ASGI) or
 :meth:`App.handle_on_loop` (Axon's server) and sends the :class:`~axon.response.Response` it gets
-back. ``axon serve`` builds its App with a store whose open files requests share
-(``store=share_open_files(...)``, :mod:`axon.storage.shared_files`): a server that reads files
-only by offset may, and the App is then that server's alone. Users add their own endpoints with
+back. An App that ``axon serve`` builds or imports is built inside :func:`built_for_offset_reads`:
+its store's open files are then shared between requests (:mod:`axon.storage.shared_files`), as a
+server that reads files only by offset may, and the App is that server's alone. Users add their own endpoints with
 :meth:`App.route`, as the original allowed:
 
     app = App("/srv/files")            # or App("s3://bucket/prefix"): axon.storage.objects
@@ -25,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from logging import INFO
@@ -54,6 +56,24 @@ from .storage.shared_files import SharedFiles
 #: What :meth:`App.handle_on_loop` gives: the response, or a coroutine that makes it.
 OnLoop = Union[Response, Coroutine[Any, Any, Response]]
 
+#: How an App built now shares its store's open files, inside :func:`built_for_offset_reads`; None
+#: elsewhere (WSGI and ASGI hand descriptors to code that may move their file position).
+_SHARE: ContextVar[Callable[[Source], Source] | None] = ContextVar("axon_share_open_files", default=None)
+
+
+@contextmanager
+def built_for_offset_reads(share: Callable[[Source], Source]) -> Iterator[None]:
+    """Apps built inside the block (``App()`` in a module ``axon serve --app`` imports, or its
+    own) are built for a server that reads files only by offset: their store is ``share(store)``,
+    the store with its open files shared between requests
+    (:meth:`axon.server.config.ServerConfig.serving_store`)."""
+    token = _SHARE.set(share)
+    try:
+        yield
+    finally:
+        _SHARE.reset(token)
+
+
 __all__ = [
     "App", "Request", "Response", "Settings", "json_response", "text_response", "stream_response", "redirect",
 ]
@@ -65,8 +85,8 @@ class App(Router):
 
     Built from :class:`~axon.settings.Settings` (default: ``Settings.from_env()``, the
     environment read once); each keyword argument is a field of it, and wins over it. ``store``
-    serves files from a source of your own instead of opening ``root`` (for Axon's own server,
-    one whose open files requests share: :func:`axon.storage.sources.share_open_files`)."""
+    serves files from a source of your own instead of opening ``root``; built inside
+    :func:`built_for_offset_reads`, the App serves either with its open files shared."""
 
     def __init__(
         self,
@@ -99,8 +119,11 @@ class App(Router):
         if store is None:
             store = open_source(settings.root, allow_hidden=settings.allow_hidden,
                                 portable_identity=settings.portable_identity)
+        share = _SHARE.get()
+        if share is not None:
+            store = share(store)
         self.store = store
-        #: The store's open files when requests share them (built so for Axon's own server), which
+        #: The store's open files when requests share them (built for Axon's own server), which
         #: the server keeps: takes in the kernel's news before each request, prunes, closes; else None.
         self.shared_files: SharingSource | None = store if isinstance(store, SharedFiles) else None
         # Read once: a source whose bodies are streams of its own (an object store), or that

@@ -86,11 +86,11 @@ def counted(app: App) -> list[str]:
 def shared_app(root: Path, config=None, **kwargs) -> App:
     """An App over ``root`` built as ``axon serve`` builds its own: its open files shared between
     requests as ``config`` (a ServerConfig, default the defaults) says."""
+    from axon.app import built_for_offset_reads
     from axon.server.config import ServerConfig
-    from axon.storage.local import FileStore
 
-    config = config or ServerConfig(port=0)
-    return App(root, store=config.serving_store(FileStore(root)), **kwargs)
+    with built_for_offset_reads((config or ServerConfig(port=0)).serving_store):
+        return App(root, **kwargs)
 
 
 # --------------------------------------------------------------------------- raw HTTP client

@@ -203,3 +203,22 @@ def test_workers_0_serves_in_process(spawn) -> None:
     server = spawn("--workers", "0")
     assert server.workers() == []
     assert get(server.port, "/api/health").status == 200
+
+
+def test_axon_serve_builds_its_app_with_shared_open_files(clean_env, tmp_path, monkeypatch) -> None:
+    """The App axon serve loads, built-in or a module's App(), is built with its open files
+    shared (the open-file cache); without a server's config, and with --file-cache 0, it is not."""
+    from axon.server.config import ServerConfig
+    from axon.storage.shared_files import SharedFiles
+
+    built_in = load_app(None, str(tmp_path), config=ServerConfig())
+    assert isinstance(built_in.store, SharedFiles) and built_in.shared_files is built_in.store
+    assert load_app(None, str(tmp_path)).shared_files is None
+    assert load_app(None, str(tmp_path), config=ServerConfig(file_cache=0)).shared_files is None
+    (tmp_path / "shared_site.py").write_text("from axon import App\napp = App()\n")
+    monkeypatch.chdir(tmp_path)
+    mine = load_app("shared_site:app", str(tmp_path), config=ServerConfig())
+    assert isinstance(mine.store, SharedFiles) and mine.store.root == str(tmp_path.resolve())
+    from axon import App
+
+    assert App(tmp_path).shared_files is None  # built outside axon serve: WSGI, ASGI

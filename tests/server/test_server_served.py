@@ -112,3 +112,15 @@ def test_fixed_answers_are_asked_again_by_each_sweep(harness, root) -> None:
     h.feed(b"GET /api/health HTTP/1.1\r\n\r\n")
     assert [r.body for r in h.responses()] == [b'{"status":"available"}', b'{"status":"mine"}']
     assert h.worker.shortcuts.fixed == {}
+
+
+def test_the_server_leaves_the_app_as_it_was_built(serve, root) -> None:
+    """The worker changes nothing of the App: its store is the one it was built with, before,
+    while and after it serves; stopping closes the shared files' descriptors through App.close."""
+    app = shared_app(root)
+    store = app.store
+    server = serve(app)
+    assert get(server.port, "/files/a.txt").body == FILES["a.txt"]
+    assert app.store is store and app.shared_files is store and len(store.cache) == 1
+    server.stop()
+    assert app.store is store and len(store.cache) == 0

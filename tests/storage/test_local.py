@@ -826,3 +826,23 @@ def test_out_of_descriptors_is_503(root, walk):
     env = {**os.environ, "AXON_NO_OPENAT2": walk}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
     assert done.stdout.split() == ["503", "unavailable"], done.stderr
+
+
+def test_records_storage_builds_are_built_in_their_fields_order(root, store):
+    """A trusted file's kept signature and a file's segments are built as tuples, by position
+    (hot paths): each value lands in the field of its name."""
+    from axon.http.batch_identity import KeptSignature, Signature
+    from axon.http.segments import FileSlice
+    from axon.storage.local import TrustedFile
+
+    trusted = TrustedFile("asked/a.txt", (11, 12, 13, 14, 15), b"x" * 13, "a.txt", "text/plain")
+    kept = trusted.signature
+    assert type(kept) is KeptSignature and kept._asdict() == Signature(
+        path="asked/a.txt", content_type="text/plain", device=11, inode=12, size=13, mtime_ns=14, ctime_ns=15,
+        name="a.txt", span=None,
+    )._asdict()
+    f = store.open("a.txt")
+    try:
+        assert f.segment(2, 7)._asdict() == FileSlice(fd=f.fd, offset=2, count=5)._asdict()
+    finally:
+        f.close()

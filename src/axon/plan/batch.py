@@ -40,7 +40,7 @@ from ..errors import (
 from ..storage import File, Source
 from ..limits import Limits
 from ..response import Response
-from ..http.batch_identity import KeptSignature, Signature
+from ..http.batch_identity import Signature, plain_signature
 from ..http.conditional import evaluate, if_range_allows
 from ..http.ranges import Span, content_range, parse_range
 from ..http.segments import Segment, slice_segments
@@ -70,7 +70,7 @@ def open_all(store: Source, paths: list[str]) -> dict[str, File]:
     failures: list[HTTPError] = []
     # A source that keeps files ready to send (the server's, sharing its open files) gives a
     # batch's in one call: each is what opening it would give, and None is opened here.
-    ready = getattr(store, "ready_files", None)
+    ready = store.ready_files
     found = ready(paths) if ready is not None else repeat(None)
     try:
         for path, f in zip(paths, found):
@@ -154,7 +154,7 @@ def plan_batch(
         signatures = tuple(map(file_signature, chosen))
         if spans is not None:
             # A slice's is a plain one (a kept signature names the whole file's version).
-            signatures = tuple([sig if s is None else _new_signature(Signature, (*sig[:8], s)) for sig, s in zip(signatures, spans)])
+            signatures = tuple([sig if s is None else plain_signature(sig)._replace(span=s) for sig, s in zip(signatures, spans)])
         crcs: tuple[int, ...] = ()
         if fmt in NEEDS_CRC:
             # The CRCs change a zip's bytes, never its length or ETag: HEAD reads no file.
@@ -233,10 +233,11 @@ _new_signature = tuple.__new__
 def file_signature(f: File) -> Signature:
     """An open file's facts, as the identity and the framing of a batch take them: the one its
     storage keeps for the version (a trusted file's), else made now."""
-    kept = getattr(f, "signature", None)  # a File need not have it, and may mean another thing by it
-    if type(kept) is KeptSignature:
+    kept = f.signature
+    if kept is not None:
         return kept
-    # Built as a tuple is, every field given (Signature's own __new__ is a Python call): one per file.
+    # Built as a tuple is, every field given in Signature's order (its own __new__ is a Python
+    # call): one per file. tests/plan/test_batch.py ties this to the fields' names.
     return _new_signature(Signature, (f.path, f.content_type, f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns, f.name, None))
 
 

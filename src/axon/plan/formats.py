@@ -28,7 +28,9 @@ from typing import Callable, Optional
 from ..http.archive import (
     TAR_END, tar_header, tar_padding, zip_central_record, zip_end, zip_entry, zip_local_header,
 )
-from ..http.batch_identity import KeptSignature, Signature, has_slices, identity_from, identity_of, record_of
+from ..http.batch_identity import (
+    KeptSignature, Signature, has_slices, identity_from, identity_of, plain_signature, record_of,
+)
 from ..http.multipart import (
     CACHED_PATH_CHARS, CACHED_TEXT_BYTES, PER_FILE_CACHE, file_part_headers, frame, new_boundary, part_headers,
 )
@@ -104,7 +106,7 @@ def _piece(s: Signature) -> tuple[bytes, bytes]:
     table = _PIECES
     if type(s) is KeptSignature:
         table = _KEPT
-        piece = _PIECES.get(tuple.__new__(Signature, s))  # the same facts, seen before they were kept
+        piece = _PIECES.get(plain_signature(s))  # the same facts, seen before they were kept
         if piece is not None:
             _keep(table, s, piece)
             return piece

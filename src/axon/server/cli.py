@@ -17,6 +17,7 @@ import shutil
 import ssl
 import sys
 import tempfile
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from ..config import environment, flag, variable
@@ -191,24 +192,27 @@ def load_app(
     spec: str | None, root: str | None, cache_control: str | None = None, browse: bool = False,
     portable_identity: bool = False, config: ServerConfig | None = None,
 ) -> Any:
-    """The built-in App serving ``root``, or the user's App named ``module:attr``. The built-in
-    App is built for the server ``config`` describes (its open files shared: the open-file
-    cache); a user's App is served as it was built (``App(store=...)`` says how it shares them).
+    """The built-in App serving ``root``, or the user's App named ``module:attr``; either built
+    for the server ``config`` describes (its open files shared: the open-file cache).
 
     With ``--app``, ROOT (if given) is exported as ``AXON_ROOT`` before the module is imported, so
     an ``App()`` built there without a root serves it (and ``--browse`` as ``AXON_BROWSE``). ``attr`` may be an App, or a function that
     takes no argument and returns one. The current directory is importable, as with uvicorn.
     """
+    from ..app import built_for_offset_reads
+
+    building = built_for_offset_reads(config.serving_store) if config is not None else nullcontext()
+    with building:
+        return _load_app(spec, root, cache_control, browse, portable_identity)
+
+
+def _load_app(spec: str | None, root: str | None, cache_control: str | None, browse: bool,
+              portable_identity: bool) -> Any:
     from ..app import App
-    from ..storage.sources import open_source
 
     if spec is None:
-        location = root if root is not None else "."
-        store = None
-        if config is not None:
-            store = config.serving_store(open_source(location, portable_identity=portable_identity))
-        return App(location, cache_control=cache_control, browse=browse, portable_identity=portable_identity,
-                   store=store)
+        return App(root if root is not None else ".", cache_control=cache_control, browse=browse,
+                   portable_identity=portable_identity)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise usage_error(f"--app takes MODULE:ATTR, e.g. mysite:app, not {spec!r}")
@@ -230,9 +234,9 @@ def load_app(
             target = getattr(target, part)
         except AttributeError:
             raise SystemExit(f"--app {spec}: {module_name} has no attribute {attr}") from None
-    if not isinstance(target, App) and callable(target) and not hasattr(target, "handle_async"):
+    if not isinstance(target, App) and callable(target) and not hasattr(target, "handle_on_loop"):
         target = target()
-    if not hasattr(target, "handle_async"):
+    if not hasattr(target, "handle_on_loop"):
         raise SystemExit(f"--app {spec}: expected an axon.App, got {type(target).__name__}")
     return target
 
