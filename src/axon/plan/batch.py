@@ -175,14 +175,14 @@ def plan_batch(
                 return plan_batch(store, paths, limits, boundary=boundary, key=key, headers=headers,
                                   method=method, fmt=fmt, slices=slices, on_loop=on_loop,
                                   _retries=_retries - 1)
-        etag, content_type, filename, heads = fmt(key, boundary, signatures, crcs)
+        etag, content_type, filename, blocks = fmt(key, boundary, signatures, crcs)
         # The body is the format's blocks with the files (or their spans) between them: its length
         # without a pass over its segments, whose objects are cold in a batch of random files.
-        length = total + sum(map(len, heads))
+        length = total + sum(map(len, blocks))
         # A browser that opens a batch URL saves it under this name, not the URL's last segment.
         out = [("Content-Type", content_type), ("Content-Disposition", f'attachment; filename="{filename}"')]
         if etag is None:
-            return Response(200, out, _body(chosen, heads, spans), files=files, length=length)
+            return Response(200, out, _body(chosen, blocks, spans), files=files, length=length)
         verdict = evaluate(method, headers, etag, None) if headers else None
         if verdict == 304:
             for f in files:
@@ -190,24 +190,24 @@ def plan_batch(
             return Response(304, [("ETag", etag)])
         if verdict == 412:
             raise PreconditionFailed("the batch does not match the request's preconditions")
-        return _ranged(etag, out, _body(chosen, heads, spans), headers or {}, limits, files, length)
+        return _ranged(etag, out, _body(chosen, blocks, spans), headers or {}, limits, files, length)
     except BaseException:
         for f in files:
             f.close()
         raise
 
 
-def _body(chosen: list[File], heads: tuple[bytes, ...], spans: list[Span | None] | None = None) -> list[Segment]:
+def _body(chosen: list[File], blocks: tuple[bytes, ...], spans: list[Span | None] | None = None) -> list[Segment]:
     """The format's blocks with each file's bytes (or the span of them asked for) between them."""
-    body: list[Segment] = [heads[0]]
+    body: list[Segment] = [blocks[0]]
     if spans is None:  # whole files, the common case: no test per file on the hot path
-        for f, head in zip(chosen, heads[1:]):
+        for f, block in zip(chosen, blocks[1:]):
             body.append(f.segment(0, f.size))
-            body.append(head)
+            body.append(block)
         return body
-    for f, head, span in zip(chosen, heads[1:], spans):
+    for f, block, span in zip(chosen, blocks[1:], spans):
         body.append(f.segment(0, f.size) if span is None else f.segment(*span))
-        body.append(head)
+        body.append(block)
     return body
 
 

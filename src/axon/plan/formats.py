@@ -80,10 +80,10 @@ def _whole_files(key: bytes | None, boundary: str | None, signatures: tuple[Sign
         identity = identity_from(key, [record for record, _ in pieces], boundary)
         etag, boundary = identity.etag, identity.boundary
     between = f"\r\n--{boundary}\r\n".encode("ascii")
-    heads = [between + lines for _, lines in pieces]
-    heads[0] = heads[0][2:]  # the first delimiter has no CRLF before it
-    heads.append(f"\r\n--{boundary}--\r\n".encode("ascii"))
-    return etag, f"multipart/mixed; boundary={boundary}", "batch.multipart", tuple(heads)
+    blocks = [between + lines for _, lines in pieces]
+    blocks[0] = blocks[0][2:]  # the first delimiter has no CRLF before it
+    blocks.append(f"\r\n--{boundary}--\r\n".encode("ascii"))
+    return etag, f"multipart/mixed; boundary={boundary}", "batch.multipart", tuple(blocks)
 
 
 def _piece_of(s: Signature) -> tuple[bytes, bytes]:
