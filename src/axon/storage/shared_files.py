@@ -54,6 +54,7 @@ class SharedFiles:
         self._make_cache = lambda: (FileCache.watched if watch else FileCache)(
             size, valid, inactive=inactive, small_bytes=small_bytes, recheck=store.still_names, trusted=TrustedFile,
         )
+        self._closed = False
         self._start()
         # A forked worker starts a cache of its own (see the module's docstring).
         mine = weakref.ref(self)
@@ -119,13 +120,15 @@ class SharedFiles:
     def close(self) -> None:
         """Close every descriptor no response holds (the others when their response is done) and
         the kernel's watcher: the server stopped. A later request is served unwatched."""
+        self._closed = True
         self.cache.close()
 
 
 def _restart(ref: weakref.ref[SharedFiles]) -> None:
-    """In a forked child: a cache of its own. The parent's is left as it is, unclosed: its
-    watches are the kernel's, in an instance both processes hold (and ``axon serve`` forks
-    before anything is cached)."""
+    """In a forked child: a cache of its own, unless closed (a stopped server's: it watches
+    nothing, and a kernel watcher per fork of a process holding many would be wasted). The
+    parent's is left as it is, unclosed: its watches are the kernel's, in an instance both
+    processes hold (and ``axon serve`` forks before anything is cached)."""
     shared = ref()
-    if shared is not None:
+    if shared is not None and not shared._closed:
         shared._start()
