@@ -201,3 +201,20 @@ app.handle(Request("GET", "/files/a.txt")).close()
     assert " - GET /files/a.txt 200 12 " in done.stdout, done
     (published,) = (tmp_path / "metrics").iterdir()
     assert b"r GET 200" in published.read_bytes()
+
+
+def test_a_record_is_built_in_its_fields_order(app: App, reader: Collect) -> None:
+    """Records are built as tuples, by position (one per response): each value lands in the
+    field of its name, for a response the App made and one a server sent past it."""
+    from axon.records import Record
+
+    response = app.handle(Request("GET", "/files/missing.txt", "q=1", {"x-forwarded-for": "203.0.113.9"}))
+    response.close()
+    app.records.add_sent("GET", "/files/a.txt", "x=2", 200, 12, 1, 0.25, 1234.5, "198.51.100.7")
+    app.records.flush()
+    made, sent = reader.records
+    assert made._asdict() == {**made._asdict(), "method": "GET", "path": "/files/missing.txt", "query": "q=1",
+                              "status": 404, "nbytes": response.length, "files": 0, "client": "203.0.113.9"}
+    assert made.error is not None and b"not_found" in made.error and made.seconds >= 0 and made.ended > 0
+    assert sent == Record(ended=1234.5, method="GET", path="/files/a.txt", query="x=2", status=200, nbytes=12,
+                          files=1, seconds=0.25, client="198.51.100.7", error=None)

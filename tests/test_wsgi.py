@@ -13,8 +13,9 @@ from wsgiref.util import FileWrapper, setup_testing_defaults
 
 import pytest
 
-from axon import Limits
+from axon import App, Limits
 from axon.storage import FILE_CACHE_SIZE
+from axon.storage.local import FileStore
 from axon.storage.sources import share_open_files
 from axon.wsgi import create_app
 
@@ -117,9 +118,8 @@ def test_negative_content_length_is_400(files):
 def test_a_shared_descriptor_is_never_handed_to_file_wrapper(files):
     # An App whose store shares descriptors (because Axon's own server serves it too, in this
     # process) must not give one away: the server closes what file_wrapper gets.
-    app = create_app(files)
-    shared = share_open_files(app.app.store, FILE_CACHE_SIZE)
-    app.app.store = shared
+    shared = share_open_files(FileStore(files), FILE_CACHE_SIZE)
+    app = create_app(app=App(files, store=shared))
     try:
         for _ in range(2):
             seen, body = call(app, environ("/files/a.bin", **{"wsgi.file_wrapper": FileWrapper}))

@@ -6,8 +6,11 @@ Axon's built-in endpoints (:mod:`axon.endpoints`), and runs each request's handl
 what it answered (:mod:`axon.records`). ``Request`` is :mod:`axon.request`'s, re-exported here.
 
 One App runs unchanged as a WSGI app, an ASGI app and on Axon's own server; each runtime builds
-a :class:`Request`, calls :meth:`App.handle` (or :meth:`App.handle_async`) and sends the
-:class:`~axon.response.Response` it gets back. Users add their own endpoints with
+a :class:`Request`, calls :meth:`App.handle` (WSGI), :meth:`App.handle_async` (ASGI) or
+:meth:`App.handle_on_loop` (Axon's server) and sends the :class:`~axon.response.Response` it gets
+back. An App that ``axon serve`` builds or imports is built inside :func:`built_for_offset_reads`:
+its store's open files are then shared between requests (:mod:`axon.storage.shared_files`), as a
+server that reads files only by offset may, and the App is that server's alone. Users add their own endpoints with
 :meth:`App.route`, as the original allowed:
 
     app = App("/srv/files")            # or App("s3://bucket/prefix"): axon.storage.objects
@@ -22,10 +25,13 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from logging import INFO
-from typing import Any
+from typing import Any, Union
 
 from . import log
 from .endpoints import BuiltinEndpoints
@@ -40,11 +46,33 @@ from .records import Records
 from .request import Request
 from .response import Response, error_response, json_response, redirect, stream_response, text_response
 from .routing import Route, Router
-from .settings import DEFAULT_CACHE_CONTROL, Settings  # noqa: F401 - DEFAULT_CACHE_CONTROL's old home
+from .settings import Settings
 from .signing import Verifier
 from .storage import Source
 from .storage.local import FileStore
-from .storage.sources import open_source
+from .storage.sources import SharingSource, open_source
+from .storage.shared_files import SharedFiles
+
+#: What :meth:`App.handle_on_loop` gives: the response, or a coroutine that makes it.
+OnLoop = Union[Response, Coroutine[Any, Any, Response]]
+
+#: How an App built now shares its store's open files, inside :func:`built_for_offset_reads`; None
+#: elsewhere (WSGI and ASGI hand descriptors to code that may move their file position).
+_SHARE: ContextVar[Callable[[Source], Source] | None] = ContextVar("axon_share_open_files", default=None)
+
+
+@contextmanager
+def built_for_offset_reads(share: Callable[[Source], Source]) -> Iterator[None]:
+    """Apps built inside the block (``App()`` in a module ``axon serve --app`` imports, or its
+    own) are built for a server that reads files only by offset: their store is ``share(store)``,
+    the store with its open files shared between requests
+    (:meth:`axon.server.config.ServerConfig.serving_store`)."""
+    token = _SHARE.set(share)
+    try:
+        yield
+    finally:
+        _SHARE.reset(token)
+
 
 __all__ = [
     "App", "Request", "Response", "Settings", "json_response", "text_response", "stream_response", "redirect",
@@ -57,7 +85,8 @@ class App(Router):
 
     Built from :class:`~axon.settings.Settings` (default: ``Settings.from_env()``, the
     environment read once); each keyword argument is a field of it, and wins over it. ``store``
-    serves files from a source of your own instead of opening ``root``."""
+    serves files from a source of your own instead of opening ``root``; built inside
+    :func:`built_for_offset_reads`, the App serves either with its open files shared."""
 
     def __init__(
         self,
@@ -90,7 +119,13 @@ class App(Router):
         if store is None:
             store = open_source(settings.root, allow_hidden=settings.allow_hidden,
                                 portable_identity=settings.portable_identity)
+        share = _SHARE.get()
+        if share is not None:
+            store = share(store)
         self.store = store
+        #: The store's open files when requests share them (built for Axon's own server), which
+        #: the server keeps: takes in the kernel's news before each request, prunes, closes; else None.
+        self.shared_files: SharingSource | None = store if isinstance(store, SharedFiles) else None
         # Read once: a source whose bodies are streams of its own (an object store), or that
         # opens a batch's paths together, says so with these; a local one leaves them None.
         self._body_stream = store.body_stream
@@ -124,11 +159,7 @@ class App(Router):
     # -- handling ------------------------------------------------------------------------------
 
     def handle(self, request: Request) -> Response:
-        """For synchronous runtimes (WSGI): run the handler here, in the caller's thread.
-
-        A server on an event loop may call it there for a handler that never blocks, with
-        ``request.on_loop`` set: if the handler finds its work would block after all (a cold
-        zip), the answer is instead a coroutine that finishes it in the thread pool."""
+        """For synchronous runtimes (WSGI): run the handler here, in the caller's thread."""
         started = time.perf_counter()
         next(self.records.begun)
         try:
@@ -140,20 +171,47 @@ class App(Router):
             # A signed request is checked against the clock (its expiry): never the same answer.
             if route.repeatable and self.verifier is None:
                 response.repeatable = True
-        except WouldBlock as exc:
-            if request.on_loop:
-                return self._in_pool(request, route, started)  # type: ignore[return-value]
-            response = _failure(exc, request)  # raised where it may block: a handler's bug
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON response
+            response = _failure(exc, request)  # WouldBlock too: raised where it may block, a handler's bug
+        return self._finish(request, response, started)
+
+    def handle_on_loop(self, request: Request) -> OnLoop:
+        """For a server on an event loop (Axon's own), called on the loop's thread: the response,
+        made here, when the route's handler is a plain function that never blocks (Axon's own
+        endpoints), or when there is none (the answer is an error); else a coroutine to run in a
+        task for it: an async handler (as asyncio code expects: ``asyncio.timeout`` needs
+        ``current_task()``), a blocking one (in the thread pool), or a plain one that found its
+        work would block after all (a cold zip: finished in the pool). The one place that decides
+        what runs inline."""
+        started = time.perf_counter()
+        next(self.records.begun)
+        try:
+            route = self._prepare(request)
+            if route.is_async or route.blocking:
+                return self._handle_later(request, route, started)
+            request.on_loop = True  # work that would block raises WouldBlock instead
+            response = _to_response(route.handler(request))
+            if route.repeatable and self.verifier is None:  # as in handle
+                response.repeatable = True
+        except WouldBlock:
+            return self._in_pool(request, route, started)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON response
             response = _failure(exc, request)
         return self._finish(request, response, started)
 
     async def handle_async(self, request: Request) -> Response:
-        """For asynchronous runtimes (ASGI, native): blocking handlers go to a thread pool."""
+        """For asynchronous runtimes (ASGI): blocking handlers go to a thread pool."""
         started = time.perf_counter()
         next(self.records.begun)
         try:
             route = self._prepare(request)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON response
+            return self._finish(request, _failure(exc, request), started)
+        return await self._handle_later(request, route, started)
+
+    async def _handle_later(self, request: Request, route: Route, started: float) -> Response:
+        """The rest of :meth:`handle_async`, once routed."""
+        try:
             if route.is_async:
                 result = await route.handler(request)
             elif route.blocking:
@@ -190,13 +248,15 @@ class App(Router):
         return self._executor
 
     def close(self) -> None:
-        """Hand over what the records still hold (the last access-log lines and counts) and
-        stop the thread pool, if one was started (a later request starts a new one): a runtime
-        calls this when it stops serving."""
+        """Hand over what the records still hold (the last access-log lines and counts), stop
+        the thread pool, if one was started (a later request starts a new one), and close the
+        open files requests shared: a runtime calls this when it stops serving."""
         self.records.flush()
         executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
+        if self.shared_files is not None:
+            self.shared_files.close()
 
     def fixed_answers(self) -> dict[str, Response]:
         """The :attr:`fixed` responses a server may send as they are, without calling the App:

@@ -1,8 +1,8 @@
 """Routes: a path and a method to the handler that answers them.
 
-:class:`Router` is the App's base class rather than an object the App holds: the native server
-calls ``app.match`` once per request (to choose where a handler runs) and the App calls it again
-in ``handle``; a method of the App's own class costs no hop through a second object.
+:class:`Router` is the App's base class rather than an object the App holds: the App calls
+``match`` once per request, and a method of the App's own class costs no hop through a second
+object.
 
 A pattern is a literal path (``/api/health``, looked up in a dict) or one with parameters
 (``/files/<path:path>``: ``<name>`` is one segment, ``<path:name>`` spans slashes), tried in the

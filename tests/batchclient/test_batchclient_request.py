@@ -7,7 +7,6 @@ from email.message import Message
 
 import pytest
 
-from axon.batchclient.refusal import error_from_response, failures_by_path
 from axon.batchclient.request import build_post, build_request
 from axon.batchclient.resume import Saved, Verdict, judge, keeps_saved_after, resume_headers
 
@@ -27,21 +26,6 @@ def test_axon_urls_post_slices_on_a_pooled_connection():
     headers = dict(request.headers)
     assert headers["Authorization"] == "Bearer t" and headers["Content-Type"] == "application/json"
     assert "Connection" not in headers and "Host" not in headers  # the pool's to set
-
-
-def test_a_refusal_keeps_the_servers_error():
-    error = {"status": 404, "code": "not_found", "message": "no such file", "paths": ["x"]}
-    refused = error_from_response(404, "Not Found", json.dumps({"error": error}).encode())
-    assert (refused.status, refused.code, refused.paths) == (404, "not_found", ["x"])
-    assert "404 not_found: no such file ['x']" in str(refused)
-    assert error_from_response(502, "Bad Gateway", b"<h1>down</h1>").error is None
-
-
-def test_a_refusal_names_its_paths_one_by_one():
-    details = {"code": "batch_refused", "details": [{"path": "a", "code": "not_found", "message": "gone"}]}
-    assert failures_by_path(404, details) == {"a": {"status": 404, "path": "a", "code": "not_found", "message": "gone"}}
-    single = {"code": "forbidden", "message": "hidden", "paths": ["b"]}
-    assert failures_by_path(403, single) == {"b": {"status": 403, "code": "forbidden", "message": "hidden"}}
 
 
 SAVED = Saved('"etag"', "multipart/mixed; boundary=b1", 1000, 400)

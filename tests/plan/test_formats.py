@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from axon.errors import RangeNotSatisfiable
-from axon.http.batch_identity import KeptSignature, Signature, identity_of
+from axon.http.batch_identity import KeptSignature, Signature, identity_of, plain_signature
 from axon.limits import Limits
 from axon.plan.batch import plan_batch
 from axon.plan import formats
@@ -49,14 +49,25 @@ def kept(s: Signature) -> KeptSignature:
 
 def test_a_kept_signature_frames_the_bytes_of_its_facts():
     """A trusted file's signature (one object per version, hashed by identity) is framed as the
-    same facts in a plain one are, and equal to it; two of the same facts are two keys."""
+    same facts in a plain one are."""
     for batch in ((kept(A), kept(B)), (A, kept(B)), (kept(A), B, kept(A))):
-        plain = tuple(Signature(*s) for s in batch)
-        assert batch == plain
+        plain = tuple(map(plain_signature, batch))
+        assert all(type(s) is Signature for s in plain) and plain == tuple(Signature(*s) for s in batch)
         assert multipart_mixed(KEY, None, batch) == multipart_mixed(KEY, None, plain)
         assert multipart_mixed(KEY, "given", batch) == multipart_mixed(KEY, "given", plain)
+
+
+def test_a_kept_signature_is_equal_where_its_hash_is():
+    """Equality and hash agree: a kept signature is equal to itself alone (its hash is its
+    identity), never to another of the same facts nor to a plain one; a plain one goes by facts."""
     first, second = kept(A), kept(A)
-    assert first == second and len({first, second}) == 2  # identity: the hash reads no field
+    assert first == first and not first != first and hash(first) == hash(first)
+    assert first != second and not first == second and len({first, second}) == 2
+    plain = Signature(*A)
+    for one, other in ((first, plain), (plain, first)):  # whichever side is asked first
+        assert one != other and not one == other
+    assert plain == A and hash(plain) == hash(A)
+    assert len({first, plain, A}) == 2 and {first: 1}.get(plain) is None
 
 
 def test_the_kept_pieces_are_bounded_as_the_others(monkeypatch):

@@ -154,6 +154,8 @@ class GrowingStore:
     """A real store whose files are appended to each time their CRC is asked: they change
     between being opened and being read, as a file being written does."""
 
+    ready_files = None  # each file opened
+
     def __init__(self, store: FileStore, root, times: int) -> None:
         self.store, self.root, self.times = store, root, times
 

@@ -2,7 +2,8 @@
 raw-socket client that reads responses itself (no HTTP library between the test and the bytes).
 
 * ``serve(app=None, limits=None, **config)`` starts a :class:`~axon.server.worker.ThreadServer`
-  (a worker on its own event loop in a thread) on a free port; stopped at teardown.
+  (a worker on its own event loop in a thread) on a free port; stopped at teardown. Without an
+  App, it serves one built as ``axon serve`` builds it (:func:`shared_app`).
 * ``spawn(*args, env=...)`` runs ``python -m axon.cli serve ROOT --port 0 ...`` in its own
   process group, reads the port from its log, and waits for ``/api/health``.
 
@@ -70,16 +71,26 @@ def big_content(root: Path) -> bytes:
 
 
 def counted(app: App) -> list[str]:
-    """Make ``app.handle`` record each path it answers (what a fixed answer skips)."""
+    """Make ``app.handle_on_loop`` record each path it answers (what a fixed answer skips)."""
     called: list[str] = []
-    handle = app.handle
+    handle = app.handle_on_loop
 
     def counting(request):
         called.append(request.path)
         return handle(request)
 
-    app.handle = counting  # type: ignore[method-assign]
+    app.handle_on_loop = counting  # type: ignore[method-assign]
     return called
+
+
+def shared_app(root: Path, config=None, **kwargs) -> App:
+    """An App over ``root`` built as ``axon serve`` builds its own: its open files shared between
+    requests as ``config`` (a ServerConfig, default the defaults) says."""
+    from axon.app import built_for_offset_reads
+    from axon.server.config import ServerConfig
+
+    with built_for_offset_reads((config or ServerConfig(port=0)).serving_store):
+        return App(root, **kwargs)
 
 
 # --------------------------------------------------------------------------- raw HTTP client
@@ -358,9 +369,10 @@ def serve(root: Path, head_reader: str):
     started: list[ThreadServer] = []
 
     def start(app: App | None = None, *, limits: Limits | None = None, **config) -> ThreadServer:
-        if app is None:
-            app = App(root, limits=limits or Limits())
-        server = ThreadServer(app, ServerConfig(port=0, **config)).start()
+        server_config = ServerConfig(port=0, **config)
+        if app is None:  # as axon serve builds it
+            app = shared_app(root, server_config, limits=limits or Limits())
+        server = ThreadServer(app, server_config).start()
         started.append(server)
         return server
 

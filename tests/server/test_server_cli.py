@@ -40,9 +40,7 @@ def test_defaults(clean_env) -> None:
     assert (args.graceful_timeout, args.certfile, args.keyfile) == (30.0, None, None)
     assert args.file_cache == 10000 and args.cache_control is None and args.browse is False
     assert args.file_cache_valid == 5.0
-    # Answers are no longer replayed: the old switch still parses (a unit file that has it
-    # starts), and run() says it does nothing.
-    assert args.replay is None and build_parser().parse_args(["serve", "--no-replay"]).replay is False
+    assert args.replay is None  # parsed only to be refused (test_server_cli_input)
 
 
 def test_every_flag_has_an_environment_variable(clean_env, tmp_path) -> None:
@@ -261,3 +259,22 @@ def test_the_json_access_log_names_the_client(spawn) -> None:
     direct = [json.loads(line) for line in server.log().splitlines() if '"v=1"' in line]
     assert [(line["client"], line["query"]) for line in direct] == [("127.0.0.1", "v=1")] * 3
     assert forwarded["client"] == "203.0.113.9"  # a proxy in front says who its client was
+
+
+def test_axon_serve_builds_its_app_with_shared_open_files(clean_env, tmp_path, monkeypatch) -> None:
+    """The App axon serve loads, built-in or a module's App(), is built with its open files
+    shared (the open-file cache); without a server's config, and with --file-cache 0, it is not."""
+    from axon.server.config import ServerConfig
+    from axon.storage.shared_files import SharedFiles
+
+    built_in = load_app(None, str(tmp_path), config=ServerConfig())
+    assert isinstance(built_in.store, SharedFiles) and built_in.shared_files is built_in.store
+    assert load_app(None, str(tmp_path)).shared_files is None
+    assert load_app(None, str(tmp_path), config=ServerConfig(file_cache=0)).shared_files is None
+    (tmp_path / "shared_site.py").write_text("from axon import App\napp = App()\n")
+    monkeypatch.chdir(tmp_path)
+    mine = load_app("shared_site:app", str(tmp_path), config=ServerConfig())
+    assert isinstance(mine.store, SharedFiles) and mine.store.root == str(tmp_path.resolve())
+    from axon import App
+
+    assert App(tmp_path).shared_files is None  # built outside axon serve: WSGI, ASGI

@@ -41,6 +41,7 @@ def axon_cli(*argv: str, **env: str) -> subprocess.CompletedProcess:
     (["fetch", "127.0.0.1:8003", "a.bin"], {}, "argument BASE_URL: base URL must be http:// or https:// with a host"),
     (["sign", "http://h/api/stream-files.zip?file1=b.bin", "a.bin"], {"AXON_SECRET": "s"},
      "with FILEs, name the server's URL without a query"),
+    (["serve", "--no-replay", "--port", "0"], {}, "--replay and --no-replay were removed: answers are no longer replayed"),
     (["sign", "--expires-in", "-5", "/files/a.bin"], {"AXON_SECRET": "s"},
      "argument --expires-in: must be 1 second or more, not -5"),
     (["sign", "--expires-at", "5", "/files/a.bin"], {"AXON_SECRET": "s"}, "--expires-at 5 is not in the future"),

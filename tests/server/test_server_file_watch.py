@@ -13,9 +13,8 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import Client, batch_target, parse_multipart
+from conftest import Client, batch_target, parse_multipart, shared_app
 
-from axon.app import App
 
 
 @pytest.fixture
@@ -40,7 +39,7 @@ def warm(c: Client, target: str = "/files/small.txt") -> None:
 
 
 def test_a_same_size_write_in_place_is_in_the_next_answer(serve, live_root, settled) -> None:
-    server = serve(App(live_root))
+    server = serve(shared_app(live_root))
     path = live_root / "small.txt"
     with Client(server.port) as c:
         warm(c)
@@ -55,7 +54,7 @@ def test_a_same_size_write_in_place_is_in_the_next_answer(serve, live_root, sett
 
 
 def test_a_truncated_appended_or_deleted_file_is_in_the_next_answer(serve, live_root, settled) -> None:
-    server = serve(App(live_root))
+    server = serve(shared_app(live_root))
     path = live_root / "small.txt"
     with Client(server.port) as c:
         warm(c)
@@ -71,7 +70,7 @@ def test_a_truncated_appended_or_deleted_file_is_in_the_next_answer(serve, live_
 
 
 def test_a_file_renamed_over_is_in_the_next_answer_and_its_etag_changes(serve, live_root, settled) -> None:
-    server = serve(App(live_root))
+    server = serve(shared_app(live_root))
     with Client(server.port) as c:
         warm(c)
         etag = c.get("/files/small.txt").header("etag")
@@ -82,7 +81,7 @@ def test_a_file_renamed_over_is_in_the_next_answer_and_its_etag_changes(serve, l
 
 
 def test_a_remembered_batch_is_not_sent_with_a_file_trusted_again_at_a_new_version(serve, live_root, settled) -> None:
-    server = serve(App(live_root))
+    server = serve(shared_app(live_root))
     target = batch_target(["small.txt", "other.txt"])
     with Client(server.port) as c:
         warm(c, target)  # its head remembered; its files trusted
@@ -99,7 +98,7 @@ def test_trusted_files_make_whole_zips_tars_and_ranges_and_follow_a_change(serve
     import tarfile
     import zipfile
 
-    server = serve(App(live_root))
+    server = serve(shared_app(live_root))
     query = batch_target(["small.txt", "other.txt"]).partition("?")[2]
     with Client(server.port) as c:
         for target in (f"/api/stream-files.zip?{query}", f"/api/stream-files.tar?{query}", "/files/small.txt"):

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Client, Closed, batch_target, parse_multipart, slow_client, wait_for
+from conftest import Client, Closed, batch_target, parse_multipart, slow_client, wait_for, shared_app
 
-from axon.app import App
+from axon.server.config import ServerConfig
 
 SIZE = 16 * 1024 * 1024
 
@@ -64,7 +64,7 @@ def read_until_closed(c: Client) -> int:
 
 @pytest.mark.parametrize("target", ["/files/grow.bin", batch_target(["small.txt", "grow.bin"])])
 def test_a_file_truncated_while_streaming_aborts_the_connection(serve, live_root, sendfile, target) -> None:
-    server = serve(App(live_root), sendfile=sendfile)
+    server = serve(shared_app(live_root), sendfile=sendfile)
     c = slow_client(server.port)
     try:
         c.send(f"GET {target} HTTP/1.1\r\n\r\n".encode())
@@ -78,7 +78,7 @@ def test_a_file_truncated_while_streaming_aborts_the_connection(serve, live_root
 
 
 def test_a_file_replaced_while_streaming_is_sent_whole_as_it_was(serve, live_root, sendfile) -> None:
-    server = serve(App(live_root), sendfile=sendfile)
+    server = serve(shared_app(live_root), sendfile=sendfile)
     old = (live_root / "grow.bin").read_bytes()
     c = slow_client(server.port)
     try:
@@ -97,7 +97,7 @@ def test_a_file_replaced_while_streaming_is_sent_whole_as_it_was(serve, live_roo
 
 
 def test_a_file_modified_between_requests_is_seen_by_the_next_one(serve, live_root) -> None:
-    server = serve(App(live_root))
+    server = serve(shared_app(live_root))
     with Client(server.port) as c:
         assert c.get("/files/small.txt").body == b"version 1\n"
         (live_root / "small.txt").write_bytes(b"version two, longer\n")
@@ -140,14 +140,14 @@ def test_the_open_file_cache_shares_descriptors_and_can_be_turned_off(serve, liv
     def files_open() -> int:
         return sum(1 for n in os.listdir("/proc/self/fd") if os.path.realpath(f"/proc/self/fd/{n}").startswith(f"{os.path.realpath(live_root)}/"))
 
-    cached = serve(App(live_root))
+    cached = serve(shared_app(live_root))
     with Client(cached.port) as c:
         for _ in range(3):
             assert c.get(batch_target(["small.txt", "small.txt", "grow.bin"])).status == 200
     assert files_open() == 2  # kept for the next request: one per distinct file
     cached.stop()
     assert files_open() == 0  # a stopped worker gives them back
-    uncached = serve(App(live_root), file_cache=0)
+    uncached = serve(shared_app(live_root, ServerConfig(file_cache=0)), file_cache=0)
     with Client(uncached.port) as c:
         assert c.get(batch_target(["small.txt", "grow.bin"])).status == 200
     assert files_open() == 0
@@ -157,7 +157,7 @@ def test_a_repointed_symlink_is_seen_within_the_validity_window(serve, live_root
     (live_root / "v1.txt").write_bytes(b"one")
     (live_root / "v2.txt").write_bytes(b"two")
     os.symlink("v1.txt", live_root / "current.txt")
-    server = serve(App(live_root), file_cache_valid=0.2)
+    server = serve(shared_app(live_root, ServerConfig(file_cache_valid=0.2)), file_cache_valid=0.2)
     with Client(server.port) as c:
         assert c.get("/files/current.txt").body == b"one"
         os.remove(live_root / "current.txt")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from conftest import FILES, Client, get
+from conftest import FILES, Client, get, shared_app
 
 from axon.app import App, Request
 from axon.server.served import ServedApp
@@ -29,9 +29,9 @@ class OnlyTheProtocol:
     def store(self):
         return self._app.store
 
-    @store.setter
-    def store(self, source):  # the server serves through a source that shares open files
-        self._app.store = source
+    @property
+    def shared_files(self):
+        return self._app.shared_files
 
     def remembers(self):
         return self._app.remembers()
@@ -50,16 +50,9 @@ class OnlyTheProtocol:
     def executor(self):
         return self._app.executor
 
-    def match(self, method, path):
-        return self._app.match(method, path)
-
-    def handle(self, request):
+    def handle_on_loop(self, request):
         self.handled.append(request.path)
-        return self._app.handle(request)
-
-    async def handle_async(self, request):
-        self.handled.append(request.path)
-        return await self._app.handle_async(request)
+        return self._app.handle_on_loop(request)
 
     def fixed_answers(self):
         return self._app.fixed_answers()
@@ -70,7 +63,7 @@ class OnlyTheProtocol:
 
 
 def _app(root) -> App:
-    app = App(root)
+    app = shared_app(root)
 
     @app.route("/blocking")
     def blocking(request: Request) -> str:
@@ -122,3 +115,15 @@ def test_fixed_answers_are_asked_again_by_each_sweep(harness, root) -> None:
     h.feed(b"GET /api/health HTTP/1.1\r\n\r\n")
     assert [r.body for r in h.responses()] == [b'{"status":"available"}', b'{"status":"mine"}']
     assert h.worker.shortcuts.fixed == {}
+
+
+def test_the_server_leaves_the_app_as_it_was_built(serve, root) -> None:
+    """The worker changes nothing of the App: its store is the one it was built with, before,
+    while and after it serves; stopping closes the shared files' descriptors through App.close."""
+    app = shared_app(root)
+    store = app.store
+    server = serve(app)
+    assert get(server.port, "/files/a.txt").body == FILES["a.txt"]
+    assert app.store is store and app.shared_files is store and len(store.cache) == 1
+    server.stop()
+    assert app.store is store and len(store.cache) == 0

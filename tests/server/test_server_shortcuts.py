@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FILES, Client, batch_target, counted, parse_multipart, wait_for
+from conftest import FILES, Client, batch_target, counted, parse_multipart, wait_for, shared_app
 
 from axon import App, Request
+from axon.server.config import ServerConfig
 from axon.server.shortcuts import Remembered
 from axon.response import Response
 
@@ -32,7 +33,7 @@ def _asked(c: Client, target: str, n: int, **headers: str) -> list:
 
 
 def test_a_file_asked_again_with_other_headers_is_sent_past_the_app(serve, tree) -> None:
-    app = App(tree)
+    app = shared_app(tree)
     called = counted(app)
     server = serve(app)
     with Client(server.port) as c:
@@ -47,7 +48,7 @@ def test_a_file_asked_again_with_other_headers_is_sent_past_the_app(serve, tree)
 
 
 def test_a_batch_is_remembered_by_target_and_accept(serve, tree) -> None:
-    app = App(tree)
+    app = shared_app(tree)
     called = counted(app)
     server = serve(app)
     target = batch_target(["small/f01.bin", "small/f02.bin", "small/f01.bin"])
@@ -63,7 +64,7 @@ def test_a_batch_is_remembered_by_target_and_accept(serve, tree) -> None:
 
 
 def test_a_changed_file_is_answered_anew(serve, tree) -> None:
-    app = App(tree)
+    app = shared_app(tree)
     called = counted(app)
     server = serve(app)
     with Client(server.port) as c:
@@ -81,7 +82,7 @@ def test_a_changed_file_is_answered_anew(serve, tree) -> None:
 
 
 def test_ranges_and_preconditions_are_the_apps(serve, tree) -> None:
-    app = App(tree)
+    app = shared_app(tree)
     called = counted(app)
     server = serve(app)
     with Client(server.port) as c:
@@ -97,7 +98,7 @@ def test_ranges_and_preconditions_are_the_apps(serve, tree) -> None:
 
 
 def test_only_get_is_remembered_a_post_calls_its_handler_every_time(serve, tree) -> None:
-    app = App(tree)
+    app = shared_app(tree)
     calls: list[str] = []
 
     @app.route("/mine", methods=["GET", "POST", "DELETE"], blocking=False, repeatable=True)
@@ -115,7 +116,7 @@ def test_only_get_is_remembered_a_post_calls_its_handler_every_time(serve, tree)
 
 
 def test_what_goes_past_the_app_is_counted_and_recorded_as_the_app_would(serve, tree) -> None:
-    app = App(tree)
+    app = shared_app(tree)
     seen: list[tuple] = []
     app.records.attach(type("Reader", (), {"read": lambda self, r: seen.extend(r), "flush": lambda self: None})())
     called = counted(app)
@@ -133,7 +134,7 @@ def test_what_goes_past_the_app_is_counted_and_recorded_as_the_app_would(serve, 
 def test_nothing_goes_past_the_app_while_a_handler_wants_each_request(serve, tree) -> None:
     import logging
 
-    app = App(tree)
+    app = shared_app(tree)
     handler = logging.Handler()
     handler.emit = lambda record: None  # type: ignore[method-assign]
     access = logging.getLogger("axon.access")
@@ -152,7 +153,7 @@ def test_nothing_goes_past_the_app_while_a_handler_wants_each_request(serve, tre
 
 
 def test_a_route_added_while_serving_forgets_what_was_remembered(serve, tree) -> None:
-    app = App(tree)
+    app = shared_app(tree)
     server = serve(app)
     with Client(server.port) as c:
         _asked(c, "/files/a.txt", 3)
@@ -168,7 +169,7 @@ def test_a_flood_of_distinct_targets_stays_within_the_bounds(serve, tree) -> Non
     pool.mkdir()
     for i in range(300):
         (pool / f"{i}.bin").write_bytes(b"%d" % i)
-    app = App(tree)
+    app = shared_app(tree, ServerConfig(file_cache=64))
     server = serve(app, file_cache=64)
     remembered = server.worker.shortcuts.remembered
     remembered.size, remembered.budget = 50, 40_000
@@ -183,7 +184,7 @@ def test_a_flood_of_distinct_targets_stays_within_the_bounds(serve, tree) -> Non
 
 
 def test_the_remembered_table_evicts_by_count_and_bytes(tree) -> None:
-    app = App(tree)
+    app = shared_app(tree)
     table = Remembered(size=3, budget=10_000)
 
     def remember(target: bytes) -> None:
@@ -207,7 +208,7 @@ def test_a_recalled_head_moves_up_the_order_once_a_second(tree, monkeypatch) -> 
 
     now = [1000.0]
     monkeypatch.setattr(shortcuts, "monotonic", lambda: now[0])
-    app = App(tree)
+    app = shared_app(tree)
     table = Remembered(size=3, budget=10_000)
 
     def remember(target: bytes) -> None:
@@ -235,7 +236,7 @@ def test_a_recalled_head_moves_up_the_order_once_a_second(tree, monkeypatch) -> 
 
 def test_a_copy_of_the_tree_is_a_new_version(serve, tree) -> None:
     """Same bytes, same size, another inode and mtime: the App answers it with its own ETag."""
-    app = App(tree)
+    app = shared_app(tree)
     server = serve(app)
     with Client(server.port) as c:
         tags = {r.header("ETag") for r in _asked(c, "/files/a.txt", 3)}
@@ -247,7 +248,7 @@ def test_a_copy_of_the_tree_is_a_new_version(serve, tree) -> None:
 
 def test_what_is_not_sent_at_once_or_has_no_version_or_a_long_key_is_not_remembered(serve, tree) -> None:
     (tree / "big.bin").write_bytes(b"x" * 300_000)  # more to read than one write takes
-    app = App(tree)
+    app = shared_app(tree)
     called = counted(app)
     server = serve(app)
     with Client(server.port) as c:
@@ -259,8 +260,11 @@ def test_what_is_not_sent_at_once_or_has_no_version_or_a_long_key_is_not_remembe
 
 
 def test_a_source_whose_files_have_no_version_is_answered_by_the_app(tree) -> None:
-    class Unversioned:  # a File of a source that cannot vouch for its version (no ``version``)
-        path, size, fd, data = "a.txt", 3, -1, b"abc"
+    class Unversioned:  # a File of a source that cannot vouch for its version (an object store's)
+        path, size, data, version = "a.txt", 3, b"abc", None
+
+        def segment(self, start: int, stop: int) -> bytes:
+            return self.data[start:stop]
 
         def close(self) -> None:
             pass

@@ -228,3 +228,23 @@ def test_reuse_port_a_killed_worker_is_replaced_on_the_same_port(spawn) -> None:
     assert wait_for(lambda: _listening(new, server.port), timeout=10), server.log()
     for _ in range(8):
         assert get(server.port, "/api/health").status == 200
+
+
+def test_each_worker_sees_a_change_through_a_watch_of_its_own(spawn, tmp_path) -> None:
+    """The App is built once, before the fork; each worker's open-file cache is its own, with
+    the kernel's watch of its own: after a file is edited in place, every worker (every one of
+    many connections, spread by --reuse-port) sends the new bytes, none a copy it kept."""
+    (tmp_path / "f.txt").write_bytes(b"old!")
+    server = spawn("--workers", "2", "--reuse-port", serve_root=tmp_path)
+    wait_workers(server, 2)
+    time.sleep(2.5)  # the file settles: its bytes may then be kept in memory and trusted
+    clients = [Client(server.port) for _ in range(16)]
+    try:
+        for _ in range(3):  # seen, kept, trusted: on both workers
+            assert all(c.get("/files/f.txt").body == b"old!" for c in clients)
+        with open(tmp_path / "f.txt", "r+b") as f:
+            f.write(b"new!")  # in place: the same size, the same inode
+        assert [c.get("/files/f.txt").body for c in clients] == [b"new!"] * len(clients)
+    finally:
+        for c in clients:
+            c.close()

@@ -245,7 +245,7 @@ def test_a_trusted_file_is_known_without_opening_it_until_it_changes(store, root
     assert (known.path, known.name, known.content_type, known.size) == ("a.txt", "a.txt", "text/plain; charset=utf-8", 10)
     # Its batch signature too, made once: the facts a plain one would hold, in one kept object.
     assert type(known.signature) is KeptSignature and file_signature(known) is known.signature
-    assert known.signature == ("a.txt", "text/plain; charset=utf-8", *version[:5], "a.txt", None)
+    assert tuple(known.signature) == ("a.txt", "text/plain; charset=utf-8", *version[:5], "a.txt", None)
     assert store.cached_all(["a.txt", "b.txt", "a.txt"]) == [known, None, known]
     for _ in range(2):
         opened = store.open("a.txt")

@@ -187,91 +187,6 @@ def _fd_path(fd: int) -> str:
     return os.readlink(f"/proc/self/fd/{fd}")
 
 
-# -- normalize: pure --------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "requested, parts",
-    [
-        ("a", ["a"]),
-        ("a/b/c", ["a", "b", "c"]),
-        ("a/./b//c", ["a", "b", "c"]),
-        ("./a", ["a"]),
-        ("a/", ["a"]),
-        ("a/../b", ["b"]),
-        ("a/b/../../c", ["c"]),
-        ("a/b/..", ["a"]),
-        ("...", ["..."]),  # three dots is a name
-        ("..a", ["..a"]),
-        ("a..", ["a.."]),
-        ("%2e%2e", ["%2e%2e"]),  # decoded once, before: this is a literal name
-        ("%2e%2e/%2e%2e/etc/passwd", ["%2e%2e", "%2e%2e", "etc", "passwd"]),
-        ("ünï cödé/名前.txt", ["ünï cödé", "名前.txt"]),
-        (" ", [" "]),
-        ("ab:c", ["ab:c"]),  # a colon after the second character is no drive
-        ("1:/x", ["1:", "x"]),  # nor is a digit before one
-    ],
-)
-def test_normalize_accepts(requested, parts):
-    assert normalize(requested) == parts
-
-
-@pytest.mark.parametrize(
-    "requested, status, code",
-    [
-        ("", 400, "bad_path"),
-        ("\x00", 400, "bad_path"),
-        ("a\x00b", 400, "bad_path"),
-        ("a.txt\x00.png", 400, "bad_path"),
-        ("a\\b", 400, "bad_path"),
-        ("..\\..\\windows\\win.ini", 400, "bad_path"),
-        ("\\\\server\\share", 400, "bad_path"),
-        ("/etc/passwd", 400, "bad_path"),
-        ("//etc/passwd", 400, "bad_path"),
-        ("/", 400, "bad_path"),
-        ("C:", 400, "bad_path"),
-        ("C:/Windows/win.ini", 400, "bad_path"),
-        ("c:x", 400, "bad_path"),
-        ("./a:", 400, "bad_path"),  # a drive after a "./" is still a drive (hypothesis found it)
-        ("x/../c:/y", 400, "bad_path"),
-        ("..", 403, "outside_root"),
-        ("../x", 403, "outside_root"),
-        ("a/../../x", 403, "outside_root"),
-        ("./../x", 403, "outside_root"),
-        ("a/b/../../..", 403, "outside_root"),
-        (".", 403, "not_a_file"),
-        ("./", 403, "not_a_file"),
-        ("a/..", 403, "not_a_file"),
-        ("a/b/../..", 403, "not_a_file"),
-    ],
-)
-def test_normalize_refuses(requested, status, code):
-    with pytest.raises(HTTPError) as info:
-        normalize(requested)
-    assert (info.value.status, info.value.code) == (status, code)
-    assert info.value.paths == [requested]
-
-
-_PATH_ALPHABET = st.sampled_from(list("./\\%\x00ab:C") + ["..", "/", "/", ".", "%2e", "%2f", "\udcff", "é"])
-
-
-@SETTINGS
-@given(st.lists(_PATH_ALPHABET, max_size=12).map("".join))
-def test_normalize_property(requested):
-    try:
-        parts = normalize(requested)
-    except HTTPError as exc:
-        assert exc.status in (400, 403)
-        return
-    assert parts
-    for part in parts:
-        assert part not in ("", ".", "..")
-        assert "/" not in part and "\\" not in part and "\x00" not in part
-    # Normalizing is idempotent, and never climbs: every part appears in the request.
-    assert normalize("/".join(parts)) == parts
-    assert not requested.startswith("/")
-
-
 # -- FileStore.open: the corpus ---------------------------------------------------------------
 
 OK = "ok"
@@ -826,3 +741,23 @@ def test_out_of_descriptors_is_503(root, walk):
     env = {**os.environ, "AXON_NO_OPENAT2": walk}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
     assert done.stdout.split() == ["503", "unavailable"], done.stderr
+
+
+def test_records_storage_builds_are_built_in_their_fields_order(root, store):
+    """A trusted file's kept signature and a file's segments are built as tuples, by position
+    (hot paths): each value lands in the field of its name."""
+    from axon.http.batch_identity import KeptSignature, Signature
+    from axon.http.segments import FileSlice
+    from axon.storage.local import TrustedFile
+
+    trusted = TrustedFile("asked/a.txt", (11, 12, 13, 14, 15), b"x" * 13, "a.txt", "text/plain")
+    kept = trusted.signature
+    assert type(kept) is KeptSignature and kept._asdict() == Signature(
+        path="asked/a.txt", content_type="text/plain", device=11, inode=12, size=13, mtime_ns=14, ctime_ns=15,
+        name="a.txt", span=None,
+    )._asdict()
+    f = store.open("a.txt")
+    try:
+        assert f.segment(2, 7)._asdict() == FileSlice(fd=f.fd, offset=2, count=5)._asdict()
+    finally:
+        f.close()

@@ -10,7 +10,8 @@ from axon.storage import File, Source
 from axon.storage.shared_files import SharedFiles
 
 #: The whole Source protocol: what the App, the planners and the runtimes ask of a source.
-SOURCE = {"root", "blocking", "for_batch", "body_stream", "health", "open", "crc32s", "kind", "list_dir", "batch_key"}
+SOURCE = {"root", "blocking", "for_batch", "body_stream", "health", "open", "crc32s", "kind", "list_dir", "batch_key",
+          "ready_files"}
 
 
 def _members(protocol: type) -> set[str]:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from axon.storage.local import FileStore
-from axon.storage.shared_files import SharedFiles
-from axon.storage.sources import is_store_url, open_source, share_open_files
+from axon.storage.sources import is_store_url, open_source
 
 
 @pytest.mark.parametrize("location, url", [
@@ -31,28 +30,3 @@ def test_a_store_url_is_an_object_source():
     with pytest.raises(ValueError, match="names a bucket"):  # opened as a store, not as a directory
         open_source("s3://")
     assert ObjectSource.blocking
-
-
-def test_sharing_wraps_a_file_store_and_leaves_it_as_it_was(tmp_path):
-    (tmp_path / "a.txt").write_bytes(b"A")
-    store = FileStore(tmp_path)
-    shared = share_open_files(store, 8)
-    assert isinstance(shared, SharedFiles) and shared.store is store
-    try:
-        first = shared.open("a.txt")
-        fd = first.fd
-        first.close()
-        again = shared.open("a.txt")
-        assert again.shared and again.fd == fd  # the descriptor kept
-        again.close()
-        own = store.open("a.txt")
-        assert not own.shared  # the store itself shares nothing
-        own.close()
-        # Another worker of the same process (and App) shares the same cache: one set of
-        # descriptors, and one place the kernel's news of changes are taken in for both.
-        assert share_open_files(shared, 8) is shared
-        assert not shared.release()  # the second worker done: the first still serves
-        assert shared.release()  # the last: it may close
-    finally:
-        shared.close()
-    assert share_open_files(store, 0) is None

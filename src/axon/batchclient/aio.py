@@ -1,5 +1,5 @@
 """The async transport, on aiohttp (the ``fsspec`` extra): a built request sent, its answer read
-back as a :class:`~.head.Head` and body chunks. Used by ``axon.client.afetch`` (a session of its
+back as a :class:`~.head.ResponseHead` and body chunks. Used by ``axon.client.afetch`` (a session of its
 own per call) and by ``axon://`` (its filesystem's pooled session).
 
 aiohttp does the HTTP (connections, chunked coding, interim answers, the body's length); this
@@ -18,11 +18,11 @@ import aiohttp
 import yarl
 
 from .errors import FetchError
-from .head import Head, headers_from_pairs
+from .head import ResponseHead, headers_from_pairs
 from .refusal import MAX_ERROR_BODY
 from .request import BatchRequest
 
-__all__ = ["Exchange", "session_for_one_fetch"]
+__all__ = ["AsyncRoundTrip", "session_for_one_fetch"]
 
 
 def session_for_one_fetch(timeout: float | None) -> aiohttp.ClientSession:
@@ -32,23 +32,23 @@ def session_for_one_fetch(timeout: float | None) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(timeout=bounds, auto_decompress=False)
 
 
-class Exchange:
-    """``async with Exchange(session, request) as exchange: head = await exchange.start()``,
-    then ``exchange.chunks()`` or ``await exchange.error_body()``; the answer is released on leaving."""
+class AsyncRoundTrip:
+    """``async with AsyncRoundTrip(session, request) as trip: head = await trip.start()``,
+    then ``trip.chunks()`` or ``await trip.error_body()``; the answer is released on leaving."""
 
     def __init__(self, session: aiohttp.ClientSession, request: BatchRequest) -> None:
         self.session = session
         self.request = request
         self._response: aiohttp.ClientResponse | None = None
 
-    async def __aenter__(self) -> Exchange:
+    async def __aenter__(self) -> AsyncRoundTrip:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         if self._response is not None:
             self._response.release()
 
-    async def start(self) -> Head:
+    async def start(self) -> ResponseHead:
         request = self.request
         # Encoded already: yarl must not encode (or decode) the target again.
         url = yarl.URL(request.url, encoded=True)
@@ -57,7 +57,7 @@ class Exchange:
                 request.method, url, data=request.body or None, headers=list(request.headers), allow_redirects=False,
             )
         pairs = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in response.raw_headers]
-        return Head(response.status, response.reason or "", headers_from_pairs(pairs))
+        return ResponseHead(response.status, response.reason or "", headers_from_pairs(pairs))
 
     async def error_body(self) -> bytes:
         """The start of a refusal's body (at most :data:`MAX_ERROR_BODY` bytes)."""

@@ -9,10 +9,10 @@ from typing import NamedTuple
 
 from .errors import FetchError
 
-__all__ = ["Head", "content_length", "headers_from_pairs"]
+__all__ = ["ResponseHead", "content_length", "headers_from_pairs"]
 
 
-class Head(NamedTuple):
+class ResponseHead(NamedTuple):
     status: int
     reason: str
     headers: Message

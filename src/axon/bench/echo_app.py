@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from ..app import App, Request
 from ..asgi import create_app
+from ..settings import Settings
 from ..storage.crc_cache import CrcCache
+from ..storage.local import FileStore
 from ..wsgi import WSGIApp
 
 
@@ -30,10 +32,12 @@ def echo(request: Request) -> dict:
 
 def build(cold_crc: bool = False) -> App:
     """Axon's endpoints over ``$AXON_ROOT`` and the echo; ``cold_crc``: no CRC-32 is kept."""
-    served = App()
-    served.add_route("/api/echo", echo, ["POST"], blocking=False)
+    store = None
     if cold_crc:
-        served.store.crcs = CrcCache(size=0)
+        store = FileStore(Settings.from_env().root)
+        store.crcs = CrcCache(size=0)
+    served = App(store=store)
+    served.add_route("/api/echo", echo, ["POST"], blocking=False)
     return served
 
 

@@ -38,13 +38,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..batchclient.errors import BatchTooLarge, FetchError, UnsafePathError
-from ..batchclient.head import Head
+from ..batchclient.head import ResponseHead
 from ..batchclient.refusal import error_from_response
 from ..batchclient.request import BatchRequest, build_request
 from .download import Progress, prepare_destination
 from .fetch import DEFAULT_CHUNK_SIZE, DEFAULT_TIMEOUT
 from .paths import ensure_parent, resolve_destination
-from .transport import Exchange
+from ..batchclient.transport import RoundTrip
 
 __all__ = ["ARCHIVE_FORMATS", "ArchiveResult", "fetch_archive", "unpack"]
 
@@ -93,10 +93,10 @@ def fetch_archive(
         extra.update({"Range": f"bytes={offset}-", "If-Range": etag})  # type: ignore[dict-item]
     request = build_request(base_url, files, method=method, headers=extra, secret=secret, fmt=fmt)
     _check_fits(request, len(files), _server_limits(base_url, request, timeout, headers))
-    with Exchange(request, timeout) as exchange:
-        head = exchange.start()
+    with RoundTrip(request, timeout) as trip:
+        head = trip.start()
         if not (head.status == 416 and offset):
-            return _receive(exchange, head, offset, path, batch, resume=resume, progress=progress, chunk_size=chunk_size)
+            return _receive(trip, head, offset, path, batch, resume=resume, progress=progress, chunk_size=chunk_size)
     # The saved part no longer fits any version of the batch: start again, once.
     _forget(path.with_name(path.name + PARTIAL), path.with_name(path.name + PARTIAL + ".json"))
     return fetch_archive(base_url, files, path, fmt, chunk_size=chunk_size, timeout=timeout,
@@ -104,14 +104,14 @@ def fetch_archive(
 
 
 def _receive(
-    exchange: Exchange, head: Head, offset: int, path: Path, batch: dict, *,
+    trip: RoundTrip, head: ResponseHead, offset: int, path: Path, batch: dict, *,
     resume: bool, progress: Progress | None, chunk_size: int,
 ) -> ArchiveResult:
     """The body of a 200 or 206 into ``path``'s partial file, renamed to ``path`` once whole."""
     partial = path.with_name(path.name + PARTIAL)
     note = path.with_name(path.name + PARTIAL + ".json")
     if head.status not in (200, 206):
-        raise error_from_response(head.status, head.reason, exchange.error_body())
+        raise error_from_response(head.status, head.reason, trip.error_body())
     start, total = _extent(head, offset)
     prepare_destination(path.parent)
     if resume and head.headers.get("ETag"):
@@ -126,7 +126,7 @@ def _receive(
         out.truncate(start)
         out.seek(start)
         try:
-            for chunk in exchange.chunks(chunk_size):
+            for chunk in trip.chunks(chunk_size):
                 out.write(chunk)
                 received += len(chunk)
                 if progress is not None:
@@ -151,9 +151,9 @@ def _server_limits(
     target = urlsplit(base_url).path.rstrip("/") + "/api/limits"
     limits_request = BatchRequest(request.scheme, request.host, request.port, "GET", target,
                                   tuple({**(headers or {}), "Accept": "application/json"}.items()), b"")
-    with Exchange(limits_request, timeout) as exchange:
-        head = exchange.start()
-        body = exchange.error_body()  # small either way: the limits, or why there are none
+    with RoundTrip(limits_request, timeout) as trip:
+        head = trip.start()
+        body = trip.error_body()  # small either way: the limits, or why there are none
     if head.status != 200:
         return None  # a server from before /api/limits (404): the batch's own answer will say
     try:
@@ -194,7 +194,7 @@ def _saved(partial: Path, note: Path, batch: dict) -> tuple[int, str | None]:
     return size, etag
 
 
-def _extent(head: Head, offset: int) -> tuple[int, int]:
+def _extent(head: ResponseHead, offset: int) -> tuple[int, int]:
     """(first byte this body carries, the archive's whole length) from the answer's head."""
     length = head.content_length
     if head.status == 200:

@@ -16,13 +16,13 @@ import os
 from collections.abc import Iterable, Mapping
 
 from ..batchclient.errors import FetchError
-from ..batchclient.head import Head
+from ..batchclient.head import ResponseHead
 from ..batchclient.refusal import error_from_response
 from ..batchclient.request import build_request
 from .cancel import Cancel
 from .download import FetchResult, Progress, forget_if_refused, open_download, plan_resume, prepare_destination
 from .journal import Journal, SavedBatch
-from .transport import Exchange
+from ..batchclient.transport import RoundTrip
 
 __all__ = ["afetch", "fetch"]
 
@@ -61,15 +61,15 @@ def fetch(
     files = list(files)
     journal, saved, headers = plan_resume(dest, base_url, files, headers, resume)
     request = build_request(base_url, files, method=method, headers=headers, secret=secret)
-    with Exchange(request, timeout, cancel) as exchange:
-        head = exchange.start()
+    with RoundTrip(request, timeout, cancel) as trip:
+        head = trip.start()
         if not head.ok:
-            raise _refused(head, exchange.error_body(), journal, saved)
+            raise _refused(head, trip.error_body(), journal, saved)
         with open_download(
             prepare_destination(dest),  # only now: a refused request leaves no empty directory
             files, head.status, head.headers, head.content_length, journal=journal, saved=saved, progress=progress,
         ) as download:
-            for chunk in exchange.chunks(chunk_size):
+            for chunk in trip.chunks(chunk_size):
                 download.feed(chunk)
             return download.finish()
 
@@ -95,7 +95,7 @@ async def afetch(
     # Here, not at the top: ``import axon.client`` (and ``axon fetch``) need nothing but the
     # standard library.
     try:
-        from ..batchclient.aio import Exchange as AioExchange, session_for_one_fetch
+        from ..batchclient.aio import AsyncRoundTrip, session_for_one_fetch
     except ModuleNotFoundError as exc:  # pragma: no cover - without the extra
         raise ModuleNotFoundError(f"afetch runs on aiohttp: pip install 'axon-stream[fsspec]' ({exc})",
                                   name=exc.name) from exc
@@ -103,19 +103,19 @@ async def afetch(
     files = list(files)
     journal, saved, headers = plan_resume(dest, base_url, files, headers, resume)
     request = build_request(base_url, files, method=method, headers=headers, secret=secret)
-    async with session_for_one_fetch(timeout) as session, AioExchange(session, request) as exchange:
-        head = await exchange.start()
+    async with session_for_one_fetch(timeout) as session, AsyncRoundTrip(session, request) as trip:
+        head = await trip.start()
         if not head.ok:
-            raise _refused(head, await exchange.error_body(), journal, saved)
+            raise _refused(head, await trip.error_body(), journal, saved)
         with open_download(
             prepare_destination(dest), files, head.status, head.headers, head.content_length,
             journal=journal, saved=saved, progress=progress,
         ) as download:
-            async for chunk in exchange.chunks(chunk_size):
+            async for chunk in trip.chunks(chunk_size):
                 download.feed(chunk)
             return download.finish()
 
 
-def _refused(head: Head, body: bytes, journal: Journal | None, saved: SavedBatch | None) -> FetchError:
+def _refused(head: ResponseHead, body: bytes, journal: Journal | None, saved: SavedBatch | None) -> FetchError:
     forget_if_refused(head.status, journal, saved)
     return error_from_response(head.status, head.reason, body)

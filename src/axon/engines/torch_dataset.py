@@ -19,7 +19,6 @@ import os
 import random
 import tarfile
 import time
-import http.client
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -29,8 +28,10 @@ with needs_extra("torch", "AxonDataset and AxonShards", "torch"):
     import torch.distributed
     from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-from ..batchclient.refusal import MAX_ERROR_BODY, error_object
+from ..batchclient.errors import FetchError
+from ..batchclient.refusal import error_object
 from ..batchclient.request import build_request
+from ..batchclient.transport import RoundTrip
 from ..fsspec import AxonFileSystem
 from ..fsspec.errors import error_for
 from ..signing import mint_token
@@ -187,32 +188,27 @@ class AxonShards(IterableDataset):
     def _read_tar(self, netloc: str, rels: list[str]) -> Iterator[tuple[str, bytes]]:
         """Each file of one tar batch as it arrives: ``("host:port/dir/file", bytes)``.
 
-        The request is the batch client's (:mod:`axon.batchclient.request`), sent with
-        http.client on a connection of its own: nothing outlives the iteration, so nothing is
-        shared across a fork; no redirect is followed (the bearer token goes to this server
-        only) and no proxy of the environment is used, as for ``axon://``. The server refuses
-        the whole batch before its first byte if any file is missing; a cut answer ends in
-        ``tarfile.ReadError``.
+        The request is the batch client's (:mod:`axon.batchclient.request`), sent by its blocking
+        transport (:class:`~axon.batchclient.transport.RoundTrip`) on a connection of its own:
+        nothing outlives the iteration, so nothing is shared across a fork; no redirect is
+        followed (the bearer token goes to this server only) and no proxy of the environment is
+        used, as for ``axon://``. The server refuses the whole batch before its first byte if any
+        file is missing; a cut answer ends in ``tarfile.ReadError``.
         """
         scheme = self.storage_options.get("scheme", "http")
         request = build_request(f"{scheme}://{netloc}/", rels, method="POST", fmt="tar", headers=self._auth())
-        connection = (http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection)(
-            request.host, request.port, timeout=self.timeout)
-        try:
+        with RoundTrip(request, self.timeout) as trip:
             try:
-                connection.request(request.method, request.target, request.body, dict(request.headers))
-                response = connection.getresponse()
-            except OSError as exc:  # as axon:// says it: the server named by host and port
-                kind = TimeoutError if isinstance(exc, TimeoutError) else ConnectionError
-                raise kind(exc.errno, f"{scheme}://{netloc} failed for a shard: {exc.strerror or exc}") from exc
-            if response.status != 200:
-                raise _refusal(response.status, response.reason, response.read(MAX_ERROR_BODY), netloc, rels)
-            with tarfile.open(fileobj=response, mode="r|") as archive:
+                head = trip.start()
+            except FetchError as exc:  # as axon:// says it: the server named by host and port
+                kind = TimeoutError if isinstance(exc.__cause__, TimeoutError) else ConnectionError
+                raise kind(f"{scheme}://{netloc} failed for a shard: {exc}") from exc
+            if head.status != 200:
+                raise _refusal(head.status, head.reason, trip.error_body(), netloc, rels)
+            with tarfile.open(fileobj=trip, mode="r|") as archive:
                 for member in archive:
                     if member.isfile():
                         yield f"{netloc}/{member.name}", archive.extractfile(member).read()
-        finally:
-            connection.close()
 
     def _auth(self) -> dict[str, str]:
         secret, token = self.storage_options.get("secret"), self.storage_options.get("token")

@@ -23,9 +23,9 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..batchclient.aio import Exchange
+from ..batchclient.aio import AsyncRoundTrip
 from ..batchclient.errors import FetchError
-from ..batchclient.head import Head
+from ..batchclient.head import ResponseHead
 from ..batchclient.parts import item_path
 from ..batchclient.refusal import error_object, failures_by_path
 from ..batchclient.request import build_post
@@ -178,11 +178,11 @@ class Transfer:
             return self.sink(index, chosen, first)
 
         try:
-            async with Exchange(await self.servers.session(), request) as exchange:
-                head = await exchange.start()
+            async with AsyncRoundTrip(await self.servers.session(), request) as trip:
+                head = await trip.start()
                 if head.status != 200:
-                    return refusal_of(head, await exchange.error_body())
-                await read_parts(exchange.chunks(), head.headers.get("Content-Type", ""), items, open_sink)
+                    return refusal_of(head, await trip.error_body())
+                await read_parts(trip.chunks(), head.headers.get("Content-Type", ""), items, open_sink)
         except MultipartError as exc:
             raise OSError(f"the batch from {netloc} does not answer what was asked: {exc}") from exc
         except FetchError as exc:  # the network, or a body cut short: fsspec's callers expect an OSError
@@ -247,7 +247,7 @@ def raise_first(results: Sequence[Any]) -> None:
             raise result
 
 
-def refusal_of(head: Head, body: bytes) -> Refusal:
+def refusal_of(head: ResponseHead, body: bytes) -> Refusal:
     """A refused batch, from its head and the start of its body (the core reads the JSON)."""
     error = error_object(body)
     if error is None:

@@ -35,7 +35,8 @@ class BatchIdentity(NamedTuple):
 
 class Signature(NamedTuple):
     """What names one file's part of a batch, as plain facts. The first seven are hashed into the
-    identity; built by position (a hot path: one per file of a batch)."""
+    identity. Built by position where it is hot (one per file of a batch: ``plan.batch.file_signature``,
+    ``storage.local.TrustedFile``); a test ties each such builder to these names."""
 
     path: str  # as requested
     content_type: str
@@ -51,13 +52,26 @@ class Signature(NamedTuple):
 
 class KeptSignature(Signature):
     """The one Signature of a file version that storage keeps and gives to every batch sending
-    it (a trusted file's, :class:`~axon.storage.local.TrustedFile`). Hashed by identity: what is
-    kept per signature (a part's header lines, its record) is then found without hashing nine
-    fields, most of them cold in a batch of random files. Equal to a plain Signature of the same
-    facts, with another hash: the two are kept apart, each naming the same bytes."""
+    it (a trusted file's, :class:`~axon.storage.local.TrustedFile`). Hashed and compared by
+    identity, which agree: what is kept per signature (a part's header lines, its record) is then
+    found without hashing nine fields, most of them cold in a batch of random files. It is equal
+    to no other object, a plain Signature of the same facts included (:func:`plain_signature`
+    gives that one); both name the same bytes."""
 
     __slots__ = ()
     __hash__ = object.__hash__  # the C function itself, not a Python call
+
+    def __eq__(self, other: object) -> bool:
+        # Found by identity in a dict, so never called on a hit.
+        return self is other
+
+    def __ne__(self, other: object) -> bool:
+        return self is not other
+
+
+def plain_signature(signature: Signature) -> Signature:
+    """``signature``'s facts as a plain Signature, compared and hashed by them."""
+    return signature if type(signature) is Signature else tuple.__new__(Signature, signature)
 
 
 _SPAN = attrgetter("span")

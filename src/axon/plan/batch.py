@@ -40,7 +40,7 @@ from ..errors import (
 from ..storage import File, Source
 from ..limits import Limits
 from ..response import Response
-from ..http.batch_identity import KeptSignature, Signature
+from ..http.batch_identity import Signature, plain_signature
 from ..http.conditional import evaluate, if_range_allows
 from ..http.ranges import Span, content_range, parse_range
 from ..http.segments import Segment, slice_segments
@@ -70,7 +70,7 @@ def open_all(store: Source, paths: list[str]) -> dict[str, File]:
     failures: list[HTTPError] = []
     # A source that keeps files ready to send (the server's, sharing its open files) gives a
     # batch's in one call: each is what opening it would give, and None is opened here.
-    ready = getattr(store, "ready_files", None)
+    ready = store.ready_files
     found = ready(paths) if ready is not None else repeat(None)
     try:
         for path, f in zip(paths, found):
@@ -154,7 +154,7 @@ def plan_batch(
         signatures = tuple(map(file_signature, chosen))
         if spans is not None:
             # A slice's is a plain one (a kept signature names the whole file's version).
-            signatures = tuple([sig if s is None else _new_signature(Signature, (*sig[:8], s)) for sig, s in zip(signatures, spans)])
+            signatures = tuple([sig if s is None else plain_signature(sig)._replace(span=s) for sig, s in zip(signatures, spans)])
         crcs: tuple[int, ...] = ()
         if fmt in NEEDS_CRC:
             # The CRCs change a zip's bytes, never its length or ETag: HEAD reads no file.
@@ -175,14 +175,14 @@ def plan_batch(
                 return plan_batch(store, paths, limits, boundary=boundary, key=key, headers=headers,
                                   method=method, fmt=fmt, slices=slices, on_loop=on_loop,
                                   _retries=_retries - 1)
-        etag, content_type, filename, heads = fmt(key, boundary, signatures, crcs)
+        etag, content_type, filename, blocks = fmt(key, boundary, signatures, crcs)
         # The body is the format's blocks with the files (or their spans) between them: its length
         # without a pass over its segments, whose objects are cold in a batch of random files.
-        length = total + sum(map(len, heads))
+        length = total + sum(map(len, blocks))
         # A browser that opens a batch URL saves it under this name, not the URL's last segment.
         out = [("Content-Type", content_type), ("Content-Disposition", f'attachment; filename="{filename}"')]
         if etag is None:
-            return Response(200, out, _body(chosen, heads, spans), files=files, length=length)
+            return Response(200, out, _body(chosen, blocks, spans), files=files, length=length)
         verdict = evaluate(method, headers, etag, None) if headers else None
         if verdict == 304:
             for f in files:
@@ -190,24 +190,24 @@ def plan_batch(
             return Response(304, [("ETag", etag)])
         if verdict == 412:
             raise PreconditionFailed("the batch does not match the request's preconditions")
-        return _ranged(etag, out, _body(chosen, heads, spans), headers or {}, limits, files, length)
+        return _ranged(etag, out, _body(chosen, blocks, spans), headers or {}, limits, files, length)
     except BaseException:
         for f in files:
             f.close()
         raise
 
 
-def _body(chosen: list[File], heads: tuple[bytes, ...], spans: list[Span | None] | None = None) -> list[Segment]:
+def _body(chosen: list[File], blocks: tuple[bytes, ...], spans: list[Span | None] | None = None) -> list[Segment]:
     """The format's blocks with each file's bytes (or the span of them asked for) between them."""
-    body: list[Segment] = [heads[0]]
+    body: list[Segment] = [blocks[0]]
     if spans is None:  # whole files, the common case: no test per file on the hot path
-        for f, head in zip(chosen, heads[1:]):
+        for f, block in zip(chosen, blocks[1:]):
             body.append(f.segment(0, f.size))
-            body.append(head)
+            body.append(block)
         return body
-    for f, head, span in zip(chosen, heads[1:], spans):
+    for f, block, span in zip(chosen, blocks[1:], spans):
         body.append(f.segment(0, f.size) if span is None else f.segment(*span))
-        body.append(head)
+        body.append(block)
     return body
 
 
@@ -233,10 +233,11 @@ _new_signature = tuple.__new__
 def file_signature(f: File) -> Signature:
     """An open file's facts, as the identity and the framing of a batch take them: the one its
     storage keeps for the version (a trusted file's), else made now."""
-    kept = getattr(f, "signature", None)  # a File need not have it, and may mean another thing by it
-    if type(kept) is KeptSignature:
+    kept = f.signature
+    if kept is not None:
         return kept
-    # Built as a tuple is, every field given (Signature's own __new__ is a Python call): one per file.
+    # Built as a tuple is, every field given in Signature's order (its own __new__ is a Python
+    # call): one per file. tests/plan/test_batch.py ties this to the fields' names.
     return _new_signature(Signature, (f.path, f.content_type, f.device, f.inode, f.size, f.mtime_ns, f.ctime_ns, f.name, None))
 
 

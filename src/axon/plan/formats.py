@@ -28,7 +28,9 @@ from typing import Callable, Optional
 from ..http.archive import (
     TAR_END, tar_header, tar_padding, zip_central_record, zip_end, zip_entry, zip_local_header,
 )
-from ..http.batch_identity import KeptSignature, Signature, has_slices, identity_from, identity_of, record_of
+from ..http.batch_identity import (
+    KeptSignature, Signature, has_slices, identity_from, identity_of, plain_signature, record_of,
+)
 from ..http.multipart import (
     CACHED_PATH_CHARS, CACHED_TEXT_BYTES, PER_FILE_CACHE, file_part_headers, frame, new_boundary, part_headers,
 )
@@ -78,10 +80,10 @@ def _whole_files(key: bytes | None, boundary: str | None, signatures: tuple[Sign
         identity = identity_from(key, [record for record, _ in pieces], boundary)
         etag, boundary = identity.etag, identity.boundary
     between = f"\r\n--{boundary}\r\n".encode("ascii")
-    heads = [between + lines for _, lines in pieces]
-    heads[0] = heads[0][2:]  # the first delimiter has no CRLF before it
-    heads.append(f"\r\n--{boundary}--\r\n".encode("ascii"))
-    return etag, f"multipart/mixed; boundary={boundary}", "batch.multipart", tuple(heads)
+    blocks = [between + lines for _, lines in pieces]
+    blocks[0] = blocks[0][2:]  # the first delimiter has no CRLF before it
+    blocks.append(f"\r\n--{boundary}--\r\n".encode("ascii"))
+    return etag, f"multipart/mixed; boundary={boundary}", "batch.multipart", tuple(blocks)
 
 
 def _piece_of(s: Signature) -> tuple[bytes, bytes]:
@@ -104,7 +106,7 @@ def _piece(s: Signature) -> tuple[bytes, bytes]:
     table = _PIECES
     if type(s) is KeptSignature:
         table = _KEPT
-        piece = _PIECES.get(tuple.__new__(Signature, s))  # the same facts, seen before they were kept
+        piece = _PIECES.get(plain_signature(s))  # the same facts, seen before they were kept
         if piece is not None:
             _keep(table, s, piece)
             return piece

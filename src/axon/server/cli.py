@@ -17,10 +17,14 @@ import shutil
 import ssl
 import sys
 import tempfile
-from typing import Any
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any
 
 from ..config import environment, flag, variable
 from ..storage import FILE_CACHE_SIZE, FILE_CACHE_VALID
+
+if TYPE_CHECKING:
+    from .config import ServerConfig
 
 
 def _env(name: str, default: Any = None) -> Any:
@@ -160,8 +164,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="how often a cached path is resolved again, as nginx's open_file_cache_valid: what "
                         "inotify cannot see (a path re-pointed, an mmap or NFS write) shows within this "
                         "(AXON_FILE_CACHE_VALID; default 5)")
-    # Answers were once replayed for requests that repeated byte for byte; accepted, and said to
-    # do nothing, so that a service started with it still starts.
+    # Parsed only to refuse it with a message that says why (see run).
     p.add_argument("--replay", action=argparse.BooleanOptionalAction, default=None, help=argparse.SUPPRESS)
     p.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=_env_bool("AXON_METRICS"),
                    help="Prometheus metrics at GET /metrics, summed over the workers (AXON_METRICS; the workers "
@@ -187,15 +190,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def load_app(
     spec: str | None, root: str | None, cache_control: str | None = None, browse: bool = False,
-    portable_identity: bool = False,
+    portable_identity: bool = False, config: ServerConfig | None = None,
 ) -> Any:
-    """The built-in App serving ``root``, or the user's App named ``module:attr``.
+    """The built-in App serving ``root``, or the user's App named ``module:attr``; either built
+    for the server ``config`` describes (its open files shared: the open-file cache).
 
     With ``--app``, ROOT (if given) is exported as ``AXON_ROOT`` before the module is imported, so
     an ``App()`` built there without a root serves it (and ``--browse`` as ``AXON_BROWSE``); an App
     that names another root is a usage error, not ROOT ignored. ``attr`` may be an App, or a function that
     takes no argument and returns one. The current directory is importable, as with uvicorn.
     """
+    from ..app import built_for_offset_reads
+
+    building = built_for_offset_reads(config.serving_store) if config is not None else nullcontext()
+    with building:
+        return _load_app(spec, root, cache_control, browse, portable_identity)
+
+
+def _load_app(spec: str | None, root: str | None, cache_control: str | None, browse: bool,
+              portable_identity: bool) -> Any:
     from ..app import App
 
     if spec is None:
@@ -222,9 +235,9 @@ def load_app(
             target = getattr(target, part)
         except AttributeError:
             raise SystemExit(f"--app {spec}: {module_name} has no attribute {attr}") from None
-    if not isinstance(target, App) and callable(target) and not hasattr(target, "handle_async"):
+    if not isinstance(target, App) and callable(target) and not hasattr(target, "handle_on_loop"):
         target = target()
-    if not hasattr(target, "handle_async"):
+    if not hasattr(target, "handle_on_loop"):
         raise SystemExit(f"--app {spec}: expected an axon.App, got {type(target).__name__}")
     served = getattr(getattr(target, "settings", None), "root", None)
     if root is not None and served is not None and not _same_root(root, served):
@@ -246,6 +259,7 @@ def run(args: argparse.Namespace) -> int:
     from ..runtime import CannotServe, build_app
     from .config import ServerConfig
     from .loops import require_httptools
+    from .worker import raise_fd_limit
 
     if _BAD_SWITCHES:
         raise usage_error(_BAD_SWITCHES[0])
@@ -254,7 +268,8 @@ def run(args: argparse.Namespace) -> int:
     axon_log.configure(args.log_level, json_format=args.json_logs, access_log=args.access_log)
     require_httptools()
     if args.replay is not None:
-        axon_log.logger.warning("--replay/--no-replay does nothing: answers are no longer replayed (README, axon serve)")
+        raise usage_error("--replay and --no-replay were removed: answers are no longer replayed "
+                          "(README, axon serve); drop the flag")
     try:
         config = ServerConfig(
             host=args.host,
@@ -285,7 +300,9 @@ def run(args: argparse.Namespace) -> int:
     if args.object_listing:  # --object-listing wins over AXON_NO_OBJECT_LISTING
         os.environ.pop("AXON_NO_OBJECT_LISTING", None)
     try:
-        app = build_app(lambda: load_app(args.app, args.root, args.cache_control, args.browse, args.portable_identity))
+        raise_fd_limit()  # before the open-file cache is sized: at most half of the limit
+        app = build_app(lambda: load_app(args.app, args.root, args.cache_control, args.browse, args.portable_identity,
+                                         config))
     except CannotServe as failure:
         cause = failure.__cause__
         # The root is not a directory, a setting cannot be: what was asked cannot be served (2).

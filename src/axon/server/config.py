@@ -8,12 +8,14 @@ one object configures every runtime; this holds what only the native server has.
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import ssl
 from dataclasses import dataclass, field
 
 from ..config import environment
-from ..storage import FILE_CACHE_BYTES, FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID
+from ..storage import FILE_CACHE_BYTES, FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID, Source
+from ..storage.sources import share_open_files
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class ServerConfig:
     #: ``file_cache_valid`` seconds, small files' bytes kept up to ``file_cache_bytes`` in all.
     #: Edits, deletions and renames over a file are seen by the next request (a hit ``fstat``s
     #: its file, or trusts the kernel's watch: storage/file_cache.py). 0 opens every file for
-    #: every request.
+    #: every request. The App serves through it when it is built with :meth:`serving_store`.
     file_cache: int = FILE_CACHE_SIZE
     file_cache_valid: float = FILE_CACHE_VALID
     file_cache_inactive: float = FILE_CACHE_INACTIVE
@@ -67,6 +69,14 @@ class ServerConfig:
             raise ValueError("--reuse-port: this system has no SO_REUSEPORT")
         if self.max_connections < 1 or self.graceful_timeout < 0:
             raise ValueError("max_connections must be positive and graceful_timeout not negative")
+
+    def serving_store(self, source: Source) -> Source:
+        """``source`` as the App this server serves is built with: its open files shared between
+        requests (the open-file cache above), or ``source`` itself with ``file_cache`` 0 or a
+        source that keeps no descriptors (an object store)."""
+        size = file_cache_size(self.file_cache) if self.file_cache else 0
+        shared = share_open_files(source, size, self.file_cache_valid, self.file_cache_inactive, self.file_cache_bytes)
+        return source if shared is None else shared
 
     @property
     def tls(self) -> bool:
@@ -90,3 +100,14 @@ class ServerConfig:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
+
+def file_cache_size(wanted: int) -> int:
+    """The open-file cache's count bound: ``wanted``, but at most half the descriptors this
+    process may open, so that connections always have the other half."""
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ValueError, OSError):
+        return wanted
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, soft // 2))

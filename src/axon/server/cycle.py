@@ -8,9 +8,10 @@ answer apart from what reads requests; unlike uvicorn's, one cycle serves the wh
 (the requests on it are answered in order, never two at once), so a request costs no object.
 
 The hot path costs no coroutine, no task and no loop iteration: a route that is a plain function
-that never blocks (Axon's own endpoints, any route with ``blocking=False``) is answered through
-the App's synchronous ``handle``, and a response that fits one write is written before this
-returns. Only what must wait becomes a task: an ``async`` handler (always, as asyncio code
+that never blocks (Axon's own endpoints, any route with ``blocking=False``) is answered by the
+App's ``handle_on_loop`` here, and a response that fits one write is written before this
+returns. The App decides what runs inline: ``handle_on_loop`` gives the response, or a coroutine
+that makes it. Only what must wait becomes a task: an ``async`` handler (always, as asyncio code
 expects), a blocking one (in the App's thread pool), a plain one that found its work would block
 after all (a zip whose CRC-32s must be read: finished in the pool), a response that needs several
 writes, a full socket or ``sendfile``, a stream.
@@ -29,7 +30,7 @@ from .eager import resume
 
 if TYPE_CHECKING:
     from .exchange import Exchange
-    from .roles import Host
+    from .roles import WorkerView
     from .writer import ResponseWriter
 
 log = logging.getLogger("axon.server")
@@ -39,7 +40,7 @@ class Connection(Protocol):
     """What the cycle uses of its connection (:class:`~.protocol.HTTPProtocol`, which imports
     this module: named by what it offers, so that no import goes back)."""
 
-    worker: Host
+    worker: WorkerView
     writer: ResponseWriter | None
     #: The worker stops gracefully: the answer in flight is the last.
     stopping: bool
@@ -54,16 +55,15 @@ class Connection(Protocol):
 class RequestCycle:
     """Runs the App for one connection's requests and writes each answer with its writer."""
 
-    __slots__ = ("conn", "app", "loop", "task", "_runs_inline", "_shortcuts", "_respond_now", "_respond")
+    __slots__ = ("conn", "loop", "task", "_handle", "_shortcuts", "_respond_now", "_respond")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         worker = conn.worker
-        self.app = worker.app
         self.loop = worker.loop
         #: The task answering the current request, while one must wait; else None.
         self.task: asyncio.Task | None = None
-        self._runs_inline = worker.runs_inline
+        self._handle = worker.app.handle_on_loop
         self._shortcuts = worker.shortcuts
         writer = conn.writer
         self._respond_now = writer.respond_now  # type: ignore[union-attr]
@@ -75,19 +75,16 @@ class RequestCycle:
         request = ex.request
         if request is None:
             self._answer(ex, error_response(ex.refusal))  # type: ignore[arg-type]
-        elif self._runs_inline(request):
-            request.on_loop = True  # work that would block (a cold zip) goes to the pool
+        else:
             try:
-                response = self.app.handle(request)
-            except BaseException as exc:  # noqa: BLE001 - handle answers errors itself: a bug
+                answer = self._handle(request)
+            except BaseException as exc:  # noqa: BLE001 - the App answers errors itself: a bug
                 self.conn.crashed(exc)
             else:
-                if type(response) is CoroutineType:  # it would have blocked: finished in the pool
-                    self._start(self._respond_later(ex, response))
+                if type(answer) is CoroutineType:  # it must wait: in a task
+                    self._start(self._respond_later(ex, answer))
                 else:
-                    self._answer(ex, response)
-        else:
-            self._start(self._respond_later(ex, self.app.handle_async(request)))
+                    self._answer(ex, answer)  # the Response
 
     def _answer(self, ex: Exchange, response: Response) -> None:
         if self.conn.stopping:

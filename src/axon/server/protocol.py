@@ -52,7 +52,7 @@ from .wire import CONTINUE, CRLF
 from .writer import ResponseWriter
 
 if TYPE_CHECKING:
-    from .roles import Host
+    from .roles import WorkerView
 
 log = logging.getLogger("axon.server")
 
@@ -93,7 +93,7 @@ class HTTPProtocol(asyncio.Protocol):
         "_pipeline", "_stash", "_closing", "stopping", "_eof", "_linger_bytes", "peer",
     )
 
-    def __init__(self, worker: Host) -> None:
+    def __init__(self, worker: WorkerView) -> None:
         self.worker = worker
         self.app = worker.app
         self.loop = worker.loop

@@ -1,4 +1,4 @@
-"""What a connection and its parts use of the worker that accepted it: :class:`Host`.
+"""What a connection and its parts use of the worker that accepted it: :class:`WorkerView`.
 
 The worker makes the connections (:mod:`.protocol`), and each connection its writer and its
 request cycle; all of them read the worker's tables, clocks and ``Date`` line. They name it by
@@ -12,7 +12,6 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ..app import Request
     from ..limits import Limits
     from .config import ServerConfig
     from .outbox import Outbox
@@ -21,7 +20,7 @@ if TYPE_CHECKING:
     from .simplehead import SimpleHeadParser
 
 
-class Host(Protocol):
+class WorkerView(Protocol):
     """The worker (:class:`~.worker.Worker`) as its connections see it."""
 
     app: ServedApp
@@ -45,8 +44,6 @@ class Host(Protocol):
     head_deadline: float
     idle_deadline: float
     write_deadline: float
-
-    def runs_inline(self, request: Request) -> bool: ...
 
     def sync_files(self) -> None:
         """A request begins: the shared open files take in the changes the kernel told of."""

@@ -2,38 +2,32 @@
 
 :class:`axon.App` is one; so is anything else that has these members. The server uses nothing
 of an App beyond them, and nothing private: a change of the App that keeps them keeps the server
-working, and a change here is a change of what the server asks.
+working, and a change here is a change of what the server asks. The server changes nothing of
+the App: it is built for the server (its open files shared, ``App(store=...)``) before serving.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 if TYPE_CHECKING:
     from ..app import Request
-    from ..storage import Source
     from ..limits import Limits
     from ..response import Response
-
-
-class RouteKind(Protocol):
-    """How a route's handler runs, which decides where the server calls it."""
-
-    #: A coroutine function: run in a task, as asyncio code expects.
-    is_async: bool
-    #: A plain function that may block: run in :attr:`ServedApp.executor`.
-    blocking: bool
+    from ..storage import Source
+    from ..storage.sources import SharingSource
 
 
 class ServedApp(Protocol):
     #: Request limits and timeouts: the parser's bounds, the connections' clocks.
     limits: Limits
-    #: Where files come from. The server reads files only by offset, so while it serves, it puts
-    #: a source that lets requests share open files around this one in its place
-    #: (:func:`axon.storage.sources.share_open_files`), prunes it, and puts the App's back.
+    #: Where files come from: a remembered head's files are opened through it again.
     store: Source
+    #: ``store``'s open files, when requests share them; the server takes in their news before
+    #: each request, prunes them each sweep, and sends a remembered head from the bytes they hold.
+    shared_files: SharingSource | None
     #: Changes whenever a route is added: the server forgets the heads it remembered.
     routes_version: int
 
@@ -42,20 +36,11 @@ class ServedApp(Protocol):
         """The thread pool where blocking work runs (a stream's plain generator is stepped here)."""
         ...
 
-    def match(self, method: str, path: str) -> tuple[RouteKind, dict[str, str]]:
-        """The route that answers ``method path``; raises an ``HTTPError`` when none does."""
-        ...
-
-    def handle(self, request: Request) -> Response:
-        """Answer ``request`` here, synchronously (the server calls it when the route's handler
-        is neither async nor blocking, or when there is no route: the answer is an error). The
-        server sets ``request.on_loop``: a handler whose work would block after all (a zip of
-        files whose CRC-32s are not known) is then finished in the pool, and the answer is a
-        coroutine to await for the response."""
-        ...
-
-    async def handle_async(self, request: Request) -> Response:
-        """Answer ``request``; an async handler is awaited, a blocking one runs in the pool."""
+    def handle_on_loop(self, request: Request) -> Union[Response, Coroutine[Any, Any, Response]]:
+        """Called on the event loop's thread: the response, made here, when the route's handler
+        never blocks (or there is no route: the answer is an error); else a coroutine that makes
+        it, which the server runs in a task (an async handler, a blocking one in the pool, a
+        plain one whose work would have blocked after all)."""
         ...
 
     def remembers(self) -> bool:
@@ -79,5 +64,6 @@ class ServedApp(Protocol):
         ...
 
     def close(self) -> None:
-        """The server stopped serving: hand over what was recorded, stop the thread pool."""
+        """The server stopped serving: hand over what was recorded, stop the thread pool, close
+        the shared open files."""
         ...

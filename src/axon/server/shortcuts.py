@@ -196,28 +196,29 @@ def _head_of(response: Response) -> Head | None:
     files = response.files
     if response.status != 200 or response.stream is not None or not files or len(files) > HEAD_FILES:
         return None
-    versions = [getattr(f, "version", None) for f in files]  # a source may have none to give
-    if None in versions:
+    versions = [f.version for f in files]
+    if None in versions:  # a source that cannot promise a version without asking (an object store)
         return None
-    by_fd = {f.fd: i for i, f in enumerate(files) if getattr(f, "fd", -1) >= 0}  # type: ignore[attr-defined]
-    by_data = {id(f.data): i for i, f in enumerate(files) if getattr(f, "data", None) is not None}  # type: ignore[attr-defined]
+    # Each file's whole as the body holds it: its bytes (found by identity) or a slice of it.
+    wholes = [f.segment(0, f.size) for f in files]
+    by_segment = {id(w) if type(w) is bytes else w: i for i, w in enumerate(wholes)}
     template: list = []
     for seg in response.body:
         if type(seg) is bytes:
-            i = by_data.get(id(seg))
+            i = by_segment.get(id(seg))
             template.append(seg if i is None else i)
             continue
         if type(seg) is not FileSlice:
             return None
-        i = by_fd.get(seg.fd)
-        if i is None or seg.offset != 0 or seg.count != files[i].size:
+        i = by_segment.get(seg)
+        if i is None:
             return None  # a part of a file (a slice): not this simple a template
         template.append(i)
     try:
         head = encode_head(response.status, response.reason, response.headers, b"")[:-2]
     except (UnsafeHeader, UnicodeError, TypeError, ValueError):
         return None
-    read = sum(files[t].size for t in template if type(t) is int and getattr(files[t], "data", None) is None)
+    read = sum(files[t].size for t in template if type(t) is int and type(wholes[t]) is not bytes)
     return Head(head, [f.path for f in files], versions, template, response.length or 0, read)
 
 

@@ -21,10 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..app import Request
 from ..errors import ServiceUnavailable
 from ..response import error_response
-from ..storage.sources import SharingSource, share_open_files
 from .accept import SHARED_BURST, Acceptor, bind
 from .config import ServerConfig
 from .loops import new_event_loop
@@ -51,14 +49,13 @@ class Worker:
         self.connections: set[HTTPProtocol] = set()
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.parent_pid = parent_pid
-        self._match = app.match
-        # Files shared between requests, while serve() runs (see _share_files).
-        self._shared: SharingSource | None = None
+        #: The open files the App's requests share (the App was built with them), or None.
+        self.shared_files = shared = app.shared_files
         #: Called as each request begins: the shared files take in what the kernel told of changes.
-        self.sync_files: Callable[[], None] = _nothing_to_sync
+        self.sync_files: Callable[[], None] = _nothing_to_sync if shared is None else shared.sync
         #: For each of a remembered head's paths, the shared file (its version token and bytes)
         #: when they are current (nothing held), or None.
-        self.cached_files: Callable[[list[str]], list] = _nothing_cached
+        self.cached_files: Callable[[list[str]], list] = _nothing_cached if shared is None else shared.cached_all
         self._acceptor: Acceptor | None = None
         self._stop: asyncio.Future | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -78,43 +75,17 @@ class Worker:
         full = error_response(ServiceUnavailable("the server is at its connection limit; retry later"))
         self.full_response = encode_head(full.status, full.reason, full.headers, CLOSE) + b"".join(full.body)  # type: ignore[arg-type]
 
-    def runs_inline(self, request: Request) -> bool:
-        """Whether ``app.handle`` may answer ``request`` right here, synchronously: its handler
-        is a plain function that never blocks (Axon's own endpoints), or there is none (the
-        answer is an error). Async handlers run in a task, as asyncio code expects
-        (``asyncio.timeout`` needs ``current_task()``); blocking ones in the App's thread pool."""
-        try:
-            route, _ = self._match(request.method, request.path)
-        except Exception:  # noqa: BLE001 - an error response, built without awaiting anything
-            return True
-        return not route.is_async and not route.blocking
-
     async def serve(self, sock: socket.socket, ready: threading.Event | None = None) -> None:
         """Serve on ``sock`` until :meth:`stop`; then shut down gracefully."""
         loop = self.loop = asyncio.get_running_loop()
         self.outbox = Outbox(loop)
         self._stop = loop.create_future()
         self._set_deadlines(loop.time())
-        self._share_files()
         try:
             self._start(loop, sock, ready)
             await self._stop
         finally:
             await self._shutdown()
-
-    def _share_files(self) -> None:
-        """This server reads files only by offset, so requests may share descriptors: the App
-        serves through a source that shares them, around its own, while this worker serves (the
-        workers of one process share one)."""
-        config, app = self.config, self.app
-        self._shared = share_open_files(
-            app.store, file_cache_size(config.file_cache) if config.file_cache else 0, config.file_cache_valid,
-            config.file_cache_inactive, config.file_cache_bytes,
-        )
-        if self._shared is not None:
-            app.store = self._shared
-            self.sync_files = self._shared.sync
-            self.cached_files = self._shared.cached_all
 
     def _start(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, ready: threading.Event | None) -> None:
         # The socket is this worker's alone with one worker or --reuse-port: take every waiting
@@ -159,14 +130,8 @@ class Worker:
             self._tick_handle.cancel()
         if self._date_handle is not None:
             self._date_handle.cancel()
-        self.app.close()
+        self.app.close()  # and with it the shared files: what no response holds is closed
         self.shortcuts.clear()
-        shared, self._shared = self._shared, None
-        self.sync_files, self.cached_files = _nothing_to_sync, _nothing_cached
-        if shared is not None and shared.release():  # the last worker of this process to use it
-            if self.app.store is shared:
-                self.app.store = shared.store  # the App's own again
-            shared.close()  # close what no response holds any more
 
     def _refresh_date(self) -> None:
         now = time.time()
@@ -191,8 +156,8 @@ class Worker:
                 except Exception:
                     log.exception("timing out a connection failed")
                     conn.abort()
-        if self._shared is not None:
-            self._shared.prune()
+        if self.shared_files is not None:
+            self.shared_files.prune()
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
             log.warning("the supervisor is gone; stopping")
             self.stop()
@@ -207,18 +172,6 @@ def raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
     except (ValueError, OSError):
         pass
-
-
-def file_cache_size(wanted: int) -> int:
-    """The open-file cache's count bound: ``wanted``, but at most half the descriptors this
-    process may open, so that connections always have the other half."""
-    try:
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (ValueError, OSError):
-        return wanted
-    if soft == resource.RLIM_INFINITY:
-        return wanted
-    return max(1, min(wanted, soft // 2))
 
 
 #: The cycle collector's thresholds while a worker runs (CPython's are 700, 10, 10). A batch of

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from .exchange import Exchange
     from .flow import FlowControl
     from .shortcuts import FixedAnswer, Head
-    from .roles import Host
+    from .roles import WorkerView
 
 #: Bytes read from the file and handed to the transport when ``sendfile`` finds the socket full
 #: and no descriptor is left to watch the socket with.
@@ -87,7 +87,7 @@ class ResponseWriter:
     ``http11``).
     """
 
-    def __init__(self, transport: Any, flow: FlowControl, worker: Host, sock_fd: int) -> None:
+    def __init__(self, transport: Any, flow: FlowControl, worker: WorkerView, sock_fd: int) -> None:
         #: Where bytes go; the connection sets it again if it is replaced.
         self.transport = transport
         self._flow = flow

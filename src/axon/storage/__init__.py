@@ -17,9 +17,10 @@ costs what a call on the concrete class costs.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Protocol
+from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 from ..errors import HTTPError
+from ..http.batch_identity import KeptSignature
 from ..http.segments import Segment
 
 #: The open-file cache's defaults (:mod:`axon.storage.file_cache`; README, "axon serve"), here so
@@ -47,6 +48,9 @@ class File(Protocol):
     inode: int
     device: int
     content_type: str
+    #: The batch signature storage keeps for this version (a trusted file's: one object that every
+    #: batch sending it shares), or None: the planner builds one from the facts above.
+    signature: Optional[KeptSignature]
 
     def segment(self, start: int, stop: int) -> Segment:
         """Bytes ``[start, stop)`` as a body segment the runtimes can send."""
@@ -66,7 +70,7 @@ class File(Protocol):
 
 class Source(Protocol):
     """Where the files of one App come from: all the App, the planners and the runtimes ask of
-    one. Two members are optional as values, not as attributes (``None`` where a source has no
+    one. Three members are optional as values, not as attributes (``None`` where a source has no
     use for them), so that the App reads them once and a request pays no call for them."""
 
     #: What is served, as given (a directory's real path, or a store's URL): named in messages
@@ -86,6 +90,10 @@ class Source(Protocol):
     #: why it cannot (an object store that stopped answering), never asked anew per call. The
     #: attribute is None where only a file can fail, not the source (a directory).
     health: Callable[[], HTTPError | None] | None
+    #: ``ready_files(paths)``: for each of ``paths``, the file ``open`` would give when it is ready
+    #: without opening (nothing held), else None; a batch's planner takes its files so, in one
+    #: call. None where ``open`` makes each file anew (every source but the server's shared files).
+    ready_files: Callable[[list[str]], list[File | None]] | None
 
     def open(self, requested: str) -> File:
         """``requested`` (decoded once) as an open :class:`File`, or an

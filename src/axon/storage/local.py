@@ -149,6 +149,7 @@ class FileStore(RootJail):
     for_batch = None
     body_stream = None
     health = None
+    ready_files = None
 
     def __init__(
         self, root: str | os.PathLike[str], *, allow_hidden: bool = False, openat2: bool | None = None,
@@ -175,7 +176,7 @@ class FileStore(RootJail):
         (:mod:`.batch_key`)."""
         return derive_key(secret, self.root)
 
-    def _names(self, entry: CachedDescriptor) -> bool:
+    def still_names(self, entry: CachedDescriptor) -> bool:
         """For the open-file cache (:mod:`.shared_files`): whether the path ``entry`` was opened by
         still resolves, by every rule a request is opened by (a symlink put in a directory's place
         is walked, and refused if it leaves the root), to the same regular file."""
@@ -192,7 +193,7 @@ class FileStore(RootJail):
     def open(self, requested: str) -> OpenFile:
         """Open ``requested`` (already decoded once) as a regular file inside the root. Axon's own
         server shares descriptors between requests through :class:`~.shared_files.SharedFiles`."""
-        f = self._open(requested)
+        f = self.open_here(requested)
         if self.portable_identity:
             portable(f)
         return f
@@ -235,7 +236,9 @@ class FileStore(RootJail):
             raise FileChanged(f.path)
         return Version(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
-    def _open(self, requested: str) -> OpenFile:
+    def open_here(self, requested: str) -> OpenFile:
+        """Open ``requested`` as :meth:`open` does, its facts this host's own (a portable identity
+        not yet put on them): for the open-file cache, which keys descriptors by them."""
         parts = normalize(requested)
         fd = self._resolve(parts, requested)
         try:

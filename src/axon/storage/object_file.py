@@ -18,6 +18,8 @@ class ObjectFile:
 
     #: An object may change in the store unseen: no version a server could check without asking.
     version = None
+    #: No batch signature kept per version: the planner builds one from the facts.
+    signature = None
 
     def __init__(self, source: Source, key: str, etag: str | None, path: str, name: str, size: int,
                  mtime_ns: int, content_type: str, data: bytes | None = None, head: bytes | None = None) -> None:

@@ -95,34 +95,24 @@ class ObjectSource:
     #: Opening is a request to the store: async runtimes call the App's handlers in their thread
     #: pool, never on their event loop.
     blocking = True
+    ready_files = None  # each batch's objects are opened together (for_batch), none kept ready
     # The local store's suffix -> media type rule, shared: an object is typed by its key's suffix.
     content_type = FileStore.content_type
 
     def __init__(
-        self,
-        url: str,
-        *,
-        allow_hidden: bool = False,
-        env: ObjectStoreEnvironment | None = None,
-        timeout: float | None = None,
-        concurrency: int = CONCURRENCY,
-        prefetch_bytes: int | None = None,
-        cache_bytes: int | None = None,
-        listing: bool | None = None,
-        store: Any = None,
-        check: bool = True,
+        self, url: str, *, allow_hidden: bool = False, env: ObjectStoreEnvironment | None = None,
+        timeout: float | None = None, concurrency: int = CONCURRENCY, prefetch_bytes: int | None = None,
+        cache_bytes: int | None = None, listing: bool | None = None, store: Any = None, check: bool = True,
     ) -> None:
         from .object_stream import PREFETCH_BYTES
 
         scheme, sep, rest = url.partition("://")
         if not sep or not rest.split("/", 1)[0]:
             raise ValueError(f"an object store URL names a bucket: s3://bucket/prefix, not {url!r}")
-        if timeout is None:
-            timeout = environment().store_timeout
-        if cache_bytes is None:
-            cache_bytes = environment().object_cache_mib << 20
-        if listing is None:
-            listing = environment().object_listing
+        given = environment()
+        timeout = given.store_timeout if timeout is None else timeout
+        cache_bytes = given.object_cache_mib << 20 if cache_bytes is None else cache_bytes
+        listing = given.object_listing if listing is None else listing
         if timeout <= 0 or concurrency < 1 or cache_bytes < 0:
             raise ValueError("timeout must be positive, concurrency at least 1, cache_bytes not negative")
         self.root = url.rstrip("/")
@@ -466,6 +456,7 @@ class BatchOpener:
         self._paths = list(dict.fromkeys(paths))
         self._found: dict[str, ObjectFile | HTTPError] = {}
         self.crc32s = source.crc32s
+        self.ready_files = None
 
     def open(self, requested: str) -> ObjectFile:
         found = self._found.pop(requested, None)

@@ -14,11 +14,10 @@ from __future__ import annotations
 import os
 import re
 
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from . import FILE_CACHE_BYTES, FILE_CACHE_INACTIVE, FILE_CACHE_VALID, Source
-from .local import FileStore
+from .local import FileStore, TrustedFile
 from .shared_files import SharedFiles
 from ..errors import needs_extra
 
@@ -45,31 +44,23 @@ def open_source(location: str | os.PathLike[str], *, allow_hidden: bool = False,
 
 
 class SharingSource(Source, Protocol):
-    """A source whose open files requests share, for the server that keeps it."""
+    """A source whose open files requests share (:class:`~.shared_files.SharedFiles`), for a
+    runtime that reads files only by offset: what Axon's server asks of it beyond a Source."""
 
     #: The source whose files it shares.
     store: Source
-
-    def prune(self) -> None:
-        """Close what was not used for the idle time."""
-        ...
 
     def sync(self) -> None:
         """A request begins: take in the changes to shared files the kernel told of."""
         ...
 
-    #: ``ready_files(paths)``: for each of ``paths``, the file ``open`` would give, when it is
-    #: ready without opening (nothing held), else None; the attribute None where ``open`` must
-    #: make each file anew. A batch's planner takes its files so, in one call.
-    ready_files: Callable[[list[str]], list[Any]] | None
-
-    def cached_all(self, paths: list[str]) -> list[Any]:
-        """For each of ``paths``, the file (with its ``version`` token and ``data``) when its bytes
-        are known to be current, holding nothing; None: open it."""
+    def cached_all(self, paths: list[str]) -> list[TrustedFile | None]:
+        """For each of ``paths``, the file (its ``version`` token and ``data``) when its bytes are
+        known to be current, holding nothing; None: open it."""
         ...
 
-    def release(self) -> bool:
-        """A worker is done with it: True for the last of them, which closes it."""
+    def prune(self) -> None:
+        """Close what was not used for the idle time."""
         ...
 
     def close(self) -> None:
@@ -79,12 +70,11 @@ class SharingSource(Source, Protocol):
 
 def share_open_files(source: Source, size: int, valid: float = FILE_CACHE_VALID,
                      inactive: float = FILE_CACHE_INACTIVE, small_bytes: int = FILE_CACHE_BYTES) -> SharingSource | None:
-    """``source`` as a source whose requests share open descriptors (at most ``size``), for a
-    runtime that reads files only by offset (Axon's own server); ``source`` itself is left as it
-    was. None when there is nothing to share: ``size`` 0, or a source that keeps no descriptors
-    (an object store)."""
-    if isinstance(source, SharedFiles):  # another worker's, in this process: one cache for both
-        source.users += 1
+    """``source`` as a source whose requests share open descriptors (at most ``size``), for the
+    App of a runtime that reads files only by offset (Axon's own server): ``source`` itself is
+    left as it was, for any other. None when there is nothing to share: ``size`` 0, or a source
+    that keeps no descriptors (an object store). A source that shares already is itself."""
+    if isinstance(source, SharedFiles):
         return source
     if size < 1 or not isinstance(source, FileStore):
         return None

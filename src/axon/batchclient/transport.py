@@ -1,32 +1,46 @@
-"""The blocking transport: one request on a connection of its own, over ``http.client``.
+"""The blocking transport: one request on a connection of its own, over ``http.client``; what
+``axon fetch`` and ``axon.engines``' tar shards send with.
 
-It moves bytes and nothing else: the request comes built (:mod:`axon.batchclient.request`), the
-answer leaves as a :class:`~axon.batchclient.head.Head` and body chunks, and what they mean is
+It moves bytes and nothing else: the request comes built (:mod:`.request`), the answer leaves as
+a :class:`~.head.ResponseHead` and body chunks (or as a file to ``read``), and what they mean is
 decided by the sans-IO core. ``http.client`` does the HTTP (chunked coding, interim answers);
 this adds what a fetch needs around it: ``timeout`` on each network operation, failures as a
-:class:`FetchError` saying what was under way, and a :class:`~.cancel.Cancel` that shuts the
-socket down from another thread.
+:class:`FetchError` saying what was under way, and a canceller (``axon.client.cancel.Cancel``)
+that shuts the socket down from another thread.
 """
 
 from __future__ import annotations
 
 import http.client
 import ssl
+import socket
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Protocol
 
-from ..batchclient.errors import FetchError
-from ..batchclient.head import Head
-from ..batchclient.refusal import MAX_ERROR_BODY
-from ..batchclient.request import BatchRequest
-from .cancel import Cancel
-
-__all__ = ["Exchange", "network_errors"]
+from .errors import FetchError
+from .head import ResponseHead
+from .refusal import MAX_ERROR_BODY
+from .request import BatchRequest
 
 
-class Exchange:
-    """``with Exchange(request, timeout) as exchange: head = exchange.start()``, then
-    ``exchange.chunks(size)`` or ``exchange.error_body()``; the connection closes on leaving."""
+class Cancel(Protocol):
+    """What the transport uses of a canceller (``axon.client.cancel.Cancel``)."""
+
+    def watching(self, sock: socket.socket) -> AbstractContextManager[None]:
+        """While the block runs, a cancel shuts ``sock`` down."""
+        ...
+
+    def check(self) -> None:
+        """Raise ``Cancelled`` if cancelled."""
+        ...
+
+__all__ = ["RoundTrip", "network_errors"]
+
+
+class RoundTrip:
+    """``with RoundTrip(request, timeout) as trip: head = trip.start()``, then
+    ``trip.chunks(size)`` or ``trip.error_body()``; the connection closes on leaving."""
 
     def __init__(self, request: BatchRequest, timeout: float | None, cancel: Cancel | None = None) -> None:
         self.request = request
@@ -40,7 +54,7 @@ class Exchange:
         self._response: http.client.HTTPResponse | None = None
         self._watch: AbstractContextManager[None] = nullcontext()
 
-    def __enter__(self) -> Exchange:
+    def __enter__(self) -> RoundTrip:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -49,7 +63,7 @@ class Exchange:
         finally:
             self._connection.close()
 
-    def start(self) -> Head:
+    def start(self) -> ResponseHead:
         """Connect, send the request, read the answer's head."""
         request = self.request
         with self._errors("connecting"):
@@ -60,7 +74,7 @@ class Exchange:
         with self._errors("sending the request"):
             self._connection.request(request.method, request.target, request.body or None, dict(request.headers))
             response = self._response = self._connection.getresponse()
-        return Head(response.status, response.reason, response.headers)
+        return ResponseHead(response.status, response.reason, response.headers)
 
     def error_body(self) -> bytes:
         """The start of a refusal's body (at most :data:`MAX_ERROR_BODY` bytes)."""
@@ -68,13 +82,18 @@ class Exchange:
         with self._errors("reading the error response"):
             return self._response.read(MAX_ERROR_BODY)
 
-    def chunks(self, chunk_size: int) -> Iterator[bytes]:
-        """The body as it arrives; a body cut short simply ends (the reader notices what is
-        missing). With a Cancel, it is checked between chunks, where the caller's state is whole."""
+    def read(self, size: int) -> bytes:
+        """At most ``size`` bytes of the body, ``b""`` at its end (a body cut short simply ends:
+        the reader notices what is missing). The answer as a file, for a reader that pulls."""
         assert self._response is not None
+        with self._errors("receiving the response"):
+            return self._response.read1(size)
+
+    def chunks(self, chunk_size: int) -> Iterator[bytes]:
+        """The body as it arrives (:meth:`read`). With a Cancel, it is checked between chunks,
+        where the caller's state is whole."""
         while True:
-            with self._errors("receiving the response"):
-                chunk = self._response.read1(chunk_size)
+            chunk = self.read(chunk_size)
             if self.cancel is not None:
                 self.cancel.check()
             if not chunk:
@@ -88,7 +107,7 @@ class Exchange:
 @contextmanager
 def network_errors(origin: str, doing: str, cancel: Cancel | None = None) -> Iterator[None]:
     """Turns a socket or HTTP failure inside the block into a :class:`FetchError` saying when
-    (a :class:`~.cancel.Cancelled` if ``cancel`` was set: the failure is its shutting the socket)."""
+    (a ``Cancelled`` if ``cancel`` was set: the failure is its shutting the socket)."""
     try:
         yield
     except (OSError, http.client.HTTPException) as exc:

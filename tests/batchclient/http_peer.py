@@ -1,0 +1,62 @@
+"""A real HTTP server on loopback for the transports' tests, answering by path:
+``/api/stream-files`` with ``BODY`` (in chunks, or cut short), a JSON refusal, a server that
+closes at once. What it received is kept in ``seen``."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+BODY = b"0123456789" * 10_000
+REFUSAL = {"error": {"status": 404, "code": "not_found", "message": "no such file", "paths": ["gone.bin"]}}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.server.seen.append((self.command, self.path, dict(self.headers)))  # type: ignore[attr-defined]
+        query = self.path.partition("?")[2]
+        if "gone" in query:
+            body = json.dumps(REFUSAL).encode()
+            self.send_response(404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        elif "cut" in query:  # announces it all, sends half, closes
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(BODY)))
+            self.end_headers()
+            self.wfile.write(BODY[: len(BODY) // 2])
+            self.close_connection = True
+        elif "drop" in query:  # no answer at all
+            self.close_connection = True
+        else:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(BODY)))
+            self.end_headers()
+            for at in range(0, len(BODY), 7_000):
+                self.wfile.write(BODY[at : at + 7_000])
+                self.wfile.flush()
+
+
+@contextmanager
+def http_peer() -> Iterator[ThreadingHTTPServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.seen = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
