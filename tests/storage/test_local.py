@@ -750,7 +750,8 @@ def test_records_storage_builds_are_built_in_their_fields_order(root, store):
     from axon.http.segments import FileSlice
     from axon.storage.local import TrustedFile
 
-    trusted = TrustedFile("asked/a.txt", (11, 12, 13, 14, 15), b"x" * 13, "a.txt", "text/plain")
+    trusted = TrustedFile("asked/a.txt", (11, 12, 13, 14, 15, 16), b"x" * 13, "a.txt", "text/plain")
+    assert (trusted.crc, trusted.version) == (16, (11, 12, 13, 14, 15, 16))  # the token ends with the bytes' CRC-32
     kept = trusted.signature
     assert type(kept) is KeptSignature and kept._asdict() == Signature(
         path="asked/a.txt", content_type="text/plain", device=11, inode=12, size=13, mtime_ns=14, ctime_ns=15,

@@ -35,6 +35,7 @@ class SharedFiles:
     blocking = False
     for_batch = None
     body_stream = None
+    health = None
 
     def __init__(
         self, store: FileStore, size: int = DEFAULT_SIZE, valid: float = DEFAULT_VALID,
