@@ -354,21 +354,36 @@ if [ -n "$cert" ]; then
     host_port=${https_listen##*:}
     [ "$host_port" = 443 ] && host_port="" || host_port=":$host_port"
 fi
-# The name to try it with: the listen address if one was given, else the server name or this host's.
-name=$server_name
-[ "$name" != _ ] || name=$(hostname -f 2>/dev/null || hostname)
+# How to reach the site from this host, before any DNS names it: nginx's address here, and the
+# site's name, which nginx picks the site by (the Host header; for HTTPS, the name resolved to
+# that address, so that the certificate's name is the one asked for). Without the name, Debian's
+# default site would answer a named site's requests.
 listen_addr=$listen
 [ -z "$cert" ] || listen_addr=$https_listen
-case $listen_addr in *:*) name=${listen_addr%:*} ;; esac
+addr=127.0.0.1
+case $listen_addr in *:*) addr=${listen_addr%:*} ;; esac
+case $addr in 0.0.0.0 | "[::]" | "*") addr=127.0.0.1 ;; esac
+url=$scheme://$addr$host_port reach="" host_header=""
+if [ "$server_name" != _ ] && [ -n "$cert" ]; then
+    url=https://$server_name$host_port
+    reach="--resolve $server_name:${listen_addr##*:}:${addr#[}"
+    reach="${reach%]} "
+elif [ "$server_name" != _ ]; then
+    host_header=$server_name
+    reach="-H 'Host: $server_name' "
+elif [ -n "$cert" ]; then
+    reach="-k "  # the certificate names a host, not this address
+fi
 
 if [ -z "$prefix" ] && [ "$have_systemd" = 1 ] && [ "$no_venv" = 0 ]; then
-    health() {
-        "$venv/bin/python" - "$1" <<'PY'
+    health() {  # URL [the Host header]
+        "$venv/bin/python" - "$@" <<'PY'
 import ssl, sys, time, urllib.request
 context = ssl._create_unverified_context()  # the certificate may be for another name than localhost
+request = urllib.request.Request(sys.argv[1], headers={"Host": sys.argv[2]} if len(sys.argv) > 2 else {})
 for _ in range(30):
     try:
-        urllib.request.urlopen(sys.argv[1], timeout=2, context=context).read()
+        urllib.request.urlopen(request, timeout=2, context=context).read()
         sys.exit(0)
     except Exception as exc:  # noqa: BLE001
         error = exc
@@ -377,7 +392,8 @@ sys.exit(f"{sys.argv[1]}: {error}")
 PY
     }
     health "http://127.0.0.1:$port/api/health" || die "Axon does not answer; see: journalctl -u axon"
-    health "$scheme://127.0.0.1$host_port/api/health" || die "nginx does not pass requests to Axon; see: journalctl -u nginx"
+    health "$scheme://$addr$host_port/api/health" ${host_header:+"$host_header"} \
+        || die "nginx does not pass requests to Axon; see: journalctl -u nginx"
     say "Axon answers, directly and through nginx."
 fi
 
@@ -388,9 +404,9 @@ Axon is installed${prefix:+ under $prefix}.
   service       $unit  (axon serve on 127.0.0.1:$port, $workers workers)
   settings      $env_file
   nginx site    $site
-Try it:
-  curl $scheme://$name$host_port/api/health
-  curl -i "$scheme://$name$host_port/api/stream-files?file1=examples/hello.txt&file2=examples/hello.txt"
+Try it from this host:
+  curl $reach$url/api/health
+  curl -i $reach"$url/api/stream-files?file1=examples/hello.txt&file2=examples/hello.txt"
 SUMMARY
 if [ -n "$prefix" ]; then
     cat <<SUMMARY
