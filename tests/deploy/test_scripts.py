@@ -3,6 +3,7 @@ nothing in any of them, and deploy/install.sh offers only options that work."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -34,3 +35,13 @@ def test_install_refuses_source_pypi_before_doing_anything(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 1 and "not published on PyPI" in done.stderr, done
     assert not prefix.exists()
+
+
+def test_setup_leaves_alone_a_directory_that_is_not_a_venv(tmp_path):
+    kept = tmp_path / "mine"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("not a venv\n")
+    done = subprocess.run(["bash", str(REPO / "scripts/setup.sh")], env={**os.environ, "AXON_VENV": str(kept)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "is not a virtual environment" in done.stderr, done
+    assert (kept / "notes.txt").read_text() == "not a venv\n"
