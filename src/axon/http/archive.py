@@ -12,9 +12,9 @@ between the blocks these functions return, so a file's body still leaves by ``se
   laid out as ``ZipFile`` writes them; ``zipfile``'s methods are not called, since their checks
   differ between Python releases (3.10 and 3.11.2's ``ZipInfo.FileHeader(zip64=False)`` refuse a
   size over 2 GiB - 1 that later releases write). Names are UTF-8 (flag bit 11 set when a name
-  is not ASCII, as ``zipfile`` does). Zip64 fields appear only where a value
-  does not fit 32 bits (an entry or offset of 0xFFFFFFFF bytes or more), and the Zip64 end
-  records only then or past 65,535 entries. ``zipfile`` itself switches to Zip64 from 2 GiB,
+  is not ASCII, as ``zipfile`` does). Zip64 fields appear only where a value does not fit 32
+  bits (an entry or offset of 0xFFFFFFFF bytes or more), and the Zip64 end records only then or
+  past 65,535 entries. ``zipfile`` itself switches to Zip64 from 2 GiB,
   for readers that took the fields as signed; every reader we test (``zipfile``, Info-ZIP
   ``unzip``, libarchive) reads unsigned, which is what the format says.
 * zip times: a DOS date and time has no zone, and the server does not know the client's, so it
