@@ -8,7 +8,7 @@
 #   - installs nginx and python3-venv from the distribution (if missing);
 #   - creates the system user "axon" (no shell, no home);
 #   - creates a virtual environment in /opt/axon/venv and installs Axon into it, from the checkout
-#     this script sits in (--source PATH), or from PyPI (--source pypi [--version X]);
+#     this script sits in or another (--source PATH): axon-stream is not published on PyPI;
 #   - writes /etc/systemd/system/axon.service (axon serve on 127.0.0.1, one worker per core,
 #     restart on failure, hardened) and /etc/axon/axon.env (your settings; written once);
 #   - writes the nginx site /etc/nginx/sites-{available,enabled}/axon and its snippet
@@ -40,8 +40,7 @@ Usage: deploy/install.sh [options]
   --https-listen ADDR   nginx's HTTPS listen address, with --cert/--key (default 443)
   --server-name NAME    nginx server_name (default _ : any name; disables the default site)
   --cert FILE --key FILE  serve HTTPS with this certificate chain and key (PEM); HTTP redirects
-  --source PATH|pypi    install from a checkout (default: the one this script is in) or PyPI
-  --version X           with --source pypi: install axon-stream==X (default: the latest)
+  --source PATH         the checkout to install from (default: the one this script is in)
   --python PATH         the interpreter to make the venv with (default python3; needs >= 3.10)
   --graceful-timeout S  seconds axon serve drains connections on stop (default 30)
   --user NAME           the system user to run as (default axon)
@@ -57,7 +56,7 @@ say() { echo "install.sh: $*"; }
 # -- options -------------------------------------------------------------------------------------
 
 root="" port=8000 workers="" listen=80 https_listen=443 server_name=_ cert="" key=""
-source_arg=$(cd "$here/.." && pwd) version="" python=python3 graceful=30 user=axon prefix="" no_venv=0
+source_arg=$(cd "$here/.." && pwd) python=python3 graceful=30 user=axon prefix="" no_venv=0
 while [ $# -gt 0 ]; do
     case $1 in
         --root) root=$2; shift 2 ;;
@@ -69,7 +68,6 @@ while [ $# -gt 0 ]; do
         --cert) cert=$2; shift 2 ;;
         --key) key=$2; shift 2 ;;
         --source) source_arg=$2; shift 2 ;;
-        --version) version=$2; shift 2 ;;
         --python) python=$2; shift 2 ;;
         --graceful-timeout) graceful=$2; shift 2 ;;
         --user) user=$2; shift 2 ;;
@@ -79,6 +77,8 @@ while [ $# -gt 0 ]; do
         *) usage >&2; die "unknown option: $1" ;;
     esac
 done
+[ "$source_arg" != pypi ] \
+    || die "--source pypi: axon-stream is not published on PyPI; install from a checkout (--source PATH, by default the one this script is in)"
 
 if [ -n "$prefix" ]; then
     mkdir -p "$prefix"
@@ -217,31 +217,21 @@ if [ "$no_venv" = 0 ]; then
         "$python" -m venv "$venv"
         say "created venv $venv"
     fi
-    if [ "$source_arg" = pypi ]; then
-        spec="axon-stream[server]${version:+==$version}"
-        stamp="pypi $spec"
-    else
-        src=$(cd "$source_arg" && pwd) || die "--source: no such directory: $source_arg"
-        { [ -f "$src/pyproject.toml" ] && [ -d "$src/src/axon" ]; } || die "--source: not an Axon checkout: $src"
-        # The stamp is a hash of the files that make the package: a rerun on the same checkout
-        # installs nothing, an edited checkout is installed again.
-        stamp="path $src $(cd "$src" && find pyproject.toml README.md src -type f ! -name '*.pyc' \
-            ! -path '*/__pycache__/*' ! -path '*.egg-info/*' -print0 | LC_ALL=C sort -z \
-            | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
-    fi
+    src=$(cd "$source_arg" && pwd) || die "--source: no such directory: $source_arg"
+    { [ -f "$src/pyproject.toml" ] && [ -d "$src/src/axon" ]; } || die "--source: not an Axon checkout: $src"
+    # The stamp is a hash of the files that make the package: a rerun on the same checkout
+    # installs nothing, an edited checkout is installed again.
+    stamp="path $src $(cd "$src" && find pyproject.toml README.md src -type f ! -name '*.pyc' \
+        ! -path '*/__pycache__/*' ! -path '*.egg-info/*' -print0 | LC_ALL=C sort -z \
+        | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
     stamp_file=$venv/axon-install.stamp
     if [ ! -f "$stamp_file" ] || [ "$(cat "$stamp_file")" != "$stamp" ]; then
-        pip=("$venv/bin/python" -m pip install --disable-pip-version-check --quiet)
-        if [ "$source_arg" = pypi ]; then
-            "${pip[@]}" "$spec"
-        else
-            # Build from a copy: pip builds in the tree it is given, and the checkout stays clean.
-            build=$(mktemp -d)
-            trap 'rm -rf "$build"' EXIT
-            cp -R "$src/pyproject.toml" "$src/README.md" "$src/src" "$build/"
-            find "$build/src" \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
-            "${pip[@]}" "${build}[server]"
-        fi
+        # Build from a copy: pip builds in the tree it is given, and the checkout stays clean.
+        build=$(mktemp -d)
+        trap 'rm -rf "$build"' EXIT
+        cp -R "$src/pyproject.toml" "$src/README.md" "$src/src" "$build/"
+        find "$build/src" \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
+        "$venv/bin/python" -m pip install --disable-pip-version-check --quiet "${build}[server]"
         echo "$stamp" >"$stamp_file"
         say "installed Axon into $venv ($("$venv/bin/python" -c 'import axon; print(axon.__version__)'))"
         service_changed=1
@@ -364,21 +354,36 @@ if [ -n "$cert" ]; then
     host_port=${https_listen##*:}
     [ "$host_port" = 443 ] && host_port="" || host_port=":$host_port"
 fi
-# The name to try it with: the listen address if one was given, else the server name or this host's.
-name=$server_name
-[ "$name" != _ ] || name=$(hostname -f 2>/dev/null || hostname)
+# How to reach the site from this host, before any DNS names it: nginx's address here, and the
+# site's name, which nginx picks the site by (the Host header; for HTTPS, the name resolved to
+# that address, so that the certificate's name is the one asked for). Without the name, Debian's
+# default site would answer a named site's requests.
 listen_addr=$listen
 [ -z "$cert" ] || listen_addr=$https_listen
-case $listen_addr in *:*) name=${listen_addr%:*} ;; esac
+addr=127.0.0.1
+case $listen_addr in *:*) addr=${listen_addr%:*} ;; esac
+case $addr in 0.0.0.0 | "[::]" | "*") addr=127.0.0.1 ;; esac
+url=$scheme://$addr$host_port reach="" host_header=""
+if [ "$server_name" != _ ] && [ -n "$cert" ]; then
+    url=https://$server_name$host_port
+    reach="--resolve $server_name:${listen_addr##*:}:${addr#[}"
+    reach="${reach%]} "
+elif [ "$server_name" != _ ]; then
+    host_header=$server_name
+    reach="-H 'Host: $server_name' "
+elif [ -n "$cert" ]; then
+    reach="-k "  # the certificate names a host, not this address
+fi
 
 if [ -z "$prefix" ] && [ "$have_systemd" = 1 ] && [ "$no_venv" = 0 ]; then
-    health() {
-        "$venv/bin/python" - "$1" <<'PY'
+    health() {  # URL [the Host header]
+        "$venv/bin/python" - "$@" <<'PY'
 import ssl, sys, time, urllib.request
 context = ssl._create_unverified_context()  # the certificate may be for another name than localhost
+request = urllib.request.Request(sys.argv[1], headers={"Host": sys.argv[2]} if len(sys.argv) > 2 else {})
 for _ in range(30):
     try:
-        urllib.request.urlopen(sys.argv[1], timeout=2, context=context).read()
+        urllib.request.urlopen(request, timeout=2, context=context).read()
         sys.exit(0)
     except Exception as exc:  # noqa: BLE001
         error = exc
@@ -387,7 +392,8 @@ sys.exit(f"{sys.argv[1]}: {error}")
 PY
     }
     health "http://127.0.0.1:$port/api/health" || die "Axon does not answer; see: journalctl -u axon"
-    health "$scheme://127.0.0.1$host_port/api/health" || die "nginx does not pass requests to Axon; see: journalctl -u nginx"
+    health "$scheme://$addr$host_port/api/health" ${host_header:+"$host_header"} \
+        || die "nginx does not pass requests to Axon; see: journalctl -u nginx"
     say "Axon answers, directly and through nginx."
 fi
 
@@ -398,9 +404,9 @@ Axon is installed${prefix:+ under $prefix}.
   service       $unit  (axon serve on 127.0.0.1:$port, $workers workers)
   settings      $env_file
   nginx site    $site
-Try it:
-  curl $scheme://$name$host_port/api/health
-  curl -i "$scheme://$name$host_port/api/stream-files?file1=examples/hello.txt&file2=examples/hello.txt"
+Try it from this host:
+  curl $reach$url/api/health
+  curl -i $reach"$url/api/stream-files?file1=examples/hello.txt&file2=examples/hello.txt"
 SUMMARY
 if [ -n "$prefix" ]; then
     cat <<SUMMARY

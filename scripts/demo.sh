@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-exec .venv/bin/axon demo "$@"
+exec "${AXON_VENV:-.venv}/bin/axon" demo "$@"  # the venv scripts/setup.sh made

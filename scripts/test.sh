@@ -3,9 +3,13 @@
 # granian) and run the whole suite against real servers over real sockets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# AXON_PYTHON, AXON_VENV and AXON_ENGINES pick the interpreter, the venv and the extras
+# (scripts/setup.sh says how).
 scripts/setup.sh --all
 # The suite starts its peers as sys.executable -m ..., and finds the rest (uwsgi, lint-imports,
 # weed, hadolint) on PATH: both must be the venv's.
-export VIRTUAL_ENV="$PWD/.venv"
+VENV=${AXON_VENV:-.venv}
+case "$VENV" in /*) ;; *) VENV="$PWD/$VENV" ;; esac
+export VIRTUAL_ENV="$VENV"
 export PATH="$VIRTUAL_ENV/bin:$PATH"
 exec "$VIRTUAL_ENV/bin/python" -m pytest "$@"

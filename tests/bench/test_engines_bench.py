@@ -63,7 +63,7 @@ def check_requests(row: dict) -> None:
 @needs_nginx
 @pytest.mark.slow
 def test_torch_reads_axon_and_nginx(tmp_path: Path):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="torch is not installed: pip install torch (the test-engines extra)")
     out, rows = run(tmp_path, "--engines", "torch", "--ways", "axon,http")
     table = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
     assert table[0].startswith("| engine | workload | way | seconds | files/s or MB/s | requests the server saw |")
@@ -80,8 +80,9 @@ def test_torch_reads_axon_and_nginx(tmp_path: Path):
 @needs_nginx
 @pytest.mark.slow
 def test_every_engine_every_way(tmp_path: Path):
-    for module in ("torch", "ray.data", "dask.distributed", "s3fs"):
-        pytest.importorskip(module)
+    for module, package in (("torch", "torch"), ("ray.data", "ray[data]"), ("dask.distributed", "dask[distributed]"),
+                            ("s3fs", "s3fs")):
+        pytest.importorskip(module, reason=f"{module} is not installed: pip install '{package}' (the test-engines extra)")
     from axon.bench import seaweed
 
     if seaweed.weed_binary() is None:

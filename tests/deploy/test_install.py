@@ -250,9 +250,3 @@ def test_axon_down_is_a_json_502(tmp_path: Path):
     finally:
         nginx.terminate()
         nginx.wait(10)
-
-
-@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (apt-get install shellcheck)")
-def test_shellcheck():
-    done = subprocess.run(["shellcheck", str(INSTALL), str(REPO / "deploy/render.sh")], capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout

@@ -10,13 +10,14 @@ import http.client
 import json
 import os
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from deploy_rig import HOST, GiB, KiB, MiB, Stack
+from deploy_rig import HOST, GiB, KiB, MiB, Stack, _start, _stop, free_port, nginx_binary, run_install
 
 from axon.limits import DEFAULT_LIMITS
 
@@ -316,3 +317,52 @@ def test_nginx_json_access_log(stack: Stack):
     assert (entry["method"], entry["status"], entry["bytes"]) == ("GET", 200, len(body))
     assert entry["client"] == HOST and entry["upstream_status"] == "200"
     assert entry["user_agent"] == 'quote " and \\ slash' and entry["seconds"] >= 0
+
+
+def try_it(install_output: str) -> list[str]:
+    """The commands the script's summary offers under "Try it ...:"."""
+    lines = install_output.split("\nTry it", 1)[1].splitlines()[1:]
+    commands = []
+    for line in lines:
+        if not line.startswith("  curl "):
+            break
+        commands.append(line.strip())
+    assert len(commands) == 2, install_output
+    return commands
+
+
+def check_try_it(commands: list[str]) -> None:
+    health, batch = (subprocess.run(["bash", "-c", f"{command} --max-time 20 --silent --show-error"],
+                                    capture_output=True, text=True, timeout=30) for command in commands)
+    assert health.returncode == 0 and json.loads(health.stdout) == {"status": "available"}, (commands[0], health)
+    assert batch.returncode == 0 and batch.stdout.startswith("HTTP/1.1 200"), (commands[1], batch.stdout[:500])
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex((HOST, port)) == 0
+
+
+def test_the_summarys_try_it_commands_work(stack: Stack):
+    check_try_it(try_it(stack.install.first.stdout))
+
+
+def test_a_named_sites_try_it_commands_pass_debians_default_site(stack: Stack, tmp_path: Path):
+    """With --server-name, nginx answers that name only; Debian's default site takes every other
+    request to the port. The summary's commands must ask for the name (before DNS names the host)."""
+    listen = free_port()
+    done = run_install("--prefix", str(tmp_path), "--no-venv", "--server-name", "files.example.org",
+                       "--listen", f"{HOST}:{listen}", "--port", str(stack.install.port), "--root", str(stack.install.root))
+    # As Debian's own site: the port's default server, which knows nothing of /api/.
+    (tmp_path / "etc/nginx/sites-enabled/default").write_text(
+        f"server {{ listen {HOST}:{listen} default_server; server_name _; return 404; }}\n")
+    log = tmp_path / "nginx.log"
+    front = _start([nginx_binary(), "-c", str(tmp_path / "etc/nginx/nginx.conf"), "-g", "daemon off;"], log)
+    try:
+        deadline = time.monotonic() + 20
+        while not listening(listen):
+            assert front.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        check_try_it(try_it(done.stdout))
+    finally:
+        _stop(front)

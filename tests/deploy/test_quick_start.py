@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -93,3 +94,22 @@ def test_demo_serves_from_the_venv_and_setup_runs_again_as_a_check(clone):
         assert demo.wait(30) == 0, (where / "demo.log").read_text()
         log.close()
     assert stamp.stat().st_mtime_ns == installed_at  # nothing installed again
+
+
+def test_setup_refuses_a_venv_another_python_made(tmp_path):
+    """AXON_VENV names a venv made by another interpreter than AXON_PYTHON: an error, before any
+    install (CI's run on Debian's python3 must not pass on a venv pyenv's made)."""
+    def base(python: str) -> str:
+        return subprocess.run([python, "-c", "import sys; print(sys.base_prefix)"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    if base(sys.executable) == base(str(SYSTEM_PYTHON)):
+        pytest.skip("this Python is the system's: no other one to make the venv with")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    before = sorted(p.name for p in (venv / "bin").iterdir())
+    done = subprocess.run(["scripts/setup.sh"], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "AXON_VENV": str(venv), "AXON_PYTHON": str(SYSTEM_PYTHON)})
+    assert done.returncode == 1, done
+    assert f"{venv} was made by the Python in {base(sys.executable)}" in done.stderr, done.stderr
+    assert sorted(p.name for p in (venv / "bin").iterdir()) == before  # nothing installed

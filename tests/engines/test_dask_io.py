@@ -9,10 +9,13 @@ from collections.abc import Iterator
 
 import pytest
 
-dask = pytest.importorskip("dask")
-db = pytest.importorskip("dask.bag")
-dd = pytest.importorskip("dask.dataframe")
-distributed = pytest.importorskip("distributed")
+from conftest import engine
+
+DASK = "dask[dataframe,distributed]"
+dask = engine("dask", DASK)
+db = engine("dask.bag", DASK)
+dd = engine("dask.dataframe", DASK)
+distributed = engine("distributed", DASK)
 pd = pytest.importorskip("pandas")
 pytest.importorskip("pyarrow")
 

@@ -8,8 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
-ray = pytest.importorskip("ray")
-pytest.importorskip("ray.data")
+from conftest import engine
+
+ray = engine("ray", "ray[data]")
+engine("ray.data", "ray[data]")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 

@@ -10,6 +10,8 @@ from collections import Counter
 
 import pytest
 
+from conftest import engine
+
 pa = pytest.importorskip("pyarrow", reason="pyarrow is in the test extra (scripts/setup.sh --all)")
 pq = pytest.importorskip("pyarrow.parquet")
 pa_dataset = pytest.importorskip("pyarrow.dataset")
@@ -84,7 +86,7 @@ def test_pyarrow_gets_file_not_found_for_a_file_the_server_lacks(served):
 
 
 def test_duckdb_queries_axon_urls_once_the_filesystem_is_registered(served):
-    duckdb = pytest.importorskip("duckdb", reason="duckdb is in the test extra (scripts/setup.sh --all)")
+    duckdb = engine("duckdb", "duckdb")
     connection = duckdb.connect()
     connection.register_filesystem(fsspec.filesystem("axon"))
     query = "SELECT id, name, x FROM read_parquet('{}') ORDER BY id"
@@ -101,7 +103,7 @@ def test_duckdb_queries_axon_urls_once_the_filesystem_is_registered(served):
 
 
 def test_duckdb_reports_a_file_the_server_lacks(served):
-    duckdb = pytest.importorskip("duckdb")
+    duckdb = engine("duckdb", "duckdb")
     connection = duckdb.connect()
     connection.register_filesystem(fsspec.filesystem("axon"))
     with pytest.raises(duckdb.Error, match="missing.parquet"):
@@ -112,7 +114,7 @@ def test_duckdb_reports_a_file_the_server_lacks(served):
 
 
 def test_polars_reads_an_axon_url_through_pyarrow(served):
-    pl = pytest.importorskip("polars", reason="polars is in the test extra (scripts/setup.sh --all)")
+    pl = engine("polars", "polars")
     mark = served.mark()
     frame = pl.read_parquet(served.url(ROWS), use_pyarrow=True)
     seen = served.requests_since(mark)
@@ -128,7 +130,7 @@ def test_polars_reads_an_axon_url_through_pyarrow(served):
 
 @pytest.mark.slow
 def test_hugging_face_datasets_loads_axon_files(served, tmp_path):
-    datasets = pytest.importorskip("datasets", reason="datasets is in the test extra (scripts/setup.sh --all)")
+    datasets = engine("datasets", "datasets")
     mark = served.mark()
     loaded = datasets.load_dataset("parquet", data_files=served.url(ROWS), split="train", cache_dir=str(tmp_path))
     seen = served.requests_since(mark)
@@ -152,7 +154,7 @@ def downloads(seen: list[dict]) -> list[str]:
 
 @pytest.mark.slow
 def test_hugging_face_datasets_streams_axon_files(served, tmp_path):
-    datasets = pytest.importorskip("datasets", reason="datasets is in the test extra (scripts/setup.sh --all)")
+    datasets = engine("datasets", "datasets")
     mark = served.mark()
     streamed = datasets.load_dataset("parquet", data_files=served.url(ROWS), split="train", streaming=True,
                                      cache_dir=str(tmp_path))  # streaming still takes a lock there
@@ -167,9 +169,9 @@ def test_hugging_face_datasets_streams_axon_files(served, tmp_path):
 
 @pytest.mark.slow
 def test_the_readme_example_runs_and_reads_the_tables(readme_block, readme_served, tmp_path, monkeypatch):
-    duckdb = pytest.importorskip("duckdb")
-    pl = pytest.importorskip("polars")
-    datasets = pytest.importorskip("datasets")
+    duckdb = engine("duckdb", "duckdb")
+    pl = engine("polars", "polars")
+    datasets = engine("datasets", "datasets")
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path)  # not the user's cache
     monkeypatch.setattr(datasets.config, "DOWNLOADED_DATASETS_PATH", tmp_path / "downloads")
     try:

@@ -13,8 +13,9 @@ import sys
 import time
 
 import pytest
+from conftest import engine
 
-torch = pytest.importorskip("torch", reason="torch is in the test extra (scripts/setup.sh --all)")
+torch = engine("torch", "torch")
 
 from torch.utils.data import DataLoader  # noqa: E402
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import struct
 import zipfile
 
+import pytest
+
 from axon.http.archive import (
     ZIP64_FROM, tar_header, tar_padding, zip_central_record, zip_end, zip_entry, zip_local_header,
 )
@@ -25,6 +27,8 @@ def zip64_field(record: bytes, fixed: int, name_len_at: int) -> bytes:
 
 
 def test_zip64_only_from_0xffffffff():
+    # Every Python that requires-python admits: 3.10 and 3.11.2's zipfile refuse this size
+    # without Zip64, so nothing here may lean on their checks.
     below = zip_entry("a", ZIP64_FROM - 1, 0, 0)
     assert zip64_field(zip_local_header(below), 30, 26) == b""
     assert zip64_field(zip_central_record(below, ZIP64_FROM - 1), 46, 28) == b""
@@ -37,8 +41,33 @@ def test_zip64_only_from_0xffffffff():
     assert zip64_field(central, 46, 28) == struct.pack("<HHQQQ", 1, 24, ZIP64_FROM, ZIP64_FROM, 1 << 33)
     # The offset alone: only it in the field.
     small_far = zip_entry("b", 10, 0, 0)
-    zip_local_header(small_far)
     assert zip64_field(zip_central_record(small_far, 1 << 33), 46, 28) == struct.pack("<HHQ", 1, 8, 1 << 33)
+
+
+def zipfile_local_header(name: str, size: int, mtime_ns: int, crc: int) -> bytes | None:
+    """What ``zipfile`` writes as the local header of the same stored entry (None where this
+    Python's ``ZipInfo.FileHeader`` refuses it: before 3.11.7, any size over 2 GiB - 1 without Zip64)."""
+    entry = zip_entry(name, size, mtime_ns, crc)
+    info = zipfile.ZipInfo(name, entry.date_time)
+    info.extra, info.CRC, info.file_size, info.compress_size = entry.extra, crc, size, size
+    try:
+        return info.FileHeader(zip64=size >= ZIP64_FROM)
+    except zipfile.LargeZipFile:
+        return None
+
+
+@pytest.mark.parametrize("size", [0, 1, 2**31 - 1, 2**31, 3 << 30, ZIP64_FROM - 1, ZIP64_FROM, 1 << 40])
+@pytest.mark.parametrize("name", ["a", "sub/b.txt", "ü/é.txt"])
+def test_local_header_is_what_zipfile_writes_on_any_python(size, name):
+    ours = zip_local_header(zip_entry(name, size, 1_700_000_000 * 10**9, 0x12345678))
+    reference = zipfile_local_header(name, size, 1_700_000_000 * 10**9, 0x12345678)
+    assert reference is None or ours == reference
+    # Where this Python's zipfile refuses, the fields say what the later ones write.
+    version, flags, method, crc, compressed, plain = struct.unpack_from("<HHH4xLLL", ours, 4)
+    wide = size >= ZIP64_FROM
+    assert (version, method, crc) == (45 if wide else 20, 0, 0x12345678)
+    assert compressed == plain == (0xFFFFFFFF if wide else size)
+    assert flags == (0 if name.isascii() else 0x800)
 
 
 def test_end_records():

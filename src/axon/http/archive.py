@@ -7,12 +7,14 @@ between the blocks these functions return, so a file's body still leaves by ``se
   which adds a pax extended header only when a field does not fit ustar: a name longer than
   ustar's fields or not ASCII, a size of 8 GiB or more). Each file is padded to 512 bytes; the
   archive ends with two zero blocks.
-* zip: stored entries (method 0: the bytes on disk are the entry), local headers written by
-  :meth:`zipfile.ZipInfo.FileHeader`, and the central directory and end records packed with
-  :mod:`zipfile`'s own structure formats, as ``ZipFile`` writes them. Names are UTF-8 (flag bit
-  11 set when a name is not ASCII, as ``zipfile`` does). Zip64 fields appear only where a value
-  does not fit 32 bits (an entry or offset of 0xFFFFFFFF bytes or more), and the Zip64 end
-  records only then or past 65,535 entries. ``zipfile`` itself switches to Zip64 from 2 GiB,
+* zip: stored entries (method 0: the bytes on disk are the entry). Every record, the local
+  headers included, is packed here with :mod:`zipfile`'s own structure formats and constants,
+  laid out as ``ZipFile`` writes them; ``zipfile``'s methods are not called, since their checks
+  differ between Python releases (3.10 and 3.11.2's ``ZipInfo.FileHeader(zip64=False)`` refuse a
+  size over 2 GiB - 1 that later releases write). Names are UTF-8 (flag bit 11 set when a name
+  is not ASCII, as ``zipfile`` does). Zip64 fields appear only where a value does not fit 32
+  bits (an entry or offset of 0xFFFFFFFF bytes or more), and the Zip64 end records only then or
+  past 65,535 entries. ``zipfile`` itself switches to Zip64 from 2 GiB,
   for readers that took the fields as signed; every reader we test (``zipfile``, Info-ZIP
   ``unzip``, libarchive) reads unsigned, which is what the format says.
 * zip times: a DOS date and time has no zone, and the server does not know the client's, so it
@@ -28,6 +30,7 @@ import struct
 import tarfile
 import zipfile
 from datetime import datetime, timezone
+from typing import NamedTuple
 
 #: A 32-bit field holding this (or needing more) says "see the Zip64 extra field".
 ZIP64_FROM = 0xFFFFFFFF
@@ -35,6 +38,7 @@ ZIP64_FROM = 0xFFFFFFFF
 ZIP_MAX_ENTRIES = 0xFFFF
 _REGULAR_0644 = (0o100644 << 16)  # a zip's external attributes: Unix mode in the high half
 _UNIX = 3  # "version made by" host system, as ZipFile writes on POSIX
+_UTF8_NAME = 0x800  # general purpose flag bit 11: the name is UTF-8
 
 
 def tar_header(name: str, size: int, mtime_ns: int) -> bytes:
@@ -56,29 +60,41 @@ def tar_padding(size: int) -> bytes:
 TAR_END = bytes(2 * tarfile.BLOCKSIZE)
 
 
-def zip_entry(name: str, size: int, mtime_ns: int, crc: int) -> zipfile.ZipInfo:
-    """The facts of one stored entry, as ``zipfile`` describes them (``extra``: the UT field,
-    which both the local header and the central record carry)."""
-    info = zipfile.ZipInfo(name, _dos_date_time(mtime_ns))
-    info.extra = _extended_timestamp(mtime_ns)
-    info.compress_type = zipfile.ZIP_STORED
-    info.file_size = info.compress_size = size
-    info.CRC = crc
-    info.external_attr = _REGULAR_0644
-    info.create_system = _UNIX
-    return info
+class ZipEntry(NamedTuple):
+    """The facts of one stored entry that its local header and central record carry."""
+
+    name: str
+    size: int  # stored: the compressed and the uncompressed size are both this
+    crc: int
+    date_time: tuple[int, int, int, int, int, int]  # the DOS date and time, UTC
+    extra: bytes  # the UT field, which both the local header and the central record carry
 
 
-def zip_local_header(info: zipfile.ZipInfo) -> bytes:
+def zip_entry(name: str, size: int, mtime_ns: int, crc: int) -> ZipEntry:
+    """The entry of a regular file, mode 0644, stored."""
+    return ZipEntry(name, size, crc, _dos_date_time(mtime_ns), _extended_timestamp(mtime_ns))
+
+
+def zip_local_header(entry: ZipEntry) -> bytes:
     """The local file header (with its Zip64 extra field when the size needs one)."""
-    return info.FileHeader(zip64=info.file_size >= ZIP64_FROM)
+    size, extra, version = entry.size, entry.extra, zipfile.DEFAULT_VERSION
+    if size >= ZIP64_FROM:
+        # After the UT field, as ZipInfo.FileHeader appends it (the central record has it first).
+        extra += struct.pack("<HHQQ", 1, 16, size, size)
+        size, version = ZIP64_FROM, zipfile.ZIP64_VERSION
+    name, flags = _encoded_name(entry.name)
+    head = struct.pack(
+        zipfile.structFileHeader, zipfile.stringFileHeader, version, 0, flags, zipfile.ZIP_STORED,
+        *_dos_fields(entry.date_time), entry.crc, size, size, len(name), len(extra),
+    )
+    return head + name + extra
 
 
-def zip_central_record(info: zipfile.ZipInfo, offset: int) -> bytes:
+def zip_central_record(entry: ZipEntry, offset: int) -> bytes:
     """The central directory record of an entry whose local header starts at ``offset``.
     Laid out as ``ZipFile._write_end_record`` writes it (the Zip64 extra field lists the sizes,
     then the offset, each only if its 32-bit field overflows)."""
-    size, wide = info.file_size, []
+    size, wide = entry.size, []
     if size >= ZIP64_FROM:
         wide += [size, size]  # uncompressed, then compressed: stored, they are equal
         size = ZIP64_FROM
@@ -88,13 +104,12 @@ def zip_central_record(info: zipfile.ZipInfo, offset: int) -> bytes:
     # Zip64 first, then the UT field, as ZipFile writes its central directory (its local headers
     # have them the other way round); readers look fields up by id, in any order.
     extra = struct.pack("<HH" + "Q" * len(wide), 1, 8 * len(wide), *wide) if wide else b""
-    extra += info.extra
-    least = zipfile.ZIP64_VERSION if wide else 0
-    name, flags = _encoded_name(info)
+    extra += entry.extra
+    version = zipfile.ZIP64_VERSION if wide else zipfile.DEFAULT_VERSION
+    name, flags = _encoded_name(entry.name)
     head = struct.pack(
-        zipfile.structCentralDir, zipfile.stringCentralDir, max(least, info.create_version), info.create_system,
-        max(least, info.extract_version), info.reserved, flags, info.compress_type, *_dos_fields(info.date_time),
-        info.CRC, size, size, len(name), len(extra), 0, 0, info.internal_attr, info.external_attr, offset,
+        zipfile.structCentralDir, zipfile.stringCentralDir, version, _UNIX, version, 0, flags, zipfile.ZIP_STORED,
+        *_dos_fields(entry.date_time), entry.crc, size, size, len(name), len(extra), 0, 0, 0, _REGULAR_0644, offset,
     )
     return head + name + extra
 
@@ -119,12 +134,13 @@ def zip_end(count: int, directory_offset: int, directory_size: int) -> bytes:
     )
 
 
-def _encoded_name(info: zipfile.ZipInfo) -> tuple[bytes, int]:
-    # As ZipInfo encodes it for the local header: ASCII as is, anything else UTF-8 with bit 11.
+def _encoded_name(name: str) -> tuple[bytes, int]:
+    """The name's bytes and the flag bits, as ``zipfile`` encodes them: ASCII as is, anything
+    else UTF-8 with bit 11 set."""
     try:
-        return info.filename.encode("ascii"), info.flag_bits
+        return name.encode("ascii"), 0
     except UnicodeEncodeError:
-        return info.filename.encode("utf-8"), info.flag_bits | 0x800
+        return name.encode("utf-8"), _UTF8_NAME
 
 
 #: Info-ZIP's extended timestamp: header id "UT", then a flags byte (bit 0: mtime follows).
