@@ -469,7 +469,7 @@ class HTTPProtocol(asyncio.Protocol):
         if fixed is not None:  # a fixed answer (the health probe), for GET and HEAD
             if method != b"GET" and not ex.head:
                 return False
-            self.writer.send_fixed(fixed, head_only=ex.head)  # type: ignore[union-attr]
+            self.writer.send(fixed[1] if ex.head else fixed[0], ex)  # type: ignore[union-attr]
         else:  # a remembered head, for a GET without a body, Range or a precondition
             remembered = self._remembered
             if not remembered.heads or method != b"GET":
@@ -482,8 +482,10 @@ class HTTPProtocol(asyncio.Protocol):
             found = remembered.recall(key, self._open, self._cached_files)
             if found is None:
                 return False
-            head = found[0]
-            if not self.writer.send_remembered(*found, ex):  # type: ignore[union-attr]
+            head, answer = found
+            if not self.writer.send(answer, ex):  # type: ignore[union-attr]
+                for f in answer.files:
+                    f.close()
                 return False  # too much to send at once: the App answers it
             ended = perf_counter()
             self._record_sent(head.path, head.query, head.length, len(head.paths), ended - started, ended,
