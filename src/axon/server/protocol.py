@@ -47,7 +47,10 @@ from ..runtime import declared_length
 from .cycle import RequestCycle
 from .exchange import Exchange
 from .flow import FlowControl
-from .state import ANSWER, BODY, CLOCKS, CLOSED, HEAD, IDLE, LINGER, NEW, STALLED, TRANSITIONS, BadTransition, State
+from .state import (
+    ANSWER, ANSWERING, BODY, CLOCKS, CLOSED, CLOSING, HEAD, IDLE, LAST, LAST_OF, LAST_STALLED, LINGER, NEW, STALLED,
+    TRANSITIONS, BadTransition, State,
+)
 from .wire import CONTINUE, CRLF
 from .writer import ResponseWriter
 
@@ -90,7 +93,7 @@ class HTTPProtocol(asyncio.Protocol):
         "worker", "app", "loop", "limits", "_max_headers", "_max_header_bytes", "parser", "_simple_head",
         "_between", "_shortcuts", "_get_fixed", "_remembered", "_open", "_record_sent", "_sync_files",
         "_cached_files", "state", "deadline", "_transport", "flow", "writer", "cycle", "_exchange", "_refusal",
-        "_pipeline", "_stash", "_closing", "stopping", "_eof", "_linger_bytes",
+        "_pipeline", "_stash", "_eof", "_linger_bytes",
     )
 
     def __init__(self, worker: Host) -> None:
@@ -120,10 +123,9 @@ class HTTPProtocol(asyncio.Protocol):
         # Requests read and not yet answered, bytes that arrived while one was answered in a task.
         self._pipeline: deque[Exchange] = deque()
         self._stash: list[bytes] = []
-        # Why the connection will close once what is queued is answered.
-        self._closing = False  # nothing more is read: refused, not kept alive, upgraded, cut
-        self.stopping = False  # the worker stops gracefully: the answer in flight is the last
-        self._eof = False  # the client shut its side: answer what it asked, then close
+        # The client shut its side: what arrived is answered, then the connection closes (at
+        # once: a lingering close would wait for bytes that cannot come).
+        self._eof = False
         self._linger_bytes = 0
 
     @property
@@ -139,8 +141,15 @@ class HTTPProtocol(asyncio.Protocol):
 
     @property
     def _busy(self) -> bool:
-        """Whether an answer is pending in a task (and so nothing more is parsed until it is done)."""
-        return self.cycle is not None and self.cycle.task is not None
+        """Whether an answer is pending (a task: seen from outside the connection's own calls,
+        an answer made at once is never pending), and so nothing more is parsed until it is done."""
+        return self.state in ANSWERING
+
+    def _last(self) -> None:
+        """A reason to close came: nothing more is read, what is queued is answered, then the
+        connection closes (:data:`.state.LAST_OF`)."""
+        if self.state not in CLOSING:
+            self._to(LAST_OF.get(self.state, LAST))
 
     def _to(self, state: State) -> None:
         """Go to ``state`` and start its clock (:mod:`.state`): the one way the state changes."""
@@ -162,7 +171,6 @@ class HTTPProtocol(asyncio.Protocol):
         worker = self.worker
         if len(worker.connections) >= worker.config.max_connections:
             self._to(CLOSED)
-            self._closing = True
             transport.write(worker.full_response)  # type: ignore[attr-defined]
             transport.close()
             return
@@ -181,9 +189,9 @@ class HTTPProtocol(asyncio.Protocol):
         self._to(NEW)  # the first request must come as fast as a head
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._to(CLOSED)
+        if self.state is not CLOSED:
+            self._to(CLOSED)
         self.parser = None  # type: ignore[assignment]  # no cycle left for the collector
-        self._closing = True
         self.worker.connections.discard(self)
         self._pipeline.clear()
         self._stash.clear()
@@ -191,12 +199,13 @@ class HTTPProtocol(asyncio.Protocol):
             self.flow.connection_lost()
 
     def data_received(self, data: bytes) -> None:
-        if self._closing:
+        state = self.state
+        if state in CLOSING:
             self._linger_bytes += len(data)
-            if self.state is LINGER and self._linger_bytes > LINGER_BYTES:
+            if state is LINGER and self._linger_bytes > LINGER_BYTES:
                 self._transport.close()
             return
-        if self.cycle.task is not None:  # type: ignore[union-attr]
+        if state is ANSWER or state is STALLED:  # an answer pending in a task
             self._stash.append(data)
             self.flow.pause_reading()  # type: ignore[union-attr]
             return
@@ -224,10 +233,14 @@ class HTTPProtocol(asyncio.Protocol):
         """The writer waits for the client to take what was written: the write clock runs."""
         if self.state is ANSWER:
             self._to(STALLED)
+        elif self.state is LAST:
+            self._to(LAST_STALLED)
 
     def unstalled(self) -> None:
         if self.state is STALLED:
             self._to(ANSWER)
+        elif self.state is LAST_STALLED:
+            self._to(LAST)
 
     # -- parsing --------------------------------------------------------------------------------
 
@@ -251,7 +264,7 @@ class HTTPProtocol(asyncio.Protocol):
             # complete and is answered as plain HTTP/1.1; what follows it is not read.
             if self._pipeline:
                 self._pipeline[-1].keep_alive = False
-            self._closing = True
+            self._last()
         except HttpParserError as exc:
             refusal, self._refusal = self._refusal, None
             if refusal is None:
@@ -304,7 +317,7 @@ class HTTPProtocol(asyncio.Protocol):
                 self._complete(ex, method)
             except Exception:  # noqa: BLE001 - what httptools makes of a callback's exception (_feed)
                 self._refuse(_malformed(CALLBACK_ERROR))
-            if self._closing:
+            if self.state in CLOSING:
                 return b""
         return data[start:] if start else data
 
@@ -315,7 +328,7 @@ class HTTPProtocol(asyncio.Protocol):
         ex.refusal = error
         ex.keep_alive = False
         self._pipeline.append(ex)
-        self._closing = True
+        self._last()
         self.flow.pause_reading()  # type: ignore[union-attr]
 
     def _fail(self, error: HTTPError) -> None:
@@ -410,7 +423,8 @@ class HTTPProtocol(asyncio.Protocol):
             ex.body = [data]
         else:
             ex.body.append(data)
-        self._to(BODY)  # each piece restarts the clock
+        if self.state not in CLOSING:  # a request refused in this read: its body is dropped
+            self._to(BODY)  # each piece restarts the clock
 
     def on_chunk_header(self) -> None:  # called for chunked bodies only
         self._exchange.chunks += 1  # type: ignore[union-attr]
@@ -418,7 +432,7 @@ class HTTPProtocol(asyncio.Protocol):
     def on_message_complete(self) -> None:
         ex: Exchange = self._exchange  # type: ignore[assignment]
         self._exchange = None
-        if self._closing:  # cut, or answered "close" already: what follows in this read is dropped
+        if self.state in CLOSING:  # cut, or answered "close" already: what follows in this read is dropped
             return
         parser = self.parser
         if ex.keep_alive and ex.chunks:  # a chunked body's trailer may say "Connection: close"
@@ -442,7 +456,7 @@ class HTTPProtocol(asyncio.Protocol):
             ex.refusal = BadRequest("malformed request target", code="bad_request")
             ex.keep_alive = False
             self._pipeline.append(ex)
-            self._closing = True
+            self._last()
             return
         body = ex.body
         ex.request = Request(
@@ -461,7 +475,7 @@ class HTTPProtocol(asyncio.Protocol):
         allow: nothing queued before it, the socket free, no ``Upgrade`` (llhttp stops after it:
         the answer must say "close"). Else False, and the App answers it."""
         if (
-            self._pipeline or self._closing or self.stopping or self.flow.paused  # type: ignore[union-attr]
+            self._pipeline or self.state in CLOSING or self.flow.paused  # type: ignore[union-attr]
             or "upgrade" in ex.headers
         ):
             return False
@@ -504,9 +518,9 @@ class HTTPProtocol(asyncio.Protocol):
         cycle = self.cycle
         while cycle.task is None:  # type: ignore[union-attr]
             if pipeline:
-                self._to(ANSWER)
+                self._to(LAST if self.state is LAST else ANSWER)
                 cycle.run(pipeline.popleft())  # type: ignore[union-attr]
-            elif self._stash and not self._closing:
+            elif self._stash and self.state not in CLOSING:
                 data = b"".join(self._stash)
                 self._stash.clear()
                 self._feed(data)
@@ -514,7 +528,7 @@ class HTTPProtocol(asyncio.Protocol):
                 break
         if cycle.task is not None or self.state is CLOSED:  # type: ignore[union-attr]
             return
-        if self._closing or self.stopping or self._eof:
+        if self.state in CLOSING or self._eof:
             if self.state is not LINGER:
                 self._close()
             return
@@ -537,7 +551,7 @@ class HTTPProtocol(asyncio.Protocol):
     def answered(self, keep_alive: bool, later: bool = False) -> None:
         """An answer is done; ``later``: in a task, so what waited behind it goes on now."""
         if not keep_alive:
-            self._closing = True
+            self._last()
             self._pipeline.clear()
         if later:
             self._advance()
@@ -550,11 +564,13 @@ class HTTPProtocol(asyncio.Protocol):
 
     def _close(self) -> None:
         """Close after what was written; first read and drop what the client still sends."""
-        self._closing = True
         self._pipeline.clear()
         self._stash.clear()
         transport = self._transport
-        if self.state is CLOSED or transport.is_closing():
+        if self.state is CLOSED:
+            return
+        if transport.is_closing():
+            self._to(CLOSED)
             return
         self.writer.release()  # type: ignore[union-attr]  # the last answers, held to the turn's end
         if not self._eof and transport.can_write_eof():
@@ -562,36 +578,42 @@ class HTTPProtocol(asyncio.Protocol):
             self._to(LINGER)
             self.flow.resume_reading()  # type: ignore[union-attr]
         else:
+            self._to(CLOSED)
             transport.close()
 
     def _abort(self) -> None:
-        self._closing = True
         self._pipeline.clear()  # nothing queued behind runs: the connection is going
         self._stash.clear()
+        if self.state is not CLOSED:
+            self._to(CLOSED)
         if self._transport is not None:
             self._transport.abort()
 
     def on_timeout(self) -> None:
-        """Called by the worker's sweep once ``deadline`` passed."""
+        """Called by the worker's sweep once ``deadline`` passed; every way out changes the
+        state, and so the clock."""
         state = self.state
-        self.deadline = None  # ran out: not again until the next state's clock
-        busy = self._busy
-        if (state is HEAD or state is BODY) and not busy and not self._closing:
+        if state is HEAD or state is BODY:
             self._refuse(HTTPError("the request took too long to arrive", status=408, code="request_timeout"))
             self._advance()
-        elif state is STALLED:
+        elif state is STALLED or state is LAST_STALLED:
             log.debug("closing a connection whose client stopped reading")
             self._abort()
         elif state is LINGER:
             self._abort()
-        elif not busy:
+        else:  # NEW, IDLE
             self._close()
 
     def shutdown(self) -> None:
-        """Graceful stop: close now if idle, else once the response in flight is written."""
-        self.stopping = True
-        if not self._busy and not self._pipeline and self.state is not CLOSED:
+        """Graceful stop: close now if idle, else once the answer in flight is written (it says
+        ``Connection: close``)."""
+        if self.state is CLOSED:
+            return
+        if not self._busy and not self._pipeline:
             self._close()
+            return
+        self._last()
+        self.cycle.last()  # type: ignore[union-attr]
 
     def abort(self) -> None:
         if self.cycle is not None:
