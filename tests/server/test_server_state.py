@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from axon.server import protocol
+from axon.server import protocol, reading
 from axon.server.state import CLOCKS, CLOSING, TRANSITIONS, BadTransition, State
 
 
@@ -132,7 +132,7 @@ def test_a_reason_to_close_while_answering_is_a_state(harness, root) -> None:
 
 def test_state_and_clock_are_written_in_one_place() -> None:
     """Every change of state goes through HTTPProtocol._to: no other line assigns either."""
-    source = inspect.getsource(protocol.HTTPProtocol)
+    source = inspect.getsource(protocol.HTTPProtocol) + inspect.getsource(reading.RequestReading)
     body_of_to = inspect.getsource(protocol.HTTPProtocol._to)
     rest = source.replace(body_of_to, "")
     assert re.findall(r"self\.state = ", rest) == ["self.state = "]  # __init__'s first state
