@@ -56,34 +56,39 @@ class Live(Reader):
         self.client.sendall(data)
         self.run(0.005)
 
-    def _more(self) -> bytes:
+    def _recv(self) -> bytes:
+        """The next bytes the client's socket has, running the loop until some come; b"" at EOF."""
         for _ in range(2000):
             try:
-                data = self.client.recv(1 << 20)
+                return self.client.recv(1 << 20)
             except BlockingIOError:
                 self.run(0.002)
-                continue
-            if not data:
-                raise Closed(f"EOF; {len(self.buf)} bytes unread")
-            self.received += len(data)
-            self.buf += data
-            return data
+            except ConnectionResetError:
+                return b""
         raise TimeoutError("no bytes from the server")
+
+    def _more(self) -> bytes:
+        data = self._recv()
+        if not data:
+            raise Closed(f"EOF; {len(self.buf)} bytes unread")
+        self.received += len(data)
+        self.buf += data
+        return data
 
     def eof(self) -> bool:
         """Whether the server closed (or cut) the connection once what it sent is read."""
-        for _ in range(500):
-            try:
-                data = self.client.recv(1 << 20)
-            except BlockingIOError:
-                self.run(0.002)
-                continue
-            except ConnectionResetError:
-                return True
-            if not data:
-                return True
-            self.buf += data
-        return False
+        try:
+            while self._recv():
+                pass
+        except TimeoutError:
+            return False
+        return True
+
+    def __enter__(self) -> Live:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def close(self) -> None:
         self.client.close()

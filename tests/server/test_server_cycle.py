@@ -16,8 +16,7 @@ from axon.server.state import State
 
 
 def test_a_plain_handler_is_answered_inline(root) -> None:
-    conn = Live(App(root))
-    try:
+    with Live(App(root)) as conn:
         conn.client.sendall(b"GET /files/a.txt HTTP/1.1\r\n\r\n")
         tasks = []
         create_task = conn.loop.create_task
@@ -25,14 +24,11 @@ def test_a_plain_handler_is_answered_inline(root) -> None:
         assert conn.response().body == FILES["a.txt"]
         made = [coro.__qualname__ for coro in tasks if coro.__qualname__ != "sleep"]  # the test's own waits aside
         assert made == [] and conn.proto.cycle.task is None
-    finally:
-        conn.close()
 
 
 def test_what_must_wait_is_one_task_answered_in_order(root) -> None:
     app, gate = gated_app(root)
-    conn = Live(app)
-    try:
+    with Live(app) as conn:
         conn.send(b"GET /slow HTTP/1.1\r\n\r\nGET /files/big.bin HTTP/1.1\r\n\r\nGET /files/a.txt HTTP/1.1\r\n\r\n")
         assert conn.proto.cycle.task is not None and conn.proto.state is State.ANSWER
         gate.set()
@@ -40,8 +36,6 @@ def test_what_must_wait_is_one_task_answered_in_order(root) -> None:
         assert bodies == [b"slow", big_content(root), FILES["a.txt"]]
         conn.run(0.01)
         assert conn.proto.cycle.task is None and conn.proto.state is State.IDLE
-    finally:
-        conn.close()
 
 
 def test_a_blocking_handler_runs_in_the_pool(root) -> None:
@@ -53,39 +47,30 @@ def test_a_blocking_handler_runs_in_the_pool(root) -> None:
         threads.append(threading.current_thread())
         return "pool"
 
-    conn = Live(app)
-    try:
+    with Live(app) as conn:
         conn.client.sendall(b"GET /where HTTP/1.1\r\n\r\n")
         assert conn.response().body == b"pool"
         assert threads and threads[0] is not threading.main_thread()
-    finally:
-        conn.close()
 
 
 def test_a_repeatable_answer_is_remembered_on_its_second_sight(root) -> None:
     app = App(root)
     called = counted(app)
-    conn = Live(app)
-    try:
+    with Live(app) as conn:
         conn.worker.shortcuts.refresh()
         for _ in range(3):
             conn.client.sendall(b"GET /files/b.bin HTTP/1.1\r\n\r\n")
             assert conn.response().body == FILES["b.bin"]
         assert called == ["/files/b.bin"] * 2  # the third from the remembered head
         assert len(conn.worker.shortcuts.remembered) == 1
-    finally:
-        conn.close()
 
 
 def test_the_worker_stopping_makes_the_answer_in_flight_the_last(root) -> None:
     app, gate = gated_app(root)
-    conn = Live(app)
-    try:
+    with Live(app) as conn:
         conn.send(b"GET /slow HTTP/1.1\r\n\r\n")
         conn.proto.shutdown()
         gate.set()
         resp = conn.response()
         assert resp.body == b"slow" and resp.header("connection") == "close"
         assert conn.eof()
-    finally:
-        conn.close()

@@ -15,8 +15,7 @@ from axon.server.state import State
 
 
 def test_a_client_that_does_not_read_stalls_the_writer_until_it_does(root) -> None:
-    conn = Live(App(root), rcvbuf=64 * 1024, sendfile=True)
-    try:
+    with Live(App(root), rcvbuf=64 * 1024, sendfile=True) as conn:
         conn.send(b"GET /files/big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
         conn.run(0.1)
         flow = conn.proto.flow
@@ -28,14 +27,11 @@ def test_a_client_that_does_not_read_stalls_the_writer_until_it_does(root) -> No
         assert resp.body == big_content(root)
         conn.run(0.01)
         assert conn.proto.state is State.IDLE and not flow.paused
-    finally:
-        conn.close()
 
 
 def test_reading_pauses_while_an_answer_is_pending(root) -> None:
     app, gate = gated_app(root)
-    conn = Live(app)
-    try:
+    with Live(app) as conn:
         conn.send(b"GET /slow HTTP/1.1\r\n\r\n")
         conn.send(b"GET /files/a.txt HTTP/1.1\r\n\r\n")  # kept, not parsed
         assert conn.proto.flow.read_paused
@@ -43,23 +39,17 @@ def test_reading_pauses_while_an_answer_is_pending(root) -> None:
         conn.run(0.01)
         assert [conn.response().body for _ in range(2)] == [b"slow", FILES["a.txt"]]
         assert not conn.proto.flow.read_paused
-    finally:
-        conn.close()
 
 
 def test_send_more_puts_bytes_on_the_socket_in_order(root) -> None:
-    conn = Live(App(root), sendfile=True)
-    try:
+    with Live(App(root), sendfile=True) as conn:
         conn.proto.flow.send_more([b"HTTP/1.1 200 OK\r\n", b"Content-Length: 3\r\n\r\n"])
         conn.transport.write(b"abc")  # what follows goes by the transport, after them
         assert conn.response().body == b"abc"
-    finally:
-        conn.close()
 
 
 def test_a_connection_gone_wakes_the_waiting_writer(root) -> None:
-    conn = Live(App(root))
-    try:
+    with Live(App(root)) as conn:
         flow = conn.proto.flow
         flow.pause_writing()  # as the transport says when it holds unsent bytes
         waiting = conn.loop.create_task(flow.drain())
@@ -72,5 +62,3 @@ def test_a_connection_gone_wakes_the_waiting_writer(root) -> None:
             conn.loop.run_until_complete(waiting)
         with pytest.raises(ClientGone):
             conn.loop.run_until_complete(flow.drain())
-    finally:
-        conn.close()
