@@ -34,7 +34,7 @@ from .state import (
     ANSWER, ANSWERING, BODY, CLOCKS, CLOSED, CLOSING, HEAD, IDLE, LAST, LAST_OF, LAST_STALLED, LINGER, NEW, STALLED,
     TRANSITIONS, BadTransition, State,
 )
-from .wire import CONTINUE, CRLF
+from .wire import CONTINUE
 from .writer import ResponseWriter
 
 if TYPE_CHECKING:

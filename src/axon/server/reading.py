@@ -34,7 +34,7 @@ from ..app import Request
 from ..errors import BadRequest, HeadersTooLarge, HTTPError
 from ..runtime import check_head, declared_length, fold_header
 from .exchange import Exchange
-from .state import ANSWER, BODY, CLOSING, HEAD, IDLE, NEW, State
+from .state import BODY, CLOSING, HEAD, IDLE, NEW, State
 from .wire import CONTINUE
 
 if TYPE_CHECKING:
