@@ -32,22 +32,26 @@ class BadResponse(Exception):
 class Prepared:
     """An answer whose head is framed: ``head`` (status line and headers, see the module), the
     ``body``'s segments (bytes and ``(fd, offset, count)`` slices) of ``length`` bytes in all, and
-    the ``files`` to close once it is written. ``whole``: for an answer sent again and again with
+    the ``files`` to close once it is written; ``read``, the bytes of file slices in the body when
+    its maker knows them (0: the body is bytes only), else None. ``whole``: for an answer sent again and again with
     a body of bytes (a fixed answer), the line that completed its head last (``Date``...) and the
     whole answer made with it, made again when that line changes; None for any other."""
 
-    __slots__ = ("head", "body", "length", "files", "whole")
+    __slots__ = ("head", "body", "length", "files", "read", "whole")
 
-    def __init__(self, head: bytes, body: list, length: int, files: Any = (), reusable: bool = False) -> None:
+    def __init__(
+        self, head: bytes, body: list, length: int, files: Any = (), reusable: bool = False, read: int | None = None,
+    ) -> None:
         self.head = head
         self.body = body
         self.length = length
         self.files = files
+        self.read = read
         self.whole: tuple[bytes, bytes] | None = (b"", b"") if reusable else None
 
     def without_body(self) -> Prepared:
         """The same answer to a HEAD: its head (the same ``Content-Length``), no body."""
-        return Prepared(self.head, [], 0, reusable=self.whole is not None)
+        return Prepared(self.head, [], 0, reusable=self.whole is not None, read=0)
 
 
 def prepare(response: Response) -> Prepared:

@@ -62,7 +62,7 @@ def fixed_answer(response: Response) -> Prepared:
     """One fixed answer, prepared once: its head framed, its body bytes, made whole again only
     when its ``Date`` line changes (:attr:`~.answer.Prepared.whole`)."""
     body = b"".join(response.body)  # type: ignore[arg-type]
-    return Prepared(frame_head(response.status, response.reason, response.headers), [body], len(body), reusable=True)
+    return Prepared(frame_head(response.status, response.reason, response.headers), [body], len(body), reusable=True, read=0)
 
 
 class Head:
@@ -166,7 +166,8 @@ class Remembered:
             self.heads.move_to_end(key)
             head.moved = now
         body = [bodies[t] if type(t) is int else t for t in head.template]
-        return head, Prepared(head.head, body, head.length, files)
+        # No file opened: every file's bytes were in memory, the body is bytes only.
+        return head, Prepared(head.head, body, head.length, files, read=None if files else 0)
 
     def forget(self, key: tuple[bytes, str | None]) -> None:
         head = self.heads.pop(key, None)

@@ -110,7 +110,8 @@ class ResponseWriter:
             return False
         body = answer.body
         length = answer.length
-        if length > self._chunk and not fits_one_write(length, to_read(body), self._chunk):
+        read = answer.read
+        if length > self._chunk and not fits_one_write(length, to_read(body) if read is None else read, self._chunk):
             return False  # more to read than one chunk (sendfile, by chunks), or much to hold
         tail = self._tail(exchange)
         whole = answer.whole
@@ -125,8 +126,8 @@ class ResponseWriter:
         try:
             if not body:
                 self._hold([head], len(head))
-            elif len(body) == 1 and type(body[0]) is bytes:
-                self._hold([head, body[0]], len(head) + len(body[0]))
+            elif read == 0 or (len(body) == 1 and type(body[0]) is bytes):  # bytes only: nothing to walk
+                self._hold([head, *body], len(head) + length)
             else:
                 self._write_now([head], body, length)
         except (ClientGone, BrokenPipeError, ConnectionError):  # sending found the client gone
