@@ -144,6 +144,7 @@ class Remembered:
             return None
         files: list[File] = []
         bodies: list = []
+        read = 0
         try:
             for path, version, known in zip(head.paths, head.versions, cached_files(head.paths)):
                 if known is not None:
@@ -156,6 +157,7 @@ class Remembered:
                 if f.version != version:
                     raise _Changed()
                 bodies.append(f.segment(0, f.size))
+                read += f.size
         except (HTTPError, OSError, _Changed):  # gone, refused, out of descriptors, changed
             for f in files:
                 f.close()
@@ -166,8 +168,7 @@ class Remembered:
             self.heads.move_to_end(key)
             head.moved = now
         body = [bodies[t] if type(t) is int else t for t in head.template]
-        # No file opened: every file's bytes were in memory, the body is bytes only.
-        return head, Prepared(head.head, body, head.length, files, read=None if files else 0)
+        return head, Prepared(head.head, body, head.length, files, read=read)
 
     def forget(self, key: tuple[bytes, str | None]) -> None:
         head = self.heads.pop(key, None)

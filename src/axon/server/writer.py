@@ -108,20 +108,20 @@ class ResponseWriter:
         nothing written and its files open, for anything else."""
         if self._flow.paused:
             return False
+        whole = answer.whole
+        if whole is not None:  # bytes sent again and again (held whatever their size): made whole once a tail
+            tail = self._tail(exchange)
+            if whole[0] is not tail:
+                whole = answer.whole = (tail, b"".join((answer.head, tail, CRLF, *answer.body)))
+            data = whole[1]
+            self._hold([data], len(data))
+            return True
         body = answer.body
         length = answer.length
         read = answer.read
         if length > self._chunk and not fits_one_write(length, to_read(body) if read is None else read, self._chunk):
             return False  # more to read than one chunk (sendfile, by chunks), or much to hold
-        tail = self._tail(exchange)
-        whole = answer.whole
-        if whole is not None:  # sent again and again: made whole once for each tail (a second)
-            if whole[0] is not tail:
-                whole = answer.whole = (tail, b"".join((answer.head, tail, CRLF, *body)))
-            data = whole[1]
-            self._hold([data], len(data))
-            return True
-        head = b"".join((answer.head, tail, CRLF))
+        head = b"".join((answer.head, self._tail(exchange), CRLF))
         files = answer.files
         try:
             if not body:
@@ -192,31 +192,29 @@ class ResponseWriter:
     def _gather(self, out: list, size: int, body: list, i: int, budget: int) -> tuple[int, int]:
         """The one walk of a body: append ``body[i:]`` to ``out`` (``size`` bytes so far), bytes as
         they are and file slices read, until ``size`` reaches ``budget`` or a slice to send by
-        ``sendfile`` comes; return where it stopped and the new size: short of ``budget`` before the end, it stopped
-        at a slice for ``sendfile``. A slice longer than what
-        ``budget`` leaves is read in part, its rest left in ``body[i]`` (which must be a list of
-        the caller's own then). FileChanged if a file is shorter than planned."""
+        ``sendfile`` comes; return where it stopped and the new size (short of ``budget`` before
+        the end: it stopped at a slice for ``sendfile``). A slice longer than ``budget`` is read
+        in part, its rest left in ``body`` (which must be a list of the caller's own then).
+        FileChanged if a file is shorter than planned."""
         big = self._big
-        end = len(body)
-        while i < end:
-            seg = body[i]
+        for j in range(i, len(body)):
+            seg = body[j]
             if type(seg) is bytes:
                 out.append(seg)
                 size += len(seg)  # type: ignore[arg-type]
             else:
                 fd, offset, count = seg
                 if 0 <= big <= count:
-                    return i, size  # a slice for sendfile: the caller sends it
+                    return j, size  # a slice for sendfile: the caller sends it
                 if count > budget:
                     out.append(read_slice(fd, offset, budget))
-                    body[i] = (fd, offset + budget, count - budget)
-                    return i, size + budget
+                    body[j] = (fd, offset + budget, count - budget)
+                    return j, size + budget
                 out.append(read_slice(fd, offset, count))
                 size += count
-            i += 1
             if size >= budget:
-                break
-        return i, size
+                return j + 1, size
+        return len(body), size
 
     def _write_now(self, out: list[bytes], body: list, length: int) -> None:
         """Write ``out`` and then ``body`` (at most one chunk to read, see :meth:`send`) now,
@@ -228,11 +226,9 @@ class ResponseWriter:
         flow = self._flow
         transport = self.transport
         direct = False  # whether anything went to the socket by sendfile: then the rest follows it
-        i, end = 0, len(body)
-        while True:
-            i, _ = self._gather(out, 0, body, i, length + 1)
-            if i == end:
-                break
+        end = len(body)
+        i = self._gather(out, 0, body, 0, length + 1)[0]
+        while i < end:
             fd, offset, count = body[i]  # a slice for sendfile
             i += 1
             if not direct:
@@ -252,6 +248,7 @@ class ResponseWriter:
                     pass
             if sent < count:  # a full socket, or the file shrank (read_slice raises FileChanged)
                 transport.write(read_slice(fd, offset + sent, count - sent))
+            i = self._gather(out, 0, body, i, length + 1)[0]
         if not out:
             return
         if direct:
