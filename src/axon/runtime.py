@@ -6,10 +6,10 @@ WSGI (:mod:`axon.wsgi`), ASGI (:mod:`axon.asgi`) and Axon's own server (:mod:`ax
 each receive a request in their own shape (an environ, a scope and its messages, parser
 callbacks) and turn it into the same :class:`~axon.request.Request`; the rules for doing so are
 here, once. The native server applies them inside llhttp's callbacks, a header or a piece of
-body at a time, where a call more per header would be paid on every request: it takes
-:func:`declared_length` from here and keeps the folding and the counting of :class:`BodyReader`
-inline (``server/protocol.py``: ``on_header``, ``on_body``). Its ``Date`` is part of the head it
-frames, rebuilt on a timer (``server/wire.py``).
+body at a time: :func:`fold_header` and :func:`check_head` for each header, on both of its head
+paths (``server/reading.py``), and :func:`declared_length`; it keeps the counting of
+:class:`BodyReader` inline (``on_body``). Its ``Date`` is part of the head it frames, rebuilt
+on a timer (``server/wire.py``).
 
 An App that cannot be built as configured (a root that is not a directory, a store whose extra is
 not installed) is told the same way by every runtime, in the words of :func:`build_app`: ``axon
@@ -26,13 +26,13 @@ from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
 from .app import App
-from .errors import BadRequest, ServiceUnavailable
+from .errors import BadRequest, HeadersTooLarge, ServiceUnavailable, URITooLong
 from .http.conditional import http_date
 from .limits import DEFAULT_LIMITS, Limits
 
 __all__ = [
-    "BODY_METHODS", "BodyReader", "CannotServe", "DateHeader", "Lazy", "build_app", "declared_length", "default_app",
-    "fold_headers", "refusal_to_serve",
+    "BODY_METHODS", "FIELD_BYTES", "BodyReader", "CannotServe", "DateHeader", "Lazy", "build_app", "check_head",
+    "declared_length", "default_app", "fold_header", "fold_headers", "refusal_to_serve",
 ]
 
 T = TypeVar("T")
@@ -41,15 +41,41 @@ T = TypeVar("T")
 BODY_METHODS = ("POST", "PUT", "PATCH")
 
 
+#: What a header field counts toward ``Limits.max_header_bytes`` beyond its name and value
+#: (": " and CRLF).
+FIELD_BYTES = 4
+
+
+def fold_header(headers: dict[str, str], name: bytes, value: bytes) -> None:
+    """Add one header field to ``headers`` as the App reads them: names lower case, values
+    latin-1 text (one character per byte, as received), a repeated field's values joined by
+    ", " in order (RFC 9110 5.3)."""
+    key = name.decode("latin-1").lower()
+    text = value.decode("latin-1")
+    headers[key] = f"{headers[key]}, {text}" if key in headers else text
+
+
 def fold_headers(fields: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
-    """Header fields as the App reads them: names lower case, values latin-1 text (one character
-    per byte, as received), a repeated field's values joined by ", " in order (RFC 9110 5.3)."""
+    """Header fields as the App reads them (:func:`fold_header`)."""
     headers: dict[str, str] = {}
     for name, value in fields:
-        key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        fold_header(headers, name, value)
     return headers
+
+
+def check_head(target: int, count: int, field_bytes: int, limits: Limits) -> None:
+    """Refuse a request head past the limits: a target of ``target`` bytes longer than
+    ``max_url_bytes`` (414); ``count`` fields, more than ``max_headers``, or whose names and
+    values (``field_bytes``), :data:`FIELD_BYTES` each and the target come to more than
+    ``max_header_bytes`` (431). A parser calls it as the head arrives (with no fields yet for
+    the target alone), or once for a whole head: the same head is refused alike."""
+    if target > limits.max_url_bytes:
+        raise URITooLong(f"URL longer than {limits.max_url_bytes} bytes")
+    if count:
+        if count > limits.max_headers:
+            raise HeadersTooLarge(f"more than {limits.max_headers} request headers")
+        if target + field_bytes + FIELD_BYTES * count > limits.max_header_bytes:
+            raise HeadersTooLarge(f"request headers longer than {limits.max_header_bytes} bytes")
 
 
 def declared_length(text: str | None, limits: Limits) -> int | None:

@@ -16,7 +16,7 @@ from conftest import FILES, counted
 
 from axon.app import App, Request
 from axon.response import Response, stream_response
-from axon.server.protocol import _target
+from axon.server.reading import _target
 from axon.server.state import State
 
 

@@ -220,7 +220,7 @@ def test_a_recalled_head_moves_up_the_order_once_a_second(tree, monkeypatch) -> 
     def recall(target: bytes) -> None:
         found = table.recall((target, None), app.store.open, lambda paths: [None] * len(paths))
         assert found is not None
-        for f in found[1]:
+        for f in found[1].files:
             f.close()
 
     for target in (b"/t0", b"/t1", b"/t2"):

@@ -4,6 +4,7 @@ llhttp ends it, and a connection answers the same bytes with it and without it."
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -16,13 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from axon.app import App
+from axon.errors import HTTPError
 from axon.limits import Limits
+from axon.runtime import FIELD_BYTES, check_head, fold_header
 from axon.server import simplehead
 
 parse = simplehead.parser()
 needs_reader = pytest.mark.skipif(parse is None, reason="the compiled reader of simple heads is not built here")
-LIMITS = Limits()
-MAX = (LIMITS.max_url_bytes, LIMITS.max_headers, LIMITS.max_header_bytes)
 
 
 def test_the_reader_is_built_where_it_can_be(monkeypatch) -> None:
@@ -53,21 +54,23 @@ class _Recorder:
         self.messages: list[dict] = []
         self.url = b""
         self.headers: dict[str, str] = {}
+        self.fields = [0, 0]  # count, bytes of names and values
         self.body = b""
 
     def on_url(self, url: bytes) -> None:
         self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        key, text = name.decode("latin-1").lower(), value.decode("latin-1")
-        self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
+        fold_header(self.headers, name, value)  # the one folding, as every head path does
+        self.fields[0] += 1
+        self.fields[1] += len(name) + len(value)
 
     def on_body(self, body: bytes) -> None:
         self.body += body
 
     def on_message_complete(self) -> None:
-        self.messages.append({"url": self.url, "headers": self.headers, "body": self.body})
-        self.url, self.headers, self.body = b"", {}, b""
+        self.messages.append({"url": self.url, "headers": self.headers, "body": self.body, "fields": tuple(self.fields)})
+        self.url, self.headers, self.body, self.fields = b"", {}, b"", [0, 0]
 
 
 def llhttp_reads(data: bytes) -> tuple[list[dict], str | None]:
@@ -94,14 +97,15 @@ def llhttp_reads(data: bytes) -> tuple[list[dict], str | None]:
 
 def assert_read_alike(data: bytes) -> tuple | None:
     """If the reader reads ``data``'s first head, llhttp reads the same request there."""
-    found = parse(data, 0, *MAX)
+    found = parse(data, 0)
     if found is None:
         return None
-    method, url, headers, end = found
+    method, url, headers, end, count, field_bytes = found
     messages, _ = llhttp_reads(data)
     assert messages, f"the reader read a head llhttp refuses: {data!r}"
     first = messages[0]
     assert (first["method"], first["url"], first["headers"], first["end"]) == (method, url, headers, end), data
+    assert first["fields"] == (count, field_bytes), data
     assert (first["version"], first["keep_alive"], first["body"]) == ("1.1", True, b""), data
     return found
 
@@ -112,7 +116,7 @@ CURL = b"GET /files/a.bin HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: curl/8
 WRK = b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nX-Trace: 17\r\n\r\n"
 BROWSER = (
     b"GET /browse/?sort=name HTTP/1.1\r\nHost: example.org\r\nConnection: keep-alive\r\n"
-    b"Accept-Language: en-GB,en;q=0.9\r\nCookie: a=1\r\nCookie: b=2\r\nUser-Agent: Mozilla/5.0 (X11; Linux) \xc3\xa9\r\n\r\n"
+    b"Accept-Language: en-GB,en;q=0.9\r\nCookie: a=1; b=2\r\nUser-Agent: Mozilla/5.0 (X11; Linux) \xc3\xa9\r\n\r\n"
 )
 NGINX = (
     b"GET /api/stream-files?file1=a.bin&file2=b.bin HTTP/1.1\r\nHost: axon\r\nX-Real-IP: 10.0.0.1\r\n"
@@ -123,11 +127,11 @@ NGINX = (
 @needs_reader
 @pytest.mark.parametrize("head", [CURL, WRK, BROWSER, NGINX, b"HEAD / HTTP/1.1\r\n\r\n"], ids=["curl", "wrk", "browser", "nginx", "bare-head"])
 def test_what_clients_send_is_read(head) -> None:
-    method, url, headers, end = assert_read_alike(head + b"GET /next")
+    method, url, headers, end, _, _ = assert_read_alike(head + b"GET /next")
     assert end == len(head)
     assert method == head.split(b" ")[0]
     if head is BROWSER:
-        assert headers["cookie"] == "a=1, b=2" and headers["user-agent"].endswith("\xc3\xa9")
+        assert headers["cookie"] == "a=1; b=2" and headers["user-agent"].endswith("\xc3\xa9")
 
 
 @needs_reader
@@ -152,32 +156,38 @@ def test_what_clients_send_is_read(head) -> None:
     b"\r\nGET / HTTP/1.1\r\n\r\n",  # llhttp skips the empty line; so does the reader, by not reading it
     b"GE",
     b"",
+    b"GET / HTTP/1.1\r\nCookie: a=1\r\ncookie: b=2\r\n\r\n",  # a name twice: folded on llhttp's path
 ], ids=lambda head: repr(head[:40]))
 def test_anything_else_is_left_to_llhttp(head) -> None:
-    assert parse(head, 0, *MAX) is None
+    assert parse(head, 0) is None
 
 
 @needs_reader
-def test_the_limits_are_counted_as_the_callbacks_count_them() -> None:
+def test_the_reader_reports_what_the_limits_are_checked_on() -> None:
+    """The reader knows no limit: it reports the fields' count and bytes, and the connection
+    hands them to the one check (axon.runtime.check_head) that llhttp's path calls per field."""
     url = b"/" + b"a" * 99
     head = b"GET " + url + b" HTTP/1.1\r\nAb: cd\r\nEf: gh\r\n\r\n"
-    counted = len(url) + 2 * (2 + 2 + 4)  # name + value + ": " and CRLF, as protocol.on_header counts
-    assert parse(head, 0, 100, 2, counted) is not None
-    assert parse(head, 0, 99, 2, counted) is None  # the URL: llhttp's path answers 414
-    assert parse(head, 0, 100, 1, counted) is None  # the count: 431
-    assert parse(head, 0, 100, 2, counted - 1) is None  # the bytes: 431
+    _, _, _, _, count, field_bytes = parse(head, 0)
+    assert (count, field_bytes) == (2, 8)
+    exact = Limits(max_url_bytes=100, max_headers=2, max_header_bytes=len(url) + 8 + 2 * FIELD_BYTES)
+    check_head(len(url), count, field_bytes, exact)
+    for over, status in (({"max_url_bytes": 99}, 414), ({"max_headers": 1}, 431), ({"max_header_bytes": exact.max_header_bytes - 1}, 431)):
+        with pytest.raises(HTTPError) as refused:
+            check_head(len(url), count, field_bytes, dataclasses.replace(exact, **over))
+        assert refused.value.status == status
 
 
 @needs_reader
 def test_it_reads_from_where_it_is_told() -> None:
     two = WRK + CURL
-    first = parse(two, 0, *MAX)
-    second = parse(two, first[3], *MAX)
+    first = parse(two, 0)
+    second = parse(two, first[3])
     assert second[1] == b"/files/a.bin" and second[3] == len(two)
-    assert parse(two, len(two), *MAX) is None
-    assert parse(two, len(two) + 1, *MAX) is None and parse(two, -1, *MAX) is None
+    assert parse(two, len(two)) is None
+    assert parse(two, len(two) + 1) is None and parse(two, -1) is None
     with pytest.raises(TypeError):
-        parse("GET / HTTP/1.1\r\n\r\n", 0, *MAX)
+        parse("GET / HTTP/1.1\r\n\r\n", 0)
 
 
 # ------------------------------------------------------------------------- generated, compared
@@ -236,7 +246,7 @@ def test_a_head_it_reads_is_read_by_llhttp_alike(data) -> None:
 @settings(max_examples=500, deadline=None, database=None)
 @given(data=st.binary(max_size=200), start=st.integers(-5, 210))
 def test_any_bytes_are_safe(data, start) -> None:
-    if (found := parse(data, start, *MAX)) is not None:
+    if (found := parse(data, start)) is not None:
         assert 0 <= start < found[3] <= len(data)
         assert_read_alike(data[start:])
 
@@ -252,7 +262,10 @@ STREAMS = [
     WRK + b"GET /api/health HTTP/1.1\r\nHost: a\r\nBad Name: x\r\n\r\n" + WRK,  # refused: 400, then closed
     WRK + b"GET /api/health HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" + WRK,
     b"GET /files/missing.bin HTTP/1.1\r\n\r\n" + b"HEAD /api/health HTTP/1.1\r\n\r\n" + CURL,
-    WRK + b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n" + WRK,  # 414
+    WRK + b"GET /" + b"a" * 17000 + b" HTTP/1.1\r\n\r\n" + WRK,  # 414
+    WRK + b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 101 + b"\r\n" + WRK,  # 431: too many
+    WRK + b"GET / HTTP/1.1\r\n" + b"X: " + b"y" * 17000 + b"\r\n\r\n" + WRK,  # 431: too long
+    WRK + b"GET / HTTP/1.1\r\nCookie: a=1\r\nCookie: b=2\r\n\r\n" + WRK,  # folded
 ]
 
 

@@ -2,18 +2,21 @@
  * accelerator of the connection's head path (see simplehead.py, which documents the contract,
  * and protocol.py, which uses it).
  *
- * parse(data, start, max_url, max_headers, max_header_bytes) reads one request at data[start:]
- * and returns (method, url, headers, end) when it is a complete, simple one:
+ * parse(data, start) reads one request at data[start:] and returns (method, url, headers, end,
+ * count, field_bytes) when it is a complete, simple one:
  *
  *   GET or HEAD, an origin-form target of visible ASCII, HTTP/1.1, header lines of a token, a
  *   colon and a value of visible characters, spaces, tabs or obs-text, each ended by CRLF, then
  *   an empty line; no Content-Length, Transfer-Encoding, Upgrade, Expect or Proxy-Connection,
- *   and Connection only as "keep-alive". So: no body, kept alive, answered as HTTP/1.1.
+ *   and Connection only as "keep-alive", and no name twice. So: no body, kept alive, answered
+ *   as HTTP/1.1, and no field to fold into another.
  *
- * headers maps each lower-cased name to its value decoded as latin-1 (a repeated header joined
- * with ", "), the value as llhttp reports it (leading spaces and tabs dropped, trailing ones
- * kept); end is the offset just past the head. The limits are counted as the connection's
- * callbacks count them, and a head past one is not read here.
+ * headers maps each name, lower-cased, to its value decoded as latin-1, the value as llhttp
+ * reports it (leading spaces and tabs dropped, trailing ones kept): what axon.runtime.fold_header
+ * makes of fields that all differ in name (a repeated name is left to llhttp, whose path folds
+ * it there). end is the offset just past the head; count the fields and field_bytes the bytes
+ * of their names and values, for axon.runtime.check_head, which decides the limits: this reads
+ * bytes only and knows no limit.
  *
  * Anything else returns None: the bytes go to llhttp, which reads them (or refuses them) as it
  * always does. This reads a strict subset of what llhttp accepts and reads it the same way, so
@@ -71,15 +74,12 @@ special_name(const unsigned char *name, Py_ssize_t n, const unsigned char *value
 static PyObject *
 parse(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5 || !PyBytes_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "parse(data: bytes, start, max_url, max_headers, max_header_bytes)");
+    if (nargs != 2 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "parse(data: bytes, start)");
         return NULL;
     }
-    Py_ssize_t start, max_url, max_headers, max_header_bytes;
+    Py_ssize_t start;
     if ((start = PyLong_AsSsize_t(args[1])) == -1 && PyErr_Occurred()) return NULL;
-    if ((max_url = PyLong_AsSsize_t(args[2])) == -1 && PyErr_Occurred()) return NULL;
-    if ((max_headers = PyLong_AsSsize_t(args[3])) == -1 && PyErr_Occurred()) return NULL;
-    if ((max_header_bytes = PyLong_AsSsize_t(args[4])) == -1 && PyErr_Occurred()) return NULL;
     const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(args[0]);
     Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
     if (start < 0 || start > size) Py_RETURN_NONE;
@@ -99,7 +99,7 @@ parse(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (p >= end || *p != '/') Py_RETURN_NONE;
     while (p < end && TARGET[*p]) p++;
     Py_ssize_t url_len = p - url;
-    if (url_len > max_url || end - p < 11 || memcmp(p, " HTTP/1.1\r\n", 11) != 0) Py_RETURN_NONE;
+    if (end - p < 11 || memcmp(p, " HTTP/1.1\r\n", 11) != 0) Py_RETURN_NONE;
     p += 11;
 
     PyObject *headers = PyDict_New();
@@ -124,8 +124,7 @@ parse(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (end - p < 2 || p[0] != '\r' || p[1] != '\n') goto not_read;
         p += 2;
         count += 1;
-        counted += name_len + value_len + 4;
-        if (count > max_headers || counted + url_len > max_header_bytes) goto not_read;
+        counted += name_len + value_len;
 
         PyObject *key = PyUnicode_New(name_len, 127);
         if (key == NULL) goto failed;
@@ -140,22 +139,21 @@ parse(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(key);
             goto failed;
         }
-        PyObject *before = PyDict_GetItemWithError(headers, key); /* borrowed */
-        if (before != NULL) {
-            PyObject *joined = PyUnicode_FromFormat("%U, %U", before, text);
+        int known = PyDict_Contains(headers, key);
+        if (known != 0) { /* a repeated name (or an error): folded by llhttp's path */
+            Py_DECREF(key);
             Py_DECREF(text);
-            text = joined;
-        } else if (PyErr_Occurred()) {
-            Py_CLEAR(text);
+            if (known < 0) goto failed;
+            goto not_read;
         }
-        int failed = text == NULL || PyDict_SetItem(headers, key, text) < 0;
+        int failed = PyDict_SetItem(headers, key, text) < 0;
         Py_DECREF(key);
         Py_XDECREF(text);
         if (failed) goto failed;
     }
     PyObject *target = PyBytes_FromStringAndSize((const char *)url, url_len);
     if (target == NULL) goto failed;
-    PyObject *result = PyTuple_New(4);
+    PyObject *result = PyTuple_New(6);
     if (result == NULL) {
         Py_DECREF(target);
         goto failed;
@@ -165,7 +163,9 @@ parse(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyTuple_SET_ITEM(result, 1, target);
     PyTuple_SET_ITEM(result, 2, headers);
     PyTuple_SET_ITEM(result, 3, PyLong_FromSsize_t(p - buf));
-    if (PyTuple_GET_ITEM(result, 3) == NULL) {
+    PyTuple_SET_ITEM(result, 4, PyLong_FromSsize_t(count));
+    PyTuple_SET_ITEM(result, 5, PyLong_FromSsize_t(counted));
+    if (PyTuple_GET_ITEM(result, 3) == NULL || PyTuple_GET_ITEM(result, 4) == NULL || PyTuple_GET_ITEM(result, 5) == NULL) {
         Py_DECREF(result);
         return NULL;
     }
@@ -181,7 +181,7 @@ failed:
 
 static PyMethodDef methods[] = {
     {"parse", (PyCFunction)(void (*)(void))parse, METH_FASTCALL,
-     "parse(data, start, max_url, max_headers, max_header_bytes) -> (method, url, headers, end) or None"},
+     "parse(data, start) -> (method, url, headers, end, count, field_bytes) or None"},
     {NULL, NULL, 0, NULL},
 };
 

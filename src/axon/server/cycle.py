@@ -42,8 +42,6 @@ class Connection(Protocol):
 
     worker: WorkerView
     writer: ResponseWriter | None
-    #: The worker stops gracefully: the answer in flight is the last.
-    stopping: bool
 
     def answered(self, keep_alive: bool, later: bool = False) -> None: ...
 
@@ -55,7 +53,7 @@ class Connection(Protocol):
 class RequestCycle:
     """Runs the App for one connection's requests and writes each answer with its writer."""
 
-    __slots__ = ("conn", "loop", "task", "_handle", "_shortcuts", "_respond_now", "_respond")
+    __slots__ = ("conn", "loop", "task", "_answering", "_handle", "_shortcuts", "_respond_now", "_respond")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -63,6 +61,7 @@ class RequestCycle:
         self.loop = worker.loop
         #: The task answering the current request, while one must wait; else None.
         self.task: asyncio.Task | None = None
+        self._answering: Exchange | None = None  # the request the task answers
         self._handle = worker.app.handle_on_loop
         self._shortcuts = worker.shortcuts
         writer = conn.writer
@@ -82,13 +81,11 @@ class RequestCycle:
                 self.conn.crashed(exc)
             else:
                 if type(answer) is CoroutineType:  # it must wait: in a task
-                    self._start(self._respond_later(ex, answer))
+                    self._start(self._respond_later(ex, answer), ex)
                 else:
                     self._answer(ex, answer)  # the Response
 
     def _answer(self, ex: Exchange, response: Response) -> None:
-        if self.conn.stopping:
-            ex.keep_alive = False
         if response.repeatable and self._shortcuts.remembering and ex.request.method == "GET":  # type: ignore[union-attr]
             key = self._shortcuts.key(ex)
             if key is not None:
@@ -107,14 +104,15 @@ class RequestCycle:
         except BaseException as exc:  # noqa: BLE001 - a bug of ours: cut this connection only
             self.conn.crashed(exc)
         else:
-            self._start(resume(coro, awaited))
+            self._start(resume(coro, awaited), ex)
 
-    def _start(self, coro: Any) -> None:
+    def _start(self, coro: Any, ex: Exchange) -> None:
+        self._answering = ex
         task = self.task = self.loop.create_task(coro)
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task) -> None:
-        self.task = None
+        self.task = self._answering = None
         conn = self.conn
         if task.cancelled():
             conn.abort()
@@ -127,9 +125,12 @@ class RequestCycle:
 
     async def _respond_later(self, ex: Exchange, answer: Awaitable[Response]) -> bool:
         response = await answer
-        if self.conn.stopping:  # began while the handler ran
-            ex.keep_alive = False
         return await self._respond(response, ex)
+
+    def last(self) -> None:
+        """The answer in flight is the connection's last (the worker stops): it says so."""
+        if self._answering is not None:
+            self._answering.keep_alive = False
 
     def cancel(self) -> None:
         if self.task is not None:

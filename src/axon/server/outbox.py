@@ -4,15 +4,14 @@ An answer written whole at once (a fixed answer, a remembered head, a small resp
 planned) is not handed to its transport as soon as it is made: the connection's
 :class:`~.writer.ResponseWriter` holds it, and the worker's outbox writes every connection's
 held answers when the event loop has run the callbacks of the sockets it found readable (one
-``call_soon`` a turn). Fifty answers then leave back to back instead of one every 25 µs.
+``call_soon`` a turn): many answers then leave back to back instead of one at a time.
 
 Why: on loopback and in a VM, most of what a write costs the server is waking the client's
 thread on the other core (an inter-processor interrupt). A client that reads its answer faster
 than the server makes the next one sleeps again between two writes, and is woken for each; one
-that is woken once while the writes follow each other is still awake for the next ones. Measured
-with ``wrk -c50`` on random files (BENCHMARKS.md): about 11% more answers a second. An answer
-waits at most for the turn's other requests to be parsed and answered; a connection that is the
-only one busy waits one ``call_soon``.
+that is woken once while the writes follow each other is still awake for the next ones
+(BENCHMARKS.md has the measurements). An answer waits at most for the turn's other requests to
+be parsed and answered; a connection that is the only one busy waits one ``call_soon``.
 
 Order on a connection is kept by one rule: whatever a writer writes by any other way (a stream,
 ``sendfile``, a ``100 Continue``, the end of the connection) comes after what it holds, which it

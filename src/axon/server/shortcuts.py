@@ -4,9 +4,9 @@ It is the one place where the server takes a way past the App, and the connectio
 place (``HTTPProtocol._shortcut``). Two tables, both forgotten whenever the App's routes, its fixed
 answers or its observers change (the worker's sweep calls :meth:`Shortcuts.refresh` once a tick):
 
-* **Fixed answers** (:class:`FixedAnswer`): GET answers that never change (the health probe),
-  which the App names (``App.fixed_answers``) while nothing observes requests. Encoded once,
-  sent as nginx's ``return 200`` is.
+* **Fixed answers** (:func:`fixed_answer`): GET answers that never change (the health probe),
+  which the App names (``App.fixed_answers``) while nothing observes requests. Prepared once
+  (:mod:`.answer`), sent as nginx's ``return 200`` is.
 * **Remembered heads** (:class:`Remembered`): the head of a GET answer of a ``repeatable`` route
   (Axon's file and batch endpoints), by the request's target and ``Accept``. A later GET of the
   same target and Accept, without ``Range`` or a precondition (whatever else its headers say:
@@ -27,13 +27,13 @@ why it is not a table of whole answers by the request's bytes, is in docs/design
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
 from time import monotonic
 from typing import TYPE_CHECKING
 
 from ..errors import HTTPError
 from ..http.segments import FileSlice
-from .wire import UnsafeHeader, encode_head
+from .answer import Prepared, fits_one_write
+from .wire import UnsafeHeader, frame_head
 
 if TYPE_CHECKING:
     from ..response import Response
@@ -58,21 +58,15 @@ KEY_MAX = 1024
 REORDER_SECONDS = 1.0
 
 
-class FixedAnswer:
-    """One fixed answer: ``head`` (the status line and headers, without ``Date``, ``Server`` and
-    the blank line) and its ``body``; ``whole``, the answer with its ``Date`` line as the worker
-    last sent it, and that line (made again when the second changes: ``ResponseWriter.send_fixed``)."""
-
-    __slots__ = ("head", "body", "whole")
-
-    def __init__(self, response: Response) -> None:
-        self.head = encode_head(response.status, response.reason, response.headers, b"")[:-2]
-        self.body = b"".join(response.body)  # type: ignore[arg-type]
-        self.whole: tuple[bytes, bytes] = (b"", b"")
+def fixed_answer(response: Response) -> Prepared:
+    """One fixed answer, prepared once: its head framed, its body bytes, made whole again only
+    when its ``Date`` line changes (:attr:`~.answer.Prepared.whole`)."""
+    body = b"".join(response.body)  # type: ignore[arg-type]
+    return Prepared(frame_head(response.status, response.reason, response.headers), [body], len(body), reusable=True, read=0)
 
 
 class Head:
-    """A remembered head: ``head`` as :class:`FixedAnswer` has it, the requested ``paths`` of its
+    """A remembered head: ``head`` framed as a prepared answer's (:mod:`.answer`), the requested ``paths`` of its
     files with their ``versions``, and its body's ``template``: bytes as they are, and the index
     of a whole file in ``paths`` where that file's bytes go."""
 
@@ -100,15 +94,15 @@ class Remembered:
     """Heads by ``(target, Accept)``: at most ``size`` of them and ``budget`` bytes in all, the
     least recently used (to a second, ``REORDER_SECONDS``) forgotten first."""
 
-    def __init__(self, size: int = HEADS, budget: int = HEAD_BYTES, fits: Callable[[int, int], bool] | None = None) -> None:
+    def __init__(self, size: int = HEADS, budget: int = HEAD_BYTES, chunk: int | None = None) -> None:
         self.size = size
         self.budget = budget
         self.cost = 0
         self.heads: OrderedDict[tuple[bytes, str | None], Head] = OrderedDict()
         self._seen: set[int] = set()
-        #: Whether a body of this length, with this much to read from files, is sent in one
-        #: write (the writer's rule): a head that would not be is not worth remembering.
-        self._fits = fits or (lambda length, read: True)
+        #: What the writer writes at once (:func:`~.answer.fits_one_write`): a head whose answer
+        #: would not be is not worth remembering. None: any.
+        self._chunk = chunk
 
     def __len__(self) -> int:
         return len(self.heads)
@@ -127,7 +121,7 @@ class Remembered:
             return
         seen.discard(sight)
         head = _head_of(response)
-        if head is None or not self._fits(head.length, head.read):
+        if head is None or (self._chunk is not None and not fits_one_write(head.length, head.read, self._chunk)):
             return
         head.path, head.query = path, query
         head.cost += 2 * (len(key[0]) + len(key[1] or "")) + len(path) + len(query)
@@ -139,8 +133,8 @@ class Remembered:
         while len(heads) > self.size or self.cost > self.budget:
             self.cost -= heads.popitem(last=False)[1].cost
 
-    def recall(self, key: tuple[bytes, str | None], open_file, cached_files) -> tuple[Head, list[File], list] | None:
-        """The head for ``key`` with its files' bodies now, and the files opened to send them;
+    def recall(self, key: tuple[bytes, str | None], open_file, cached_files) -> tuple[Head, Prepared] | None:
+        """The head for ``key`` and its answer now: prepared, its files opened to send them;
         None, with nothing held, when there is none or a file is not the version it was made
         from (then it is forgotten, and the App answers). A file whose version and bytes the
         worker's shared files know current (``cached_files``) is sent from those bytes, holding
@@ -150,6 +144,7 @@ class Remembered:
             return None
         files: list[File] = []
         bodies: list = []
+        read = 0
         try:
             for path, version, known in zip(head.paths, head.versions, cached_files(head.paths)):
                 if known is not None:
@@ -162,6 +157,7 @@ class Remembered:
                 if f.version != version:
                     raise _Changed()
                 bodies.append(f.segment(0, f.size))
+                read += f.size
         except (HTTPError, OSError, _Changed):  # gone, refused, out of descriptors, changed
             for f in files:
                 f.close()
@@ -172,7 +168,7 @@ class Remembered:
             self.heads.move_to_end(key)
             head.moved = now
         body = [bodies[t] if type(t) is int else t for t in head.template]
-        return head, files, body
+        return head, Prepared(head.head, body, head.length, files, read=read)
 
     def forget(self, key: tuple[bytes, str | None]) -> None:
         head = self.heads.pop(key, None)
@@ -215,7 +211,7 @@ def _head_of(response: Response) -> Head | None:
             return None  # a part of a file (a slice): not this simple a template
         template.append(i)
     try:
-        head = encode_head(response.status, response.reason, response.headers, b"")[:-2]
+        head = frame_head(response.status, response.reason, response.headers)
     except (UnsafeHeader, UnicodeError, TypeError, ValueError):
         return None
     read = sum(files[t].size for t in template if type(t) is int and type(wholes[t]) is not bytes)
@@ -223,18 +219,19 @@ def _head_of(response: Response) -> Head | None:
 
 
 class Shortcuts:
-    """A worker's fixed answers (``fixed``: raw target -> :class:`FixedAnswer`) and remembered
-    heads (``remembered``), as the App allows them now."""
+    """A worker's fixed answers (``fixed``: raw target -> their GET and HEAD answers, prepared)
+    and remembered heads (``remembered``), as the App allows them now. ``chunk``: what the
+    worker's writers write at once (:func:`~.answer.fits_one_write`)."""
 
     def __init__(
-        self, app: ServedApp, heads: int = HEADS, head_bytes: int = HEAD_BYTES, fits: Callable[[int, int], bool] | None = None,
+        self, app: ServedApp, heads: int = HEADS, head_bytes: int = HEAD_BYTES, chunk: int | None = None,
     ) -> None:
         self._app = app
         #: The fixed table the connections read (``get_fixed``): changed in place, never replaced.
-        self.fixed: dict[bytes, FixedAnswer] = {}
+        self.fixed: dict[bytes, tuple[Prepared, Prepared]] = {}
         self.get_fixed = self.fixed.get
-        self.remembered = Remembered(heads, head_bytes, fits)
-        self._encoded: dict[str, tuple[Response, FixedAnswer]] = {}
+        self.remembered = Remembered(heads, head_bytes, chunk)
+        self._encoded: dict[str, tuple[Response, tuple[Prepared, Prepared]]] = {}
         self._routes_version = app.routes_version
         #: Whether heads may be remembered and sent now (``App.remembers``).
         self.remembering = False
@@ -243,13 +240,14 @@ class Shortcuts:
     def refresh(self) -> None:
         """Ask the App what it allows now: encode each new fixed answer once; forget every
         remembered head if the routes, the fixed answers or the App's observers changed."""
-        table: dict[bytes, FixedAnswer] = {}
+        table: dict[bytes, tuple[Prepared, Prepared]] = {}
         for path, response in self._app.fixed_answers().items():
             encoded = self._encoded.get(path)
             if encoded is None or encoded[0] is not response:
                 if response.stream is not None or not all(type(seg) is bytes for seg in response.body):
                     continue
-                encoded = self._encoded[path] = (response, FixedAnswer(response))
+                answer = fixed_answer(response)
+                encoded = self._encoded[path] = (response, (answer, answer.without_body()))
             table[path.encode("utf-8")] = encoded[1]
         remembering = self._app.remembers()
         routes_version = self._app.routes_version

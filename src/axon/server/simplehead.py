@@ -3,9 +3,9 @@
 Most requests a server gets are the simplest kind: a ``GET`` (or ``HEAD``) of HTTP/1.1 with a
 few plain headers and no body, arriving whole in one read. llhttp reads them fast, but httptools
 calls the connection back in Python for the URL, for each header and twice more, and those calls
-cost more than the reading (about 1.5 µs a request, against some 0.25 µs for this one call, which
-hands back the method, the target, the headers as the connection keeps them, and where the head
-ended).
+cost more than the reading. This one call hands back the method, the target, the headers as the
+connection keeps them, where the head ended, and what the limits are checked on (the fields'
+count and bytes: ``axon.runtime.check_head`` decides, on both paths; the reader knows no limit).
 
 :func:`parser` is that call, or None where it was not built (no C compiler or Python headers at
 install: pip warns and goes on) or is turned off (``AXON_PURE_PYTHON=1``). With None every head
@@ -21,9 +21,9 @@ from collections.abc import Callable
 
 from ..config import environment
 
-#: ``parse(data, start, max_url, max_headers, max_header_bytes)`` -> ``(method, url, headers,
-#: end)``, or None for a head it does not read (incomplete, or not simple).
-SimpleHeadParser = Callable[[bytes, int, int, int, int], "tuple[bytes, bytes, dict[str, str], int] | None"]
+#: ``parse(data, start)`` -> ``(method, url, headers, end, count, field_bytes)``, or None for a
+#: head it does not read (incomplete, or not simple).
+SimpleHeadParser = Callable[[bytes, int], "tuple[bytes, bytes, dict[str, str], int, int, int] | None"]
 
 
 def parser() -> SimpleHeadParser | None:

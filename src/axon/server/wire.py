@@ -42,33 +42,40 @@ class UnsafeHeader(ValueError):
 
 
 def encode_head(status: int, reason: str, headers: list[tuple[str, str]], tail: bytes) -> bytes:
-    """The status line, ``headers`` and ``tail`` (pre-encoded lines), then the blank line.
+    """The status line, ``headers`` and ``tail`` (pre-encoded lines), then the blank line: a
+    whole head, for the answers a worker makes once (:func:`frame_head` says what is refused)."""
+    return b"".join((frame_head(status, reason, headers), tail, CRLF))
+
+
+def frame_head(status: int, reason: str, headers: list[tuple[str, str]]) -> bytes:
+    """The status line and ``headers``, each line ended by CRLF: a head as a prepared answer
+    holds it (:mod:`.answer`), before ``Date``, ``Connection`` and the blank line.
 
     Raises :class:`UnsafeHeader` if a name or value holds CR, LF or NUL (response splitting),
     and ``UnicodeEncodeError`` for a header that is not latin-1.
     """
     line = STATUS_LINES.get(status) or status_line(status, reason)
     if not headers:
-        return line + tail + CRLF
+        return line
     try:
-        key = tuple(headers)
-        block = _BLOCKS.get(key)
+        key = (status, reason, tuple(headers))
+        framed = _FRAMED.get(key)
     except TypeError:  # a header given as a list: fine, just not cached
-        key, block = None, None
-    if block is None:
-        block = encode_headers(headers)
+        key, framed = None, None
+    if framed is None:
+        framed = line + encode_headers(headers)
         # Only text keys: 1, 1.0 and True are equal keys that encode differently.
-        if key is not None and all(type(name) is str and type(value) is str for name, value in key):
-            if len(_BLOCKS) >= _BLOCKS_MAX:
-                _BLOCKS.clear()
-            _BLOCKS[key] = block
-    return b"".join((line, block, tail, CRLF))
+        if key is not None and all(type(name) is str and type(value) is str for name, value in key[2]):
+            if len(_FRAMED) >= _FRAMED_MAX:
+                _FRAMED.clear()
+            _FRAMED[key] = framed
+    return framed
 
 
-#: Encoded header blocks by their headers: a server sends the same few again and again (health,
+#: Framed heads by their status and headers: a server sends the same few again and again (health,
 #: a file's or a batch's validators and length, the usual errors). Checked once, when encoded.
-_BLOCKS: dict[tuple, bytes] = {}
-_BLOCKS_MAX = 1024
+_FRAMED: dict[tuple, bytes] = {}
+_FRAMED_MAX = 1024
 
 
 def encode_headers(headers: list[tuple[str, str]]) -> bytes:

@@ -30,7 +30,6 @@ from .outbox import Outbox
 from .protocol import HTTPProtocol
 from .shortcuts import Shortcuts
 from .simplehead import parser as simple_head_parser
-from .writer import fits_one_write
 from .served import ServedApp
 from .wire import CLOSE, date_line, encode_head
 
@@ -69,7 +68,7 @@ class Worker:
         # A head is worth remembering only if its answer is written at once (writer.py): the chunk
         # of a connection without TLS, or the smaller one of a copying connection.
         chunk = config.write_chunk if self.use_sendfile else self.limits.chunk_size
-        self.shortcuts = Shortcuts(app, fits=lambda length, read: fits_one_write(length, read, chunk))
+        self.shortcuts = Shortcuts(app, chunk=chunk)
         #: The compiled reader of simple request heads (:mod:`.simplehead`), or None.
         self.simple_head = simple_head_parser()
         full = error_response(ServiceUnavailable("the server is at its connection limit; retry later"))

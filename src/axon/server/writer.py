@@ -1,19 +1,17 @@
-"""How bytes leave the socket: :class:`ResponseWriter` writes one connection's responses with as
+"""How bytes leave the socket: :class:`ResponseWriter` writes one connection's answers with as
 few system calls as we can.
 
-The head, the part headers and small file slices are gathered into one buffer list and leave in
-one ``writev`` (uvloop's ``writelines``) per ``write_chunk``: a batch of small files is one
-``pread`` each and a few writes, not three system calls a file. A response whose files hold
-at most one chunk is written whole, synchronously: small slices read into one ``writev``, head
-included, and a slice of ``sendfile_min`` (a 64 KB file) by ``sendfile`` right after the head,
-so that it is not copied twice. In a larger response, a slice of at least ``sendfile_min``
-leaves through ``os.sendfile`` on the socket itself too, zero-copy, once the
-transport's own buffer is empty so that bytes stay in order. What precedes it (the head, part
-headers) is sent with ``MSG_MORE``, so that it rides in a full segment with the file's data
-instead of going out as a small packet that wakes the client for a few hundred bytes. The
-socket is not corked (``TCP_CORK``, nginx's ``tcp_nopush``): a cork costs two ``setsockopt``
-calls a response, and holding a whole response back until it is released made the kernel's
-loopback path cost the server about twice the CPU per 512 KB response (BENCHMARKS.md). Under TLS, or with
+Every answer is a prepared answer (:mod:`.answer`) and leaves through one method,
+:meth:`ResponseWriter.send`, which completes its head (``Date``, ``Connection``: :meth:`_tail`)
+and writes it at once when it fits one write (:func:`~.answer.fits_one_write`); anything else,
+and a stream, takes the waiting path (:meth:`ResponseWriter.respond`). Both walk the body with
+one method, :meth:`_gather`: bytes and small file slices gathered into one buffer list that
+leaves in one ``writev`` (uvloop's ``writelines``); a slice of at least ``sendfile_min`` stops
+the gathering and leaves by ``os.sendfile`` on the socket itself, zero-copy, once the transport's
+own buffer is empty so that bytes stay in order. What precedes it (the head, part headers) is
+sent with ``MSG_MORE``, so that it rides in a full segment with the file's data. The socket is
+not corked (``TCP_CORK``): a cork costs two ``setsockopt`` calls a response, and a response held
+back whole makes the kernel's loopback path costlier (BENCHMARKS.md). Under TLS, or with
 ``AXON_NO_SENDFILE=1``, every slice is read in ``Limits.chunk_size`` chunks instead.
 
 Flow control (waiting for a client that does not keep up) is :class:`~.flow.FlowControl`'s;
@@ -39,12 +37,12 @@ from ..chunks import read_slice
 from ..errors import ClientGone, FileChanged, HTTPError
 from ..response import Response, error_response
 from ..streams import aiter_stream
-from .wire import CHUNKED, CLOSE, CRLF, KEEP_ALIVE, LAST_CHUNK, UnsafeHeader, chunk_head, encode_head
+from .answer import MEMORY_BODY_MAX, BadResponse, Prepared, fits_one_write, prepare, to_read
+from .wire import CHUNKED, CLOSE, CRLF, KEEP_ALIVE, LAST_CHUNK, chunk_head
 
 if TYPE_CHECKING:
     from .exchange import Exchange
     from .flow import FlowControl
-    from .shortcuts import FixedAnswer, Head
     from .roles import WorkerView
 
 #: Bytes read from the file and handed to the transport when ``sendfile`` finds the socket full
@@ -52,26 +50,10 @@ if TYPE_CHECKING:
 NUDGE = 16 * 1024
 #: Below this many bytes a buffer list is joined into one bytes object (cheaper than an iovec).
 JOIN_MAX = 16 * 1024
-#: A body already in memory (small files the open-file cache holds, a handler's bytes) of up to
-#: this size leaves in one ``writev``; the transport keeps references to what the socket did not
-#: take, so a slow reader of one costs little more than the cached bytes it shares.
-MEMORY_BODY_MAX = 256 * 1024
 
 log = logging.getLogger("axon.server")
 
-__all__ = ["BadResponse", "BodyLengthMismatch", "ResponseWriter", "fits_one_write"]
-
-
-def fits_one_write(length: int, read: int, chunk: int) -> bool:
-    """Whether a body of ``length`` bytes, ``read`` of them to read from files, is written at once
-    (:meth:`ResponseWriter.respond_now`): at most one ``chunk`` to read, and the rest in memory
-    already (at most ``MEMORY_BODY_MAX``): fewer system calls than the async path, nothing to wait
-    for while the socket takes one chunk, no more held for a slow reader."""
-    return length <= chunk or (read <= chunk and length - read <= MEMORY_BODY_MAX)
-
-
-class BadResponse(Exception):
-    """A handler's response cannot be encoded (unsafe or non-latin-1 header); nothing was sent."""
+__all__ = ["BadResponse", "BodyLengthMismatch", "ResponseWriter"]
 
 
 class BodyLengthMismatch(Exception):
@@ -79,12 +61,11 @@ class BodyLengthMismatch(Exception):
 
 
 class ResponseWriter:
-    """Writes the responses of one connection, one at a time, in the order it asks.
+    """Writes the answers of one connection, one at a time, in the order it asks.
 
-    :meth:`respond_now` writes a response that fits one write, synchronously; :meth:`respond`
-    writes any response, waiting whenever the client does not keep up. Both frame the response
-    for its :class:`~.exchange.Exchange` (the ``Connection`` header from its ``keep_alive`` and
-    ``http11``).
+    :meth:`send` writes a prepared answer that fits one write, synchronously, or says False;
+    :meth:`respond` writes any response of the App, waiting whenever the client does not keep up.
+    Both frame the answer for its :class:`~.exchange.Exchange` (:meth:`_tail`).
     """
 
     def __init__(self, transport: Any, flow: FlowControl, worker: WorkerView, sock_fd: int) -> None:
@@ -95,7 +76,8 @@ class ResponseWriter:
         self._app = worker.app
         #: The socket's descriptor for ``sendfile``; -1 copies every slice (TLS, switched off).
         self._sock_fd = sock_fd
-        self._sendfile_min = worker.config.sendfile_min
+        #: The smallest slice sent by ``sendfile``; -1: none is.
+        self._big = worker.config.sendfile_min if sock_fd >= 0 else -1
         # Bytes gathered per write: many small parts per writev with sendfile for the large ones;
         # one Limits.chunk_size at a time where everything is copied (TLS, no sendfile).
         self._chunk = worker.config.write_chunk if sock_fd >= 0 else worker.limits.chunk_size
@@ -104,99 +86,75 @@ class ResponseWriter:
         self._held: list[bytes] | None = None
         self._held_bytes = 0
 
-    # -- responses ------------------------------------------------------------------------------
-
-    def _fits(self, body: list, length: int) -> bool:
-        if length <= self._chunk:
-            return True
-        read = 0
-        for seg in body:
-            if type(seg) is not bytes:
-                read += seg[2]
-        return fits_one_write(length, read, self._chunk)
-
-    def _tail(self, exchange: Exchange) -> bytes:
+    def _tail(self, exchange: Exchange, extra: bytes = b"") -> bytes:
+        """What completes every head before its blank line: ``Date`` and ``Server``, ``extra``,
+        and the ``Connection`` the exchange needs (close, or keep-alive for HTTP/1.0)."""
         tail = self._worker.date_line
+        if extra:
+            tail += extra
         if not exchange.keep_alive:
             return tail + CLOSE
         if not exchange.http11:
             return tail + KEEP_ALIVE
         return tail
 
-    def respond_now(self, response: Response, exchange: Exchange) -> bool:
-        """Write a response that fits one write (:meth:`_fits`), and close it: health, errors,
-        JSON, a body already in memory (small files the open-file cache holds), or up to one
-        chunk to read from files (:meth:`_write_now`); never a stream, nor while the socket is
-        full. True once done with it: written, or the connection cut because a file could not be
-        read as planned or the client went away (``exchange.keep_alive`` is then False). False,
-        with nothing written, for anything else: :meth:`respond` then writes it."""
-        if response.stream is not None or self._flow.paused:
+    # -- at once --------------------------------------------------------------------------------
+
+    def send(self, answer: Prepared, exchange: Exchange) -> bool:
+        """Write ``answer`` now if it fits one write (:func:`~.answer.fits_one_write`; never
+        while the socket is full), and close its files. True once done with it: written (or
+        held to the turn's end), or the connection cut because a file could not be read as
+        planned or the client went away (``exchange.keep_alive`` is then False). False, with
+        nothing written and its files open, for anything else."""
+        if self._flow.paused:
             return False
-        body = response.body
-        if not self._fits(body, response.length):  # type: ignore[arg-type]
+        whole = answer.whole
+        if whole is not None:  # bytes sent again and again (held whatever their size): made whole once a tail
+            tail = self._tail(exchange)
+            if whole[0] is not tail:
+                whole = answer.whole = (tail, b"".join((answer.head, tail, CRLF, *answer.body)))
+            data = whole[1]
+            self._hold([data], len(data))
+            return True
+        body = answer.body
+        length = answer.length
+        read = answer.read
+        if length > self._chunk and not fits_one_write(length, to_read(body) if read is None else read, self._chunk):
             return False  # more to read than one chunk (sendfile, by chunks), or much to hold
-        try:
-            head = encode_head(response.status, response.reason, response.headers, self._tail(exchange))
-        except (UnsafeHeader, UnicodeError, TypeError, ValueError):
-            return False  # respond() says why, and answers 500
-        self._send_now(head, body, response.length, response.files, exchange)  # type: ignore[arg-type]
-        return True
-
-    def send_remembered(self, head: Head, files: list, body: list, exchange: Exchange) -> bool:
-        """Write a remembered head (:mod:`.shortcuts`) with this second's ``Date`` and ``body``
-        (its files, opened anew), and close the files, as :meth:`respond_now` does. False, with
-        the files closed and nothing written, if it does not fit one write."""
-        length = head.length
-        if not files:  # every file's bytes in memory: the body is bytes, held as it is
-            if not fits_one_write(length, 0, self._chunk):
-                return False
-        elif not self._fits(body, length):
-            for f in files:
-                f.close()
-            return False
-        head_bytes = b"".join((head.head, self._tail(exchange), CRLF))
-        if files:
-            self._send_now(head_bytes, body, length, files, exchange)
-        else:
-            self._hold([head_bytes, *body], len(head_bytes) + length)
-        return True
-
-    def _send_now(self, head: bytes, body: list, length: int, files: Any, exchange: Exchange) -> None:
-        """Write ``head`` and ``body`` now (or hold them to the end of the loop's turn), then close
-        ``files``; on a failure, cut the connection."""
+        head = b"".join((answer.head, self._tail(exchange), CRLF))
+        files = answer.files
         try:
             if not body:
                 self._hold([head], len(head))
-            elif len(body) == 1 and type(body[0]) is bytes:
-                self._hold([head, body[0]], len(head) + len(body[0]))
+            elif read == 0 or (len(body) == 1 and type(body[0]) is bytes):  # bytes only: nothing to walk
+                self._hold([head, *body], len(head) + length)
             else:
                 self._write_now([head], body, length)
         except (ClientGone, BrokenPipeError, ConnectionError):  # sending found the client gone
             self._cut(files, exchange)
-            return
+            return True
         except OSError as exc:  # FileChanged, or reading a file failed (EIO)
             log.warning("aborting a response: %s", exc)
             self._cut(files, exchange)
-            return
+            return True
         except Exception:  # a bug of ours, or a body segment of a kind we do not send
             log.exception("a response could not be sent; aborting the connection")
             self._cut(files, exchange)
-            return
+            return True
         for f in files:
             f.close()
+        return True
 
-    def send_fixed(self, fixed: FixedAnswer, head_only: bool = False) -> None:
-        """Write one of the App's fixed answers (:mod:`.shortcuts`) with this second's ``Date``;
-        its head alone with ``head_only`` (a HEAD)."""
-        date = self._worker.date_line
-        if head_only:
-            data = b"".join((fixed.head, date, CRLF))
-        else:
-            whole = fixed.whole  # one read: the line and the answer made with it
-            if whole[0] is not date:  # a new second (the worker's line is one object a second)
-                whole = fixed.whole = (date, b"".join((fixed.head, date, CRLF, fixed.body)))
-            data = whole[1]
-        self._hold([data], len(data))
+    def respond_now(self, response: Response, exchange: Exchange) -> bool:
+        """The App's ``response`` through :meth:`send`, if it is not a stream and its head can be
+        encoded (else False: :meth:`respond` says why, and answers 500)."""
+        if response.stream is not None:
+            return False
+        try:
+            answer = prepare(response)
+        except BadResponse:
+            return False
+        return self.send(answer, exchange)
 
     def _hold(self, buffers: list[bytes], size: int) -> None:
         """Keep one whole answer (``buffers``, ``size`` bytes in all; joined when small) for the
@@ -231,26 +189,48 @@ class ResponseWriter:
         else:
             transport.writelines(held)
 
-    def _write_now(self, out: list[bytes], body: list, length: int) -> None:
-        """Write ``out`` and then ``body`` (at most one chunk to read, see :meth:`respond_now`)
-        now, without waiting: a slice by one ``pread`` into one ``writev`` with the rest, or,
-        if it is at least ``sendfile_min``, by ``sendfile``, what precedes it with ``MSG_MORE``
-        (as :meth:`write` does, but synchronously: a 64 KB file is not copied twice). What the
-        socket does not take of such a slice is read and handed to the transport, which sends
-        it, and all that follows, in order; FileChanged if the file is shorter than planned.
-        ``length``, the body's, only chooses between joining what is gathered and ``writev``."""
-        flow = self._flow
-        transport = self.transport
-        big = self._sendfile_min if self._sock_fd >= 0 else -1
-        direct = False  # whether anything went to the socket by sendfile: then the rest follows it
-        for seg in body:
+    def _gather(self, out: list, size: int, body: list, i: int, budget: int) -> tuple[int, int]:
+        """The one walk of a body: append ``body[i:]`` to ``out`` (``size`` bytes so far), bytes as
+        they are and file slices read, until ``size`` reaches ``budget`` or a slice to send by
+        ``sendfile`` comes; return where it stopped and the new size (short of ``budget`` before
+        the end: it stopped at a slice for ``sendfile``). A slice longer than ``budget`` is read
+        in part, its rest left in ``body`` (which must be a list of the caller's own then).
+        FileChanged if a file is shorter than planned."""
+        big = self._big
+        for j in range(i, len(body)):
+            seg = body[j]
             if type(seg) is bytes:
                 out.append(seg)
-                continue
-            fd, offset, count = seg
-            if not 0 <= big <= count:
+                size += len(seg)  # type: ignore[arg-type]
+            else:
+                fd, offset, count = seg
+                if 0 <= big <= count:
+                    return j, size  # a slice for sendfile: the caller sends it
+                if count > budget:
+                    out.append(read_slice(fd, offset, budget))
+                    body[j] = (fd, offset + budget, count - budget)
+                    return j, size + budget
                 out.append(read_slice(fd, offset, count))
-                continue
+                size += count
+            if size >= budget:
+                return j + 1, size
+        return len(body), size
+
+    def _write_now(self, out: list[bytes], body: list, length: int) -> None:
+        """Write ``out`` and then ``body`` (at most one chunk to read, see :meth:`send`) now,
+        without waiting: slices read into one ``writev`` with the rest, or, one of at least
+        ``sendfile_min``, by ``sendfile``, what precedes it with ``MSG_MORE`` (a 64 KB file is
+        not copied twice). What the socket does not take of such a slice is read and handed to
+        the transport, which sends it, and all that follows, in order. ``length``, the body's,
+        only chooses between joining what is gathered and ``writev``."""
+        flow = self._flow
+        transport = self.transport
+        direct = False  # whether anything went to the socket by sendfile: then the rest follows it
+        end = len(body)
+        i = self._gather(out, 0, body, 0, length + 1)[0]
+        while i < end:
+            fd, offset, count = body[i]  # a slice for sendfile
+            i += 1
             if not direct:
                 direct = True
                 self.release()  # what this connection holds goes first
@@ -268,12 +248,15 @@ class ResponseWriter:
                     pass
             if sent < count:  # a full socket, or the file shrank (read_slice raises FileChanged)
                 transport.write(read_slice(fd, offset + sent, count - sent))
+            i = self._gather(out, 0, body, i, length + 1)[0]
         if not out:
             return
         if direct:
             _write(transport, out, length)
         else:
             self._hold(out, len(out[0]) + length)  # the head and the body
+
+    # -- waiting for the client -----------------------------------------------------------------
 
     async def respond(self, response: Response, exchange: Exchange, tried: bool = False) -> bool:
         """Write ``response``, waiting for the client as needed, and close it; return whether the
@@ -284,7 +267,7 @@ class ResponseWriter:
             return exchange.keep_alive
         self.release()  # what this connection holds goes first
         try:
-            await self.write(response, exchange)
+            await self._write_later(response, exchange)
             return exchange.keep_alive
         except ClientGone:
             return False
@@ -296,7 +279,7 @@ class ResponseWriter:
                 response.without_body()
             exchange.keep_alive = False
             try:
-                await self.write(response, exchange)
+                await self._write_later(response, exchange)
             except ClientGone:
                 pass
             return False
@@ -322,78 +305,51 @@ class ResponseWriter:
         self._held = None  # an earlier answer held is lost with the connection, as if written
         self.transport.abort()
 
-    async def write(self, response: Response, exchange: Exchange) -> None:
-        """Write ``response``, waiting for the client as needed. A body that only the end of the
-        connection can delimit sets ``exchange.keep_alive`` to False."""
+    async def _write_later(self, response: Response, exchange: Exchange) -> None:
+        """Write ``response``, waiting for the client as needed: a chunk at a time, slices of
+        ``sendfile_min`` by ``sendfile``. A body that only the end of the connection can delimit
+        sets ``exchange.keep_alive`` to False."""
         if response.stream is not None:
             await self._write_stream(response, exchange)
             return
-        head = self._head(response, exchange)
-        if self._flow.paused:
-            await self._flow.drain()
-        body = response.body
-        if not body:
-            self.transport.write(head)
-        elif len(body) == 1 and type(body[0]) is bytes:
-            self.transport.write(head + body[0])  # type: ignore[operator]
-        else:
-            await self._write_segments(head, body)
-
-    def _head(self, response: Response, exchange: Exchange, extra: bytes = b"") -> bytes:
-        tail = self._worker.date_line + extra
-        if not exchange.keep_alive:
-            tail += CLOSE
-        elif not exchange.http11:
-            tail += KEEP_ALIVE
-        try:
-            return encode_head(response.status, response.reason, response.headers, tail)
-        except (UnsafeHeader, UnicodeError, TypeError, ValueError) as exc:
-            raise BadResponse(str(exc)) from exc
-
-    async def _write_segments(self, head: bytes, body: list) -> None:
+        answer = prepare(response)
+        head = b"".join((answer.head, self._tail(exchange), CRLF))
         transport = self.transport
         flow = self._flow
+        if flow.paused:
+            await flow.drain()
+        body = answer.body
+        if not body:
+            transport.write(head)
+            return
+        if len(body) == 1 and type(body[0]) is bytes:
+            transport.write(head + body[0])  # type: ignore[operator]
+            return
+        body = list(body)  # _gather leaves a slice's rest in it
         chunk = self._chunk
-        big = self._sendfile_min if self._sock_fd >= 0 else -1
-        pread = os.pread
         out: list = [head]
         size = len(head)
-        for seg in body:
-            if type(seg) is bytes:
-                out.append(seg)
-                size += len(seg)  # type: ignore[arg-type]
-            else:
-                fd, offset, count = seg
-                if 0 <= big <= count:
-                    if out:
-                        # The head and part headers wait for the file's data (MSG_MORE)
-                        # rather than go out as a small packet of their own.
-                        flow.send_more(out)
-                        out, size = [], 0
-                    await self._sendfile(fd, offset, count)
-                    continue
-                while count:
-                    take = chunk if count > chunk else count
-                    data = pread(fd, take, offset)
-                    if len(data) != take:  # end of file early: read_slice retries, or raises
-                        data = read_slice(fd, offset, take)
-                    out.append(data)
-                    size += take
-                    offset += take
-                    count -= take
-                    if size >= chunk:
-                        _write(transport, out, size)
-                        out, size = [], 0
-                        if flow.paused:
-                            await flow.drain()
+        i, end = 0, len(body)
+        while True:
+            i, size = self._gather(out, size, body, i, chunk)
+            if i == end:
+                if out:
+                    _write(transport, out, size)
+                return
+            if size < chunk:  # stopped at a slice for sendfile
+                if out:
+                    # The head and part headers wait for the file's data (MSG_MORE) rather than
+                    # go out as a small packet of their own.
+                    flow.send_more(out)
+                    out, size = [], 0
+                fd, offset, count = body[i]
+                i += 1
+                await self._sendfile(fd, offset, count)
                 continue
-            if size >= chunk:
-                _write(transport, out, size)
-                out, size = [], 0
-                if flow.paused:
-                    await flow.drain()
-        if out:
             _write(transport, out, size)
+            out, size = [], 0
+            if flow.paused:
+                await flow.drain()
 
     async def _sendfile(self, fd: int, offset: int, count: int) -> None:
         transport = self.transport
@@ -444,7 +400,7 @@ class ResponseWriter:
         chunked = declared is None and exchange.http11
         if declared is None and not exchange.http11:
             exchange.keep_alive = False
-        head = self._head(response, exchange, CHUNKED if chunked else b"")
+        head = b"".join((prepare(response).head, self._tail(exchange, CHUNKED if chunked else b""), CRLF))
         flow = self._flow
         if flow.paused:
             await flow.drain()

@@ -1,0 +1,76 @@
+"""The request cycle (axon/server/cycle.py) on a real loopback socket: a plain handler is answered
+inline, without a task; what must wait (an async handler, a blocking one, an answer larger than
+one write) becomes one task, answered in order; a repeatable answer is remembered on its second
+sight; the worker stopping makes the answer in flight the last."""
+
+from __future__ import annotations
+
+import threading
+
+from conftest import FILES, big_content, counted
+from live import Live
+from test_server_protocol import gated_app
+
+from axon.app import App, Request
+from axon.server.state import State
+
+
+def test_a_plain_handler_is_answered_inline(root) -> None:
+    with Live(App(root)) as conn:
+        conn.client.sendall(b"GET /files/a.txt HTTP/1.1\r\n\r\n")
+        tasks = []
+        create_task = conn.loop.create_task
+        conn.loop.create_task = lambda coro, **kw: tasks.append(coro) or create_task(coro, **kw)  # type: ignore[method-assign]
+        assert conn.response().body == FILES["a.txt"]
+        made = [coro.__qualname__ for coro in tasks if coro.__qualname__ != "sleep"]  # the test's own waits aside
+        assert made == [] and conn.proto.cycle.task is None
+
+
+def test_what_must_wait_is_one_task_answered_in_order(root) -> None:
+    app, gate = gated_app(root)
+    with Live(app) as conn:
+        conn.send(b"GET /slow HTTP/1.1\r\n\r\nGET /files/big.bin HTTP/1.1\r\n\r\nGET /files/a.txt HTTP/1.1\r\n\r\n")
+        assert conn.proto.cycle.task is not None and conn.proto.state is State.ANSWER
+        gate.set()
+        bodies = [conn.response().body for _ in range(3)]
+        assert bodies == [b"slow", big_content(root), FILES["a.txt"]]
+        conn.run(0.01)
+        assert conn.proto.cycle.task is None and conn.proto.state is State.IDLE
+
+
+def test_a_blocking_handler_runs_in_the_pool(root) -> None:
+    app = App(root)
+    threads: list[threading.Thread] = []
+
+    @app.route("/where", blocking=True)
+    def where(request: Request) -> str:
+        threads.append(threading.current_thread())
+        return "pool"
+
+    with Live(app) as conn:
+        conn.client.sendall(b"GET /where HTTP/1.1\r\n\r\n")
+        assert conn.response().body == b"pool"
+        assert threads and threads[0] is not threading.main_thread()
+
+
+def test_a_repeatable_answer_is_remembered_on_its_second_sight(root) -> None:
+    app = App(root)
+    called = counted(app)
+    with Live(app) as conn:
+        conn.worker.shortcuts.refresh()
+        for _ in range(3):
+            conn.client.sendall(b"GET /files/b.bin HTTP/1.1\r\n\r\n")
+            assert conn.response().body == FILES["b.bin"]
+        assert called == ["/files/b.bin"] * 2  # the third from the remembered head
+        assert len(conn.worker.shortcuts.remembered) == 1
+
+
+def test_the_worker_stopping_makes_the_answer_in_flight_the_last(root) -> None:
+    app, gate = gated_app(root)
+    with Live(app) as conn:
+        conn.send(b"GET /slow HTTP/1.1\r\n\r\n")
+        conn.proto.shutdown()
+        gate.set()
+        resp = conn.response()
+        assert resp.body == b"slow" and resp.header("connection") == "close"
+        assert conn.eof()
