@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import Client, batch_target, parse_multipart
+from conftest import Client, batch_target, parse_multipart, shared_app
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "client"))
 from live_server import live_server, runtime_available  # noqa: E402
@@ -81,6 +81,13 @@ def tar_members(body: bytes) -> dict[str, bytes]:
         return {m.name: t.extractfile(m).read() for m in t.getmembers()}  # type: ignore[union-attr]
 
 
+def _served_app(root: Path) -> App:
+    """An App over ``root`` as axon serve builds it: its open files shared, revalidated every ``VALID`` s."""
+    from axon.server.config import ServerConfig
+
+    return shared_app(root, ServerConfig(port=0, file_cache_valid=VALID))
+
+
 def _mapped_root(tmp_path: Path) -> tuple[Path, Path]:
     root = tmp_path / "mapped"
     root.mkdir()
@@ -99,7 +106,7 @@ def settled(monkeypatch):
 def test_bytes_rewritten_through_a_shared_mmap_are_served_within_the_window(serve, tmp_path, settled) -> None:
     root, path = _mapped_root(tmp_path)
     (root / "other.txt").write_bytes(b"other\n")
-    server = serve(App(root), file_cache_valid=VALID)
+    server = serve(_served_app(root), file_cache_valid=VALID)
     query = batch_target(["m.bin", "other.txt"]).partition("?")[2]
     targets = ["/files/m.bin", f"/api/stream-files?{query}", f"/api/stream-files.zip?{query}",
                f"/api/stream-files.tar?{query}"]
@@ -127,9 +134,9 @@ def test_a_zip_entry_of_kept_bytes_declares_their_crc_whatever_the_crc_cache_hol
     holds the first write's CRC for the same version (size and times), with its own window out
     of the way, and only the kept bytes' own CRC can make the zip right."""
     root, path = _mapped_root(tmp_path)
-    app = App(root)
+    app = _served_app(root)
     server = serve(app, file_cache_valid=VALID)
-    crcs = app.store.crcs
+    crcs = app.store.store.crcs  # the directory's own, behind the shared files
     crcs.settled_ns, crcs.valid = -(10**18), 3600.0  # kept at once, and never read again
     with mapped(path, OLD) as mapping, Client(server.port) as c:
         for _ in range(4):  # the first CRC read by offset (kept by version), then the bytes kept
