@@ -35,15 +35,6 @@ from axon.fsspec import AxonFileSystem  # noqa: E402
 fsspec.register_implementation("axon", AxonFileSystem, clobber=True)
 
 
-def engine(module: str, package: str):
-    """``module``, imported; else the test is skipped, naming the pip package that brings it.
-    The engines are the test-engines extra, which ``scripts/setup.sh --all`` installs unless
-    ``AXON_ENGINES=0`` (CI's other Pythons, where torch's CPU build is not on disk)."""
-    return pytest.importorskip(
-        module, reason=f"{module} is not installed: pip install '{package}' (the test-engines extra)"
-    )
-
-
 README = Path(__file__).resolve().parents[2] / "README.md"
 SMALL_FILES = 300  # small files in corpus/small/, 1-4 KiB each, distinct bytes
 

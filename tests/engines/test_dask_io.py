@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from conftest import engine
+from engine_support import engine
 
 DASK = "dask[dataframe,distributed]"
 dask = engine("dask", DASK)

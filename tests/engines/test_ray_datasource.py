@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from conftest import engine
+from engine_support import engine
 
 ray = engine("ray", "ray[data]")
 engine("ray.data", "ray[data]")

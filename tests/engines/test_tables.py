@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import engine
+from engine_support import engine
 
 pa = pytest.importorskip("pyarrow", reason="pyarrow is in the test extra (scripts/setup.sh --all)")
 pq = pytest.importorskip("pyarrow.parquet")

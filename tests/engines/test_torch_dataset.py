@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import engine
+from engine_support import engine
 
 torch = engine("torch", "torch")
 
