@@ -36,7 +36,8 @@ def test_no_content_length_where_forbidden(status):
 
 
 @pytest.mark.parametrize("status, reason", [(200, "OK"), (206, "Partial Content"), (404, "Not Found"),
-                                            (416, "Requested Range Not Satisfiable"), (599, "Unknown")])
+                                            (416, "Range Not Satisfiable"), (413, "Content Too Large"),
+                                            (599, "Unknown")])
 def test_reason(status, reason):
     assert Response(status).reason == reason
 

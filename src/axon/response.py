@@ -62,7 +62,7 @@ class Response:
 
     @property
     def reason(self) -> str:
-        return _REASONS.get(self.status, "Unknown")
+        return REASONS.get(self.status, "Unknown")
 
     def without_body(self) -> "Response":
         """The same response for a HEAD request: headers kept, files released, no body."""
@@ -82,7 +82,12 @@ class Response:
             close()
 
 
-_REASONS = {s.value: s.phrase for s in HTTPStatus}
+#: Each status's reason phrase, as RFC 9110 names it, on every Python: ``http.HTTPStatus`` took
+#: RFC 9110's names for 413, 416 and 422 only in Python 3.13. The status lines of Axon's own
+#: server are made from it too (``server/wire.py``).
+REASONS: dict[int, str] = {s.value: s.phrase for s in HTTPStatus} | {
+    413: "Content Too Large", 416: "Range Not Satisfiable", 422: "Unprocessable Content",
+}
 
 
 def json_response(data: Any, status: int = 200, headers: list[tuple[str, str]] | None = None) -> Response:

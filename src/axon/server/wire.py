@@ -7,9 +7,9 @@ line table (as uvicorn's), and ``Date`` + ``Server`` as one line rebuilt once pe
 from __future__ import annotations
 
 import time
-from http import HTTPStatus
 
 from ..http.conditional import http_date
+from ..response import REASONS
 
 SERVER = b"axon"
 CRLF = b"\r\n"
@@ -20,7 +20,7 @@ KEEP_ALIVE = b"Connection: keep-alive\r\n"
 CHUNKED = b"Transfer-Encoding: chunked\r\n"
 
 STATUS_LINES: dict[int, bytes] = {
-    s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode("ascii") for s in HTTPStatus
+    status: f"HTTP/1.1 {status} {reason}\r\n".encode("ascii") for status, reason in REASONS.items()
 }
 
 
