@@ -131,6 +131,33 @@ def test_a_killed_download_resumes_from_its_last_checkpoint(tmp_path: Path, monk
     assert all((root / p).read_bytes() == d for p, d in FILES.items())
 
 
+def test_a_part_finished_after_the_last_save_is_resumed_not_started_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed after the part the journal names was renamed into place and before the next save:
+    the whole file becomes the part's temporary file again, and the download resumes."""
+    monkeypatch.setattr(download_module, "CHECKPOINT_INTERVAL", 0.0)
+    root = prepare_destination(tmp_path / "dest")
+    journal = Journal(root, "http://example.test", NAMES)
+    download = BatchDownload(root, NAMES, CONTENT_TYPE, len(BODY), journal=journal, etag=ETAG)
+    cut = BODY.index(FILES["a.bin"]) + 40
+    download.feed(BODY[:cut])
+    saved = journal.load()
+    assert saved is not None and saved.part is not None and saved.part.path == "a.bin"
+    # The rest of a.bin arrives and it is renamed into place; the process dies before the journal
+    # is saved again (the save at the chunk's end is undone: the journal on disk is the first one).
+    before = journal.path.read_bytes()
+    end = BODY.index(FILES["a.bin"]) + len(FILES["a.bin"])
+    download.feed(BODY[cut:BODY.index(b"\r\n\r\n", end) + 4])  # up to the next part's head: a.bin ended
+    journal.path.write_bytes(before)
+    assert (root / "a.bin").read_bytes() == FILES["a.bin"] and not (root / saved.part.temp).exists()
+    again = journal.load()
+    assert again is not None and again.offset == cut, "started over"
+    with open_download(root, NAMES, 206, continuation(cut), len(BODY) - cut, journal=journal, saved=again) as resumed:
+        resumed.feed(BODY[cut:])
+        resumed.finish()
+    assert listing(root) == set(NAMES)
+    assert all((root / p).read_bytes() == d for p, d in FILES.items())
+
+
 def test_a_continuation_that_does_not_fit_is_refused_and_forgotten(tmp_path: Path) -> None:
     root = prepare_destination(tmp_path / "dest")
     offset = BODY.index(FILES["a.bin"]) + 10

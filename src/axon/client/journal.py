@@ -87,8 +87,17 @@ class Journal:
             self.remove()  # unreadable or not ours: its part's temporary file cannot be trusted
             return None
         try:
-            if saved.part is not None and self.temp_path(saved.part).stat().st_size < saved.part.written:
-                raise ValueError("the part's temporary file is shorter than saved")
+            if saved.part is not None:
+                temp = self.temp_path(saved.part)
+                if not temp.exists():
+                    # Finished and renamed into place before the next save could name the part
+                    # after it (a process killed in between): its bytes are whole in the file,
+                    # which becomes the temporary file again and is written on from the offset.
+                    target = resolve_destination(self.root, saved.part.path)
+                    if target.stat().st_size == saved.part.declared:
+                        os.replace(target, temp)
+                if temp.stat().st_size < saved.part.written:
+                    raise ValueError("the part's temporary file is shorter than saved")
             for path, size in saved.done:
                 # A file finished before but since removed or changed here: start over.
                 if resolve_destination(self.root, path).stat().st_size != size:
