@@ -111,7 +111,9 @@ def test_download_resumes_at_every_offset(tmp_path: Path) -> None:
             assert (root / path).read_bytes() == data, (offset, path)
 
 
-def test_a_killed_download_resumes_from_its_last_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def saved_inside_a(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A journaled download of BODY saved after every chunk, fed 40 bytes into a.bin: its root,
+    journal, download, the offset reached and what the journal saved there."""
     monkeypatch.setattr(download_module, "CHECKPOINT_INTERVAL", 0.0)  # save after every chunk
     root = prepare_destination(tmp_path / "dest")
     journal = Journal(root, "http://example.test", NAMES)
@@ -120,6 +122,11 @@ def test_a_killed_download_resumes_from_its_last_checkpoint(tmp_path: Path, monk
     download.feed(BODY[:cut])
     saved = journal.load()
     assert saved is not None and saved.offset == cut and saved.part is not None and saved.part.written == 40
+    return root, journal, download, cut, saved
+
+
+def test_a_killed_download_resumes_from_its_last_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, journal, _, cut, saved = saved_inside_a(tmp_path, monkeypatch)
     # The process dies after writing more of the part than the journal recorded: no __exit__.
     with open(root / saved.part.temp, "ab") as part:
         part.write(b"bytes the journal never counted")
@@ -134,14 +141,7 @@ def test_a_killed_download_resumes_from_its_last_checkpoint(tmp_path: Path, monk
 def test_a_part_finished_after_the_last_save_is_resumed_not_started_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Killed after the part the journal names was renamed into place and before the next save:
     the whole file becomes the part's temporary file again, and the download resumes."""
-    monkeypatch.setattr(download_module, "CHECKPOINT_INTERVAL", 0.0)
-    root = prepare_destination(tmp_path / "dest")
-    journal = Journal(root, "http://example.test", NAMES)
-    download = BatchDownload(root, NAMES, CONTENT_TYPE, len(BODY), journal=journal, etag=ETAG)
-    cut = BODY.index(FILES["a.bin"]) + 40
-    download.feed(BODY[:cut])
-    saved = journal.load()
-    assert saved is not None and saved.part is not None and saved.part.path == "a.bin"
+    root, journal, download, cut, saved = saved_inside_a(tmp_path, monkeypatch)
     # The rest of a.bin arrives and it is renamed into place; the process dies before the journal
     # is saved again (the save at the chunk's end is undone: the journal on disk is the first one).
     before = journal.path.read_bytes()
