@@ -29,6 +29,7 @@ pytest.importorskip("fsspec.asyn", reason="the fsspec extra is installed by scri
 
 import fsspec  # noqa: E402
 
+from axon.demo import make_demo_files  # noqa: E402
 from axon.fsspec import AxonFileSystem  # noqa: E402
 
 # The installed metadata may predate the entry point (an old editable install): name the class.
@@ -150,25 +151,12 @@ def served(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
 # -- README's engines subsection: the files its examples name, served as its examples expect --------
 
 
-def write_readme_files(root: Path) -> None:
-    """What README's "Reading from data pipelines" serves: labelled samples and a sales table."""
-    samples = root / "samples"
-    samples.mkdir(parents=True)
-    for i in range(8):
-        (samples / f"{i:03}.cls").write_text(str(i % 3))
-        (samples / f"{i:03}.txt").write_text(f"sample {i}\n")
-    tables = root / "tables"
-    tables.mkdir()
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
-    regions = ["north", "south", "east", "west"] * 50
-    pq.write_table(pa.table({"region": regions, "amount": list(range(200))}), tables / "sales.parquet")
-
-
 @pytest.fixture(scope="session")
 def readme_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """``axon serve`` over what ``axon demo`` writes: the files README's examples read."""
+    pytest.importorskip("pyarrow", reason="pyarrow is in the test extra (scripts/setup.sh --all)")
     root = tmp_path_factory.mktemp("engines-readme-root")
-    write_readme_files(root)
+    assert make_demo_files(root)[1] is None
     log = tmp_path_factory.mktemp("engines-readme-log") / "access.jsonl"
     with axon_serving(root, log) as address:
         yield Served(address, root, log)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from live_server import live_server
 
-from axon.demo import make_samples
+from axon.demo import make_demo_files
 
 pd = pytest.importorskip("pandas", reason="pandas is in the test extra (scripts/setup.sh --all)")
 pytest.importorskip("pyarrow", reason="pyarrow is in the test extra (scripts/setup.sh --all)")
@@ -28,18 +28,9 @@ def section_code() -> list[str]:
 
 @pytest.fixture(scope="module")
 def readme_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The files the section names: the demo's examples, a sales table, labelled samples."""
+    """The files the section names, as ``axon demo`` writes them."""
     root = tmp_path_factory.mktemp("readme-root")
-    make_samples(root)
-    (root / "tables").mkdir()
-    sales = pd.DataFrame({"region": ["north", "south", "east", "west"] * 50, "amount": range(200),
-                          "note": [f"order {i}" for i in range(200)]})
-    sales.to_csv(root / "tables/sales.csv", index=False)
-    sales.to_parquet(root / "tables/sales.parquet")
-    (root / "samples").mkdir()
-    for i in range(8):
-        (root / f"samples/{i:03}.cls").write_text(str(i % 3))
-        (root / f"samples/{i:03}.txt").write_text(f"sample {i}\n")
+    assert make_demo_files(root)[1] is None
     return root
 
 
