@@ -27,10 +27,12 @@ COMMANDS = {
                 "axon.asgi:application"],
     "native": ["-m", "axon.cli", "serve", "--host", "127.0.0.1", "--port", "{port}", "--workers", "1",
                "--log-level", "warning"],
+    # axon demo as the README gives it (its DIR among the args): the files it writes, served.
+    "demo": ["-m", "axon.cli", "demo", "--host", "127.0.0.1", "--port", "{port}"],
 }
 # What each runtime needs importable: the server, and the Axon module it runs.
 _NEEDS = {"gunicorn": ("gunicorn", "axon.wsgi"), "uvicorn": ("uvicorn", "axon.asgi"),
-          "native": ("httptools", "axon.server.cli")}
+          "native": ("httptools", "axon.server.cli"), "demo": ("httptools", "axon.server.cli")}
 
 
 @dataclass(frozen=True)
