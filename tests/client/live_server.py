@@ -83,6 +83,38 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def dead_netloc() -> str:
+    """A loopback ``host:port`` nothing listens on (bound, then closed: connecting is refused)."""
+    return f"127.0.0.1:{free_port()}"
+
+
+@contextlib.contextmanager
+def nginx_static(root: Path, prefix: Path) -> Iterator[str]:
+    """nginx serving ``root`` as static files (at ``/files/``, as the bench's yardstick does), its
+    own files under ``prefix``: a server that is not Axon. Yields ``host:port``; skips the test
+    where nginx is not installed."""
+    import pytest
+
+    from axon.bench import nginx, procs
+
+    if not Path(nginx.binary()).exists():
+        pytest.skip("nginx is installed by scripts/setup.sh --all")
+    port = free_port()
+    server = procs.start(nginx.static_command(prefix, port, root), None, prefix / "out.log")
+    try:
+        procs.wait_ready(f"http://127.0.0.1:{port}/api/health")
+        yield f"127.0.0.1:{port}"
+    finally:
+        procs.stop(server)
+
+
+def says_not_axon(said: str, netloc: str) -> bool:
+    """Whether an error a reader raised for ``nginx_static`` at ``netloc`` says what a user must
+    know: the URL that answered, that its ``/api/limits`` is missing, and no HTML page as a reason."""
+    return (f"http://{netloc}/api/limits answered 404" in said and "/api/limits is missing" in said
+            and "<html" not in said.lower())
+
+
 def healthy(port: int) -> bool:
     try:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "client"))
-from live_server import live_server  # noqa: E402
+from live_server import live_server, nginx_static  # noqa: E402
 
 pytest.importorskip("fsspec.asyn", reason="the fsspec extra is installed by scripts/setup.sh --all")
 
@@ -170,3 +170,10 @@ def secret_served(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     log = tmp_path_factory.mktemp("engines-secret-log") / "access.jsonl"
     with axon_serving(corpus, log, {"AXON_SECRET": secret}) as address:
         yield address, secret
+
+
+@pytest.fixture(scope="session")
+def nginx_netloc(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """nginx serving the corpus as static files: a server that is not Axon (``host:port``)."""
+    with nginx_static(corpus, tmp_path_factory.mktemp("engines-nginx")) as netloc:
+        yield netloc

@@ -7,19 +7,20 @@ import errno
 import json
 import multiprocessing
 import pickle
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 from engine_support import engine
+from live_server import dead_netloc, says_not_axon
 
 torch = engine("torch", "torch")
 
 from torch.utils.data import DataLoader  # noqa: E402
 
 from axon.engines.torch_dataset import AxonDataset, AxonShards  # noqa: E402
+from axon.fsspec.errors import NotAxonServer  # noqa: E402
 
 SMALL_FILES = 300  # the files conftest.py writes into small/
 RELS = [f"small/{i:04}.bin" for i in range(SMALL_FILES)]
@@ -177,15 +178,24 @@ def test_a_missing_file_fails_its_shard_with_file_not_found(served):
         list(shards)
 
 
+def _reads(path: str) -> list:
+    """Every way the datasets read ``path``: one item, a sampler's batch, a shard."""
+    return [lambda: AxonDataset([path])[0], lambda: AxonDataset([path]).__getitems__([0]),
+            lambda: list(AxonShards([[path]]))]
+
+
 def test_a_server_that_is_down_is_named_by_host_and_port():
-    with socket.socket() as sock:  # a port nothing listens on: bound, then closed
-        sock.bind(("127.0.0.1", 0))
-        netloc = f"127.0.0.1:{sock.getsockname()[1]}"
-    path = f"axon://{netloc}/small/0000.bin"
-    for read in (lambda: AxonDataset([path])[0], lambda: AxonDataset([path]).__getitems__([0]),
-                 lambda: list(AxonShards([[path]]))):
+    netloc = dead_netloc()
+    for read in _reads(f"axon://{netloc}/small/0000.bin"):
         with pytest.raises(OSError, match=netloc):
             read()
+
+
+def test_a_server_that_is_not_axon_says_so(nginx_netloc):
+    for read in _reads(f"axon://{nginx_netloc}/small/missing.bin"):
+        with pytest.raises(NotAxonServer) as caught:
+            read()
+        assert says_not_axon(str(caught.value), nginx_netloc), caught.value
 
 
 def test_without_torch_the_import_names_the_pip_install():

@@ -5,7 +5,6 @@ reader; without aiohttp, the import names the ``pip install`` that brings it."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -13,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from axon.bench import nginx, procs
+from live_server import dead_netloc, nginx_static, says_not_axon
+
 from axon.fsspec import AxonFileSystem
 from axon.fsspec.errors import NotAxonServer
 
@@ -21,16 +21,8 @@ from axon.fsspec.errors import NotAxonServer
 @pytest.fixture(scope="module")
 def nginx_netloc(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """nginx serving the corpus as static files (at /files/, as the bench's yardstick does)."""
-    if not Path(nginx.binary()).exists():
-        pytest.skip("nginx is installed by scripts/setup.sh --all")
-    prefix = tmp_path_factory.mktemp("nginx")
-    port = procs.free_port()
-    server = procs.start(nginx.static_command(prefix, port, corpus), None, prefix / "out.log")
-    try:
-        procs.wait_ready(f"http://127.0.0.1:{port}/api/health")
-        yield f"127.0.0.1:{port}"
-    finally:
-        procs.stop(server)
+    with nginx_static(corpus, tmp_path_factory.mktemp("nginx")) as netloc:
+        yield netloc
 
 
 def _readers(fs: AxonFileSystem, netloc: str) -> dict[str, Callable[[], object]]:
@@ -54,20 +46,11 @@ def test_a_server_that_is_not_axon_says_so(nginx_netloc: str):
     for name, read in _readers(fs, nginx_netloc).items():
         with pytest.raises(NotAxonServer) as caught:
             read()
-        said = str(caught.value)
-        assert f"http://{nginx_netloc}/api/limits answered 404" in said, (name, said)
-        assert "/api/limits is missing" in said and "<html" not in said.lower(), (name, said)
-
-
-def _dead_port() -> int:
-    """A loopback port nothing listens on (bound, then closed: connecting is refused)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        assert says_not_axon(str(caught.value), nginx_netloc), (name, caught.value)
 
 
 def test_a_server_that_is_down_is_named_by_every_reader():
-    netloc = f"127.0.0.1:{_dead_port()}"
+    netloc = dead_netloc()
     fs = AxonFileSystem(skip_instance_cache=True)
     for name, read in _readers(fs, netloc).items():
         with pytest.raises(OSError) as caught:

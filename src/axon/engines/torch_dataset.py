@@ -35,6 +35,7 @@ from ..batchclient.transport import RoundTrip
 from ..fsspec import AxonFileSystem
 from ..fsspec.errors import error_for
 from ..signing import mint_token
+from .file_groups import axon_filesystem
 
 __all__ = ["AxonDataset", "AxonShards"]
 
@@ -193,7 +194,9 @@ class AxonShards(IterableDataset):
         nothing outlives the iteration, so nothing is shared across a fork; no redirect is
         followed (the bearer token goes to this server only) and no proxy of the environment is
         used, as for ``axon://``. The server refuses the whole batch before its first byte if any
-        file is missing; a cut answer ends in ``tarfile.ReadError``.
+        file is missing; a cut answer ends in ``tarfile.ReadError``. A refusal that is not Axon's
+        JSON error has the server's ``/api/limits`` asked, as ``axon://`` does: another kind of
+        server is :class:`~axon.fsspec.errors.NotAxonServer`, not a missing file.
         """
         scheme = self.storage_options.get("scheme", "http")
         request = build_request(f"{scheme}://{netloc}/", rels, method="POST", fmt="tar", headers=self._auth())
@@ -204,7 +207,10 @@ class AxonShards(IterableDataset):
                 kind = TimeoutError if isinstance(exc.__cause__, TimeoutError) else ConnectionError
                 raise kind(f"{scheme}://{netloc} failed for a shard: {exc}") from exc
             if head.status != 200:
-                raise _refusal(head.status, head.reason, trip.error_body(), netloc, rels)
+                body = trip.error_body()
+                if error_object(body) is None:  # not Axon's JSON error: NotAxonServer if no Axon is there
+                    axon_filesystem(self.storage_options).server_limits(netloc)
+                raise _refusal(head.status, head.reason, body, netloc, rels)
             with tarfile.open(fileobj=trip, mode="r|") as archive:
                 for member in archive:
                     if member.isfile():

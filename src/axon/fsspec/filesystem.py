@@ -39,7 +39,7 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
-from fsspec.asyn import AsyncFileSystem
+from fsspec.asyn import AsyncFileSystem, sync
 from fsspec.callbacks import DEFAULT_CALLBACK
 from fsspec.implementations.http import HTTPFileSystem
 
@@ -47,7 +47,7 @@ from ..signing import sign_url
 from .batches import PartSink
 from .errors import ListingOff, error_body, error_for, listing_off, status_error
 from .file import AxonAsyncFile, AxonFile, RangeReader
-from .servers import Servers
+from .servers import ServerLimits, Servers
 from .slices import EMPTY, Slice, plan
 from .transfer import Collect, FileSink, SinkFactory, Transfer, Want, raise_first
 
@@ -363,6 +363,11 @@ class AxonFileSystem(AsyncFileSystem):
              "size": entry.get("size", 0), "mtime": entry.get("mtime")}
             for entry in listing["entries"]
         ]
+
+    def server_limits(self, netloc: str) -> ServerLimits:
+        """What the server at ``host:port`` takes in a batch (its ``/api/limits``, asked once);
+        :class:`~.errors.NotAxonServer` if it is not Axon."""
+        return sync(self.loop, self._servers.limits, netloc)
 
     def ukey(self, path):
         return self.info(path).get("ETag") or super().ukey(path)
