@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 
 from engine_support import engine
+from live_server import dead_netloc, says_not_axon
 
 pa = pytest.importorskip("pyarrow", reason="pyarrow is in the test extra (scripts/setup.sh --all)")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -19,6 +20,7 @@ pa_dataset = pytest.importorskip("pyarrow.dataset")
 import fsspec  # noqa: E402
 
 from axon.engines.tables import arrow_filesystem  # noqa: E402
+from axon.fsspec.errors import NotAxonServer  # noqa: E402
 
 ROWS = "tables/rows.parquet"
 PARTS = [f"tables/parts/part-{p}.parquet" for p in range(4)]
@@ -162,6 +164,48 @@ def test_hugging_face_datasets_streams_axon_files(served, tmp_path):
     seen = served.requests_since(mark)
     assert rows == local(served).to_pylist()
     assert_read_from_axon(served, seen, [ROWS])
+
+
+# -- errors a user can act on ----------------------------------------------------------------------
+
+
+def read_duckdb(url: str, tmp_path) -> list:
+    connection = engine("duckdb", "duckdb").connect()
+    connection.register_filesystem(fsspec.filesystem("axon", skip_instance_cache=True))
+    return connection.sql(f"SELECT * FROM read_parquet('{url}')").fetchall()
+
+
+def read_datasets(url: str, tmp_path, streaming: bool = False) -> list:
+    datasets = engine("datasets", "datasets")
+    return list(datasets.load_dataset("parquet", data_files=url, split="train", streaming=streaming,
+                                      cache_dir=str(tmp_path)))
+
+
+READERS = {  # each engine reading one Parquet file of an axon:// URL
+    "pyarrow": lambda url, tmp_path: pq.read_table(url.removeprefix("axon://"), filesystem=arrow_filesystem()),
+    "duckdb": read_duckdb,
+    "polars": lambda url, tmp_path: engine("polars", "polars").read_parquet(url, use_pyarrow=True),
+    "datasets": read_datasets,
+    "datasets, streaming": lambda url, tmp_path: read_datasets(url, tmp_path, streaming=True),
+}
+ENGINES = [pytest.param(name, marks=pytest.mark.slow) if name.startswith("datasets") else name for name in READERS]
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_a_server_that_is_not_axon_says_so(name, nginx_netloc, tmp_path):
+    with pytest.raises(Exception) as caught:  # noqa: PT011 - DuckDB raises its own Error, with the text
+        READERS[name](f"axon://{nginx_netloc}/tables/missing.parquet", tmp_path)
+    assert isinstance(caught.value, NotAxonServer) or name == "duckdb", repr(caught.value)
+    assert says_not_axon(str(caught.value), nginx_netloc), caught.value
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_a_server_that_is_down_is_named_by_host_and_port(name, tmp_path):
+    netloc = dead_netloc()
+    with pytest.raises(Exception) as caught:  # noqa: PT011 - as above
+        READERS[name](f"axon://{netloc}/tables/sales.parquet", tmp_path)
+    assert isinstance(caught.value, OSError) or name == "duckdb", repr(caught.value)
+    assert netloc in str(caught.value), caught.value
 
 
 # -- README ----------------------------------------------------------------------------------------
