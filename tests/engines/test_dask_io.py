@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from engine_support import engine
+from live_server import dead_netloc, says_not_axon
 
 DASK = "dask[dataframe,distributed]"
 dask = engine("dask", DASK)
@@ -21,6 +22,7 @@ pytest.importorskip("pyarrow")
 
 from axon.engines import dask_io  # noqa: E402
 from axon.fsspec import AxonFileSystem  # noqa: E402
+from axon.fsspec.errors import NotAxonServer  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -168,6 +170,34 @@ def test_a_missing_file_raises_file_not_found(served, client):
     bag = dask_io.read_bytes([served.url("small/0000.bin"), served.url("small/missing.bin")])
     with pytest.raises(FileNotFoundError, match="missing.bin"):
         bag.compute()
+
+
+def _reads(netloc: str) -> dict:
+    """Every reader of ``dask_io`` on ``netloc``: in the workers (a file, Parquet with its types
+    given) and in the client (a glob's listing, Parquet's types from its first file)."""
+    meta = pd.DataFrame({"id": pd.Series([], dtype="int64")})
+    return {
+        "read_bytes": lambda: dask_io.read_bytes([f"axon://{netloc}/small/missing.bin"]).compute(),
+        "read_text of a glob": lambda: dask_io.read_text(f"axon://{netloc}/small/*.bin").compute(),
+        "read_parquet": lambda: dask_io.read_parquet(f"axon://{netloc}/tables/missing.parquet").compute(),
+        "read_parquet, meta given": lambda: dask_io.read_parquet(f"axon://{netloc}/tables/missing.parquet",
+                                                                 meta=meta).compute(),
+    }
+
+
+def test_a_server_that_is_not_axon_says_so(nginx_netloc, client):
+    for name, read in _reads(nginx_netloc).items():
+        with pytest.raises(NotAxonServer) as caught:
+            read()
+        assert says_not_axon(str(caught.value), nginx_netloc), (name, caught.value)
+
+
+def test_a_server_that_is_down_is_named_by_host_and_port(client):
+    netloc = dead_netloc()
+    for name, read in _reads(netloc).items():
+        with pytest.raises(OSError) as caught:
+            read()
+        assert netloc in str(caught.value), (name, caught.value)
 
 
 def test_bad_arguments_are_refused_at_once(served):

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from engine_support import engine
+from live_server import dead_netloc, says_not_axon
 
 ray = engine("ray", "ray[data]")
 engine("ray.data", "ray[data]")
@@ -19,6 +20,7 @@ from pyarrow.fs import FSSpecHandler, PyFileSystem  # noqa: E402
 
 from axon.engines.ray_datasource import AxonFiles, read_binary_files, read_parquet  # noqa: E402
 from axon.fsspec import AxonFileSystem  # noqa: E402
+from axon.fsspec.errors import NotAxonServer  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -90,6 +92,33 @@ def test_a_missing_file_fails_the_read_with_file_not_found(served, ray_cluster):
     paths = [served.url("small/0000.bin"), served.url("small/missing.bin")]
     with pytest.raises(FileNotFoundError, match="missing.bin"):
         read_binary_files(paths, files_per_block=2).take_all()
+
+
+def _reads(netloc: str) -> dict:
+    """Every reader of ``ray_datasource`` on ``netloc``: in a read task (a file, Parquet) and on
+    the driver (a glob's listing)."""
+    return {
+        "read_binary_files": lambda: read_binary_files([f"axon://{netloc}/small/missing.bin"]).take_all(),
+        "read_binary_files of a glob": lambda: read_binary_files(f"axon://{netloc}/small/*.bin").take_all(),
+        "read_parquet": lambda: read_parquet([f"axon://{netloc}/tables/missing.parquet"]).take_all(),
+    }
+
+
+def test_a_server_that_is_not_axon_says_so(nginx_netloc, ray_cluster):
+    for name, read in _reads(nginx_netloc).items():
+        with pytest.raises(NotAxonServer) as caught:  # from a task: RayTaskError(NotAxonServer)
+            read()
+        assert says_not_axon(str(caught.value), nginx_netloc), (name, caught.value)
+
+
+def test_a_server_that_is_down_is_named_by_host_and_port(ray_cluster):
+    """From a read task Ray gives aiohttp's error as an UnserializableException (it does not
+    pickle), whose text still names the server."""
+    netloc = dead_netloc()
+    for name, read in _reads(netloc).items():
+        with pytest.raises(Exception) as caught:  # noqa: PT011
+            read()
+        assert netloc in str(caught.value), (name, caught.value)
 
 
 def test_bad_arguments_are_refused_before_anything_runs(served):
