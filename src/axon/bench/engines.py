@@ -1,8 +1,12 @@
-"""``python -m axon.bench.engines``: PyTorch, Ray Data and Dask reading over a long link, through
-axon:// and the ways they read without it (issue 26).
+"""``python -m axon.bench.engines --matrix``: PyTorch, Ray Data and Dask reading over a long link,
+through axon:// and the ways they read without it (issue 26). Without ``--matrix`` the command
+runs :mod:`axon.bench.loaders`: Axon's readers against the peers an engineer would pick.
 
-    python -m axon.bench.engines                       # 10,000 x 4 KiB and a 200 MB Parquet file, 20 ms round trip
-    python -m axon.bench.engines --files 50 --parquet-mb 1 --delay-ms 1 --engines torch   # a quick look
+    python -m axon.bench.engines --matrix              # 10,000 x 4 KiB and a 200 MB Parquet file, 20 ms round trip
+    python -m axon.bench.engines --matrix --files 50 --parquet-mb 1 --delay-ms 1 --engines torch   # a quick look
+
+The ways without Axon read one file per item, the floor that :mod:`axon.bench.loaders` compares
+against its peers.
 
 Each engine (``--engines``) reads two workloads, the small files and one Parquet file, three ways
 (``--ways``):
@@ -47,7 +51,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from . import objects, pipelines, procs, relay, seaweed
+from . import loaders, objects, pipelines, procs, relay, seaweed
 from .engine_cells import WARM_PARQUET, Cell
 from .pipelines import HOST, FileSet
 
@@ -94,7 +98,9 @@ def nginx_request(line: str) -> str | None:
 
 
 def _kind(path: str) -> str:
-    return path if path.startswith("/api/") else "/files/..."
+    if path.startswith("/api/"):
+        return path
+    return "/files/....tar" if path.endswith(".tar") else "/files/..."
 
 
 class ServerLog:
@@ -220,9 +226,19 @@ def run_cell(cell: Cell, counter: ServerLog | StoreMetrics, budget: float,
              log: Path) -> tuple[float | None, str | None, collections.Counter, str]:
     """Seconds the cell's timed read took (None: stopped after ``budget``), what it read, the
     requests the server saw meanwhile, and why it failed (if it did: its log says more)."""
-    argv = [sys.executable, "-m", "axon.bench.engine_cells", json.dumps(asdict(cell))]
+    done, seen, error = run_process("axon.bench.engine_cells", asdict(cell),
+                                    f"{cell.engine} {cell.workload} {cell.way}", counter, budget, log)
+    return (None, None, seen, error) if done is None else (done["seconds"], done["check"], seen, error)
+
+
+def run_process(module: str, spec: dict, title: str, counter: ServerLog | StoreMetrics, budget: float,
+                log: Path) -> tuple[dict | None, collections.Counter, str]:
+    """Run ``python -m module SPEC_JSON``: once it says it is ready, mark ``counter``, tell it to go,
+    and take its answer (None: none came in ``budget`` seconds). The answer, the requests the
+    server saw meanwhile, and why it failed (if it did: ``log`` has its stderr)."""
+    argv = [sys.executable, "-m", module, json.dumps(spec)]
     with open(log, "ab") as err:
-        err.write(f"\n=== {cell.engine} {cell.workload} {cell.way}\n".encode())
+        err.write(f"\n=== {title}\n".encode())
         err.flush()
         proc = subprocess.Popen(procs.wrap(argv, None), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                 start_new_session=True)
@@ -241,15 +257,17 @@ def run_cell(cell: Cell, counter: ServerLog | StoreMetrics, budget: float,
     finally:
         procs.stop(proc)  # its whole process group: the engine's cluster too
     seen = counter.end() if counting else collections.Counter()
-    return (None, None, seen, error) if done is None else (done["seconds"], done["check"], seen, error)
+    return done, seen, error
 
 
 # -- the whole run -----------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
-def servers(root: Path, workdir: Path, delay_ms: float, rels: list[str], s3: bool) -> Iterator[tuple[dict, dict]]:
-    """axon serve, nginx and (with ``s3``) SeaweedFS holding ``rels``, each behind a relay:
+def servers(root: Path, workdir: Path, delay_ms: float, rels: list[str], s3: bool,
+            connect_ms: float = 0.0) -> Iterator[tuple[dict, dict]]:
+    """axon serve, nginx and (with ``s3``) SeaweedFS holding ``rels``, each behind a relay that
+    holds every chunk ``delay_ms`` and a new connection's first ``connect_ms`` more:
     way -> its address through the relay, and way -> its request counter."""
     with ExitStack() as stack:
         ports = stack.enter_context(pipelines.servers(root, workdir, None, access_logs=True))
@@ -262,7 +280,8 @@ def servers(root: Path, workdir: Path, delay_ms: float, rels: list[str], s3: boo
             upload(store, root, rels)
             targets["s3"] = int(store.endpoint.rsplit(":", 1)[1])
             counters["s3"] = StoreMetrics(store)
-        links = {way: stack.enter_context(relay.start(f"{HOST}:0", f"{HOST}:{port}", delay_ms)).port
+        links = {way: stack.enter_context(relay.start(f"{HOST}:0", f"{HOST}:{port}", delay_ms,
+                                                             connect_ms=connect_ms)).port
                  for way, port in targets.items()}
         yield {way: f"{HOST}:{port}" for way, port in links.items()}, counters
 
@@ -336,8 +355,11 @@ def _listed(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m axon.bench.engines", description=__doc__,
+    if "--matrix" not in (sys.argv[1:] if argv is None else argv):
+        return _main_loaders(argv)
+    parser = argparse.ArgumentParser(prog="python -m axon.bench.engines --matrix", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--matrix", action="store_true", required=True, help="the engines' matrix (this help)")
     parser.add_argument("--files", type=int, default=10_000, help="small files (default 10,000)")
     parser.add_argument("--file-size", type=int, default=4096, help="bytes each (default 4096)")
     parser.add_argument("--parquet-mb", type=int, default=200, help="the Parquet file's size, MB (default 200)")
@@ -370,6 +392,21 @@ def main(argv: list[str] | None = None) -> int:
         if row.error:
             print(f"{row.engine} {row.workload} {row.way}: {row.error}", file=sys.stderr)
     return 1 if any(row.error for row in rows) else 0
+
+
+def _main_loaders(argv: list[str] | None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m axon.bench.engines", description=loaders.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    loaders.configure(parser)
+    parser.add_argument("--matrix", action="store_true",
+                        help="run the engines' matrix instead: PyTorch, Ray Data and Dask, three ways each "
+                             "(its options: --matrix --help)")
+    args = parser.parse_args(argv)
+    previous = procs.install_handlers()
+    try:
+        return loaders.main(args, argv)
+    finally:
+        procs.restore_handlers(previous)
 
 
 if __name__ == "__main__":
