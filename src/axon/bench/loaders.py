@@ -124,19 +124,24 @@ def read_set(spec: Spec, digests: list[str], counter, budget: float, log: Path) 
     label = FileSet(spec.count, spec.size).label
     done, seen, error = run_process("axon.bench.loader_cells", asdict(spec), f"{label} {spec.reader}", counter,
                                     budget, log)
-    if done is None and not error:
-        error = f"stopped after {budget:g} s"
+    error = error or (verdict(reader.kind, done, digests) if done else f"stopped after {budget:g} s")
     done = done or {}
-    read, check = done.get("files", 0), done.get("check")
-    if done and read != len(digests) and reader.kind != "floor":
-        error = f"read {read} of {len(digests)} files"
-    elif done and check != files_check(digests[:read]):
-        error = f"read other bytes than the files hold ({check})"
     batches = done.get("batches")
     logged = sum(seen[kind] for kind in BATCH_KINDS)
     return Row(label, reader.label, reader.kind, done.get("settings", ""), None if error else done["seconds"],
-               read, sum(seen.values()), " + ".join(f"{n:,} {kind}" for kind, n in seen.most_common()),
+               done.get("files", 0), sum(seen.values()), " + ".join(f"{n:,} {kind}" for kind, n in seen.most_common()),
                batches, logged / batches if batches else None, error)
+
+
+def verdict(kind: str, done: dict, digests: list[str]) -> str:
+    """Why a reader's answer is wrong ("" if it is right): every file of the set read (a floor:
+    the first ones, in order), each with the bytes the file holds."""
+    read = done["files"]
+    if read != len(digests) and kind != "floor":
+        return f"read {read} of {len(digests)} files"
+    if done["check"] != files_check(digests[:read]):
+        return f"read other bytes than the files hold ({done['check']})"
+    return ""
 
 
 def run(args: argparse.Namespace) -> list[Row]:
