@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from axon.bench import engines, loaders, nginx
+from axon.bench import cells, engines, loaders, nginx
 from axon.bench.engine_cells import files_check
 from axon.bench.pipelines import FileSet
 
@@ -29,13 +29,13 @@ FILES, PER_BATCH = 30, 16
 def test_the_server_logs_are_read_as_requests():
     axon_line = ('{"time":"2026-11-25T17:00:00.000Z","level":"info","logger":"axon.access","method":"POST",'
                  '"path":"/api/stream-files","query":"","status":200,"bytes":4096,"ms":1.2,"client":null}')
-    assert engines.axon_request(axon_line) == "POST /api/stream-files"
-    assert engines.axon_request('{"level":"warning","logger":"axon","message":"hi"}') is None
+    assert cells.axon_request(axon_line) == "POST /api/stream-files"
+    assert cells.axon_request('{"level":"warning","logger":"axon","message":"hi"}') is None
     nginx_line = '127.0.0.1 - - [25/Nov/2026:17:00:00 +0000] "GET /files/30x4096/000001.bin?x=1 HTTP/1.1" 200 4096 "-" "ua"'
-    assert engines.nginx_request(nginx_line) == "GET /files/..."
+    assert cells.nginx_request(nginx_line) == "GET /files/..."
     shard_line = '127.0.0.1 - - [25/Nov/2026:17:00:00 +0000] "GET /files/shards/40x4096-8/000001.tar HTTP/1.1" 200 1 "-" "-"'
-    assert engines.nginx_request(shard_line) == "GET /files/....tar"
-    assert engines.nginx_request("2026/11/25 17:00:00 [warn] something") is None
+    assert cells.nginx_request(shard_line) == "GET /files/....tar"
+    assert cells.nginx_request("2026/11/25 17:00:00 [warn] something") is None
 
 
 def test_a_cell_stopped_at_its_budget_shows_as_more_than_the_budget():
@@ -105,8 +105,9 @@ def test_every_engine_every_way(tmp_path: Path):
 # -- the readers side by side (axon.bench.loaders) ----------------------------------------------
 
 
-def _row(reader: str, kind: str, seconds: float | None, files: str = "40 x 4 KiB", read: int = 40) -> loaders.Row:
-    return loaders.Row(files, reader, kind, "", seconds, read, 1, "", None, None, "" if seconds else "failed")
+def _row(reader: str, kind: str, seconds: float | None, files: str = "40 x 4 KiB", read: int = 40,
+         error: str = "failed") -> loaders.Row:
+    return loaders.Row(files, reader, kind, "", seconds, 60.0, read, read, 1, "", None, None, "" if seconds else error)
 
 
 def test_the_best_peer_is_the_fastest_peer_of_the_run_for_each_set():
@@ -122,6 +123,13 @@ def test_the_best_peer_is_the_fastest_peer_of_the_run_for_each_set():
     assert table[3].split(" | ")[-1] == "best peer |"
     assert table[6].startswith("| 40 x 4 KiB | **axon** |") and table[6].endswith("| 4.00x |")
     assert table[5].startswith("| 40 x 4 KiB | floor: floor |") and table[5].endswith("| 2.00x |")
+
+
+def test_a_reader_stopped_at_its_budget_shows_as_more_than_the_budget():
+    rows = [_row("s3", "peer", None, files="6,000 x 4 KiB", read=6000, error=""), _row("axon", "axon", 1.0, read=6000)]
+    assert loaders.best_peers(rows) == {}
+    assert loaders.table(rows).splitlines()[2] == \
+        "| 6,000 x 4 KiB | s3 |  | > 60 | < 100 | 1:  |  | stopped after 60 s |  |"
 
 
 def test_a_reader_is_wrong_unless_it_read_every_file_with_its_bytes():

@@ -3,9 +3,9 @@
 
 The process reads a few files untimed the same way (imports done, connections open), prints
 ``{"ready": true}``, waits for a line on stdin (the harness marks the servers' logs then), reads
-the whole set and prints ``{"seconds", "files", "check", "settings", "batches"}``: ``check`` is
-the digest of every file's SHA-256 (:func:`~axon.bench.engine_cells.files_check`), which the
-harness compares with the files'; ``settings`` says how the reader was set up, in its own words
+the whole set and prints ``{"seconds", "files", "check", "batches"}``: ``check`` is the digest of
+every file's SHA-256 (:func:`~axon.bench.engine_cells.files_check`), which the harness compares
+with the files'. Its first line also says how the reader is set up (``settings``), in its own words
 (fsspec's gather batch is read from fsspec itself). A floor reader reads the files in order, one
 after another, for ``floor_seconds`` at most: ``files`` says how many it read.
 
@@ -222,14 +222,14 @@ def main(text: str) -> None:
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # the libraries' own output to stderr: stdout carries our two lines
     read = READERS[spec.reader].read
-    read(spec, True)
-    print(json.dumps({"ready": True}), file=out)
+    warm = read(spec, True)
+    print(json.dumps({"ready": True, "settings": warm.settings}), file=out)
     sys.stdin.readline()
     started = time.perf_counter()
     result = read(spec, False)
     seconds = time.perf_counter() - started
     print(json.dumps({"seconds": seconds, "files": len(result.digests), "check": files_check(result.digests),
-                      "settings": result.settings, "batches": result.batches}), file=out)
+                      "batches": result.batches}), file=out)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import pipelines
+from .cells import run_process, servers
 from .engine_cells import files_check
 from .loader_cells import READERS, Spec, shard_paths
 from .pipelines import WARMUP_FILES, FileSet
@@ -56,7 +57,9 @@ class Row:
     reader: str
     kind: str  # "peer" | "floor" | "axon"
     settings: str
-    seconds: float | None  # None: it failed or was stopped at the budget
+    seconds: float | None  # None: it failed, or was stopped after budget seconds
+    budget: float
+    count: int  # files in the set
     read: int  # files read in the timed run, each checked
     requests: int
     kinds: str  # "157 POST /api/stream-files + 4 GET /api/limits"
@@ -118,18 +121,16 @@ def write_shards(root: Path, fileset: FileSet, per_shard: int) -> None:
 
 
 def read_set(spec: Spec, digests: list[str], counter, budget: float, log: Path) -> Row:
-    from .engines import run_process
-
     reader = READERS[spec.reader]
     label = FileSet(spec.count, spec.size).label
-    done, seen, error = run_process("axon.bench.loader_cells", asdict(spec), f"{label} {spec.reader}", counter,
-                                    budget, log)
-    error = error or (verdict(reader.kind, done, digests) if done else f"stopped after {budget:g} s")
+    ready, done, seen, error = run_process("axon.bench.loader_cells", asdict(spec), f"{label} {spec.reader}",
+                                           counter, budget, log)
+    error = error or (verdict(reader.kind, done, digests) if done else "")
     done = done or {}
     batches = done.get("batches")
     logged = sum(seen[kind] for kind in BATCH_KINDS)
-    return Row(label, reader.label, reader.kind, done.get("settings", ""), None if error else done["seconds"],
-               done.get("files", 0), sum(seen.values()), " + ".join(f"{n:,} {kind}" for kind, n in seen.most_common()),
+    return Row(label, reader.label, reader.kind, ready.get("settings", ""),
+               done["seconds"] if done and not error else None, budget, len(digests), done.get("files", 0), sum(seen.values()), " + ".join(f"{n:,} {kind}" for kind, n in seen.most_common()),
                batches, logged / batches if batches else None, error)
 
 
@@ -145,8 +146,6 @@ def verdict(kind: str, done: dict, digests: list[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> list[Row]:
-    from .engines import servers
-
     root = args.files_dir.expanduser().resolve()
     workdir = (args.workdir or root.parent / "loaders-run").expanduser().resolve()
     digests = {}
@@ -169,7 +168,9 @@ def run(args: argparse.Namespace) -> list[Row]:
 
 
 def _seconds(row: Row) -> str:
-    return f"{row.seconds:.2f}" if row.seconds is not None else "failed"
+    if row.error:
+        return "failed"
+    return f"> {row.budget:g}" if row.seconds is None else f"{row.seconds:.2f}"
 
 
 def table(rows: list[Row]) -> str:
@@ -183,10 +184,16 @@ def table(rows: list[Row]) -> str:
             versus = "best peer"
         else:
             versus = "" if times is None or r.kind == "peer" else f"{times:.2f}x"
-        rate = "-" if r.rate is None else f"{r.rate:,.0f}"
+        if r.error:
+            rate = "-"
+        else:
+            rate = f"< {r.count / r.budget:,.0f}" if r.rate is None else f"{r.rate:,.0f}"
         name = f"**{r.reader}**" if r.kind == "axon" else r.reader if r.kind == "peer" else f"floor: {r.reader}"
         per_batch = "" if r.per_batch is None else f"{r.per_batch:g}"
-        checked = r.error or (f"{r.read:,} files, SHA-256" if r.kind != "floor" else f"first {r.read:,}, SHA-256")
+        if r.error or r.seconds is None:
+            checked = r.error or f"stopped after {r.budget:g} s"
+        else:
+            checked = f"{r.read:,} files, SHA-256" if r.kind != "floor" else f"first {r.read:,}, SHA-256"
         lines.append(f"| {r.files} | {name} | {r.settings} | {_seconds(r)} | {rate} | {r.requests:,}: {r.kinds} "
                      f"| {per_batch} | {checked} | {versus} |")
     return "\n".join(lines)
