@@ -51,6 +51,11 @@ def _kind(path: str) -> str:
     return "/files/....tar" if path.endswith(".tar") else "/files/..."
 
 
+def requests_text(seen: collections.Counter) -> str:
+    """``"79 POST /api/stream-files + 2 GET /api/limits"``: the most frequent first."""
+    return " + ".join(f"{n:,} {kind}" for kind, n in seen.most_common())
+
+
 class ServerLog:
     """The requests a server logged between two marks. A mark is a request sent straight to the
     server, ``GET /api/health?TOKEN``, and the log read until its line shows: axon serve writes

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from . import loaders, pipelines, procs
-from .cells import ServerLog, StoreMetrics, run_process, servers
+from .cells import ServerLog, StoreMetrics, requests_text, run_process, servers
 from .engine_cells import WARM_PARQUET, Cell
 from .pipelines import FileSet
 
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> list[Row]:
                     if check is not None and check != checks[workload]:
                         seconds, error = None, f"read {check}, the files hold {checks[workload]}"
                     label, amount, unit = amounts[workload]
-                    kinds = " + ".join(f"{n:,} {kind}" for kind, n in seen.most_common())
+                    kinds = requests_text(seen)
                     rows.append(Row(engine, label, WAYS[way], seconds, args.budget, amount, unit,
                                     sum(seen.values()), kinds, cell.units, error))
                     print(f"{engine:5} {label:20} {WAYS[way]:24} {_seconds(rows[-1]):>9} s  {kinds}",

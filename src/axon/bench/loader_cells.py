@@ -199,16 +199,16 @@ def axon_shards(spec: Spec, warm: bool) -> Result:
 class Reader:
     label: str
     kind: str  # "peer" | "floor" | "axon"
-    server: str  # "nginx" | "s3" | "axon": whose log counts its requests
+    server: str  # "http" (nginx) | "s3" | "axon": whose records count its requests
     read: Callable[[Spec, bool], Result]
 
 
 READERS = {
-    "http-cat": Reader("HTTPFileSystem on nginx, concurrent `cat`", "peer", "nginx", http_cat),
-    "webdataset": Reader("nginx tar shards, webdataset", "peer", "nginx", webdataset_shards),
-    "tarfile": Reader("nginx tar shards, tarfile", "peer", "nginx", tarfile_shards),
+    "http-cat": Reader("HTTPFileSystem on nginx, concurrent `cat`", "peer", "http", http_cat),
+    "webdataset": Reader("nginx tar shards, webdataset", "peer", "http", webdataset_shards),
+    "tarfile": Reader("nginx tar shards, tarfile", "peer", "http", tarfile_shards),
     "s3-cat": Reader("s3fs on SeaweedFS, concurrent `cat`", "peer", "s3", s3_cat),
-    "http-floor": Reader("HTTPFileSystem on nginx, one file after another", "floor", "nginx", http_floor),
+    "http-floor": Reader("HTTPFileSystem on nginx, one file after another", "floor", "http", http_floor),
     "s3-floor": Reader("s3fs on SeaweedFS, one file after another", "floor", "s3", s3_floor),
     "axon-cat": Reader("`fs.cat` over axon://", "axon", "axon", axon_cat),
     **{f"dataset-{b}-{w}": Reader(f"AxonDataset, batch {b}, {w} workers", "axon", "axon", axon_dataset(b, w))

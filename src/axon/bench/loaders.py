@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import pipelines
-from .cells import run_process, servers
+from .cells import requests_text, run_process, servers
 from .engine_cells import files_check
 from .loader_cells import READERS, Spec, shard_paths
 from .pipelines import WARMUP_FILES, FileSet
@@ -130,8 +130,8 @@ def read_set(spec: Spec, digests: list[str], counter, budget: float, log: Path) 
     batches = done.get("batches")
     logged = sum(seen[kind] for kind in BATCH_KINDS)
     return Row(label, reader.label, reader.kind, ready.get("settings", ""),
-               done["seconds"] if done and not error else None, budget, len(digests), done.get("files", 0), sum(seen.values()), " + ".join(f"{n:,} {kind}" for kind, n in seen.most_common()),
-               batches, logged / batches if batches else None, error)
+               done["seconds"] if done and not error else None, budget, len(digests), done.get("files", 0),
+               sum(seen.values()), requests_text(seen), batches, logged / batches if batches else None, error)
 
 
 def verdict(kind: str, done: dict, digests: list[str]) -> str:
@@ -160,8 +160,8 @@ def run(args: argparse.Namespace) -> list[Row]:
             for key in args.readers:
                 spec = Spec(key, fileset.count, fileset.size, args.per_shard, links["axon"], links["http"],
                             f"http://{links['s3']}" if uses_s3 else "", args.floor_seconds)
-                server = {"nginx": "http"}.get(READERS[key].server, READERS[key].server)
-                rows.append(read_set(spec, digests[fileset], counters[server], args.budget, workdir / "cells.log"))
+                rows.append(read_set(spec, digests[fileset], counters[READERS[key].server], args.budget,
+                                     workdir / "cells.log"))
                 row = rows[-1]
                 print(f"{row.files:18} {row.reader:50} {_seconds(row):>8} s  {row.kinds}", file=sys.stderr, flush=True)
     return rows
