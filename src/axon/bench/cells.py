@@ -56,6 +56,13 @@ def requests_text(seen: collections.Counter) -> str:
     return " + ".join(f"{n:,} {kind}" for kind, n in seen.most_common())
 
 
+def seconds_text(error: str, seconds: float | None, budget: float) -> str:
+    """A reader's time as a table shows it: ``failed``, ``> BUDGET`` (stopped), or the seconds."""
+    if error:
+        return "failed"
+    return f"> {budget:g}" if seconds is None else f"{seconds:.2f}"
+
+
 class ServerLog:
     """The requests a server logged between two marks. A mark is a request sent straight to the
     server, ``GET /api/health?TOKEN``, and the log read until its line shows: axon serve writes

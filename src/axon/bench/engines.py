@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from . import loaders, pipelines, procs
-from .cells import ServerLog, StoreMetrics, requests_text, run_process, servers
+from .cells import ServerLog, StoreMetrics, requests_text, run_process, seconds_text, servers
 from .engine_cells import WARM_PARQUET, Cell
 from .pipelines import FileSet
 
@@ -156,9 +156,7 @@ def run(args: argparse.Namespace) -> list[Row]:
 
 
 def _seconds(row: Row) -> str:
-    if row.error:
-        return "failed"
-    return f"> {row.budget:g}" if row.seconds is None else f"{row.seconds:.2f}"
+    return seconds_text(row.error, row.seconds, row.budget)
 
 
 def table(rows: list[Row]) -> str:

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import pipelines
-from .cells import requests_text, run_process, servers
+from .cells import requests_text, run_process, seconds_text, servers
 from .engine_cells import files_check
 from .loader_cells import READERS, Spec, shard_paths
 from .pipelines import WARMUP_FILES, FileSet
@@ -168,9 +168,7 @@ def run(args: argparse.Namespace) -> list[Row]:
 
 
 def _seconds(row: Row) -> str:
-    if row.error:
-        return "failed"
-    return f"> {row.budget:g}" if row.seconds is None else f"{row.seconds:.2f}"
+    return seconds_text(row.error, row.seconds, row.budget)
 
 
 def table(rows: list[Row]) -> str:
