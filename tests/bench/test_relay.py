@@ -61,9 +61,9 @@ def through(upstream):
     """``through(handler, delay_ms)`` -> a relay listening on a free port in front of ``handler``."""
     started = []
 
-    def make(handler, delay_ms=10.0):
+    def make(handler, delay_ms=10.0, connect_ms=0.0):
         server = upstream(handler)
-        r = relay.start("127.0.0.1:0", f"127.0.0.1:{server.server_address[1]}", delay_ms)
+        r = relay.start("127.0.0.1:0", f"127.0.0.1:{server.server_address[1]}", delay_ms, connect_ms=connect_ms)
         started.append(r)
         return r
 
@@ -103,19 +103,23 @@ def test_large_random_payload_passes_unchanged_both_ways(through):
     assert received[-3:] == b"bye"
 
 
+def _ping(sock: socket.socket) -> float:
+    """Seconds a ``ping`` takes to come back from the echo server."""
+    began = time.monotonic()
+    sock.sendall(b"ping")
+    got = b""
+    while len(got) < 4:
+        got += sock.recv(4 - len(got))
+    assert got == b"ping"
+    return time.monotonic() - began
+
+
 def test_a_round_trip_takes_at_least_twice_the_delay(through):
     delay_ms = 60
     r = through(_Echo, delay_ms=delay_ms)
     with socket.create_connection(("127.0.0.1", r.port), timeout=10) as sock:
         for _ in range(3):
-            began = time.monotonic()
-            sock.sendall(b"ping")
-            got = b""
-            while len(got) < 4:
-                got += sock.recv(4 - len(got))
-            elapsed = time.monotonic() - began
-            assert got == b"ping"
-            assert elapsed >= 2 * delay_ms / 1000
+            assert _ping(sock) >= 2 * delay_ms / 1000
 
 
 @pytest.mark.slow  # many connections through the relay
@@ -128,6 +132,15 @@ def test_many_concurrent_connections_keep_their_own_bytes(through):
         with ThreadPoolExecutor(max_workers=64) as pool:
             results = list(pool.map(lambda p: _echo_round(r.port, p), payloads))
         assert results == [p + b"bye" for p in payloads]
+
+
+def test_a_new_connection_costs_the_connect_delay_once(through):
+    delay_ms, connect_ms = 10, 300  # a connect delay well above what a loaded machine adds to a round trip
+    r = through(_Echo, delay_ms=delay_ms, connect_ms=connect_ms)
+    with socket.create_connection(("127.0.0.1", r.port), timeout=10) as sock:
+        elapsed = [_ping(sock), _ping(sock)]
+    assert elapsed[0] >= (2 * delay_ms + connect_ms) / 1000
+    assert 2 * delay_ms / 1000 <= elapsed[1] < (2 * delay_ms + connect_ms) / 1000
 
 
 def test_half_close_passes_on_and_the_other_direction_keeps_flowing(through):

@@ -1,8 +1,12 @@
-"""``python -m axon.bench.engines``: PyTorch, Ray Data and Dask reading over a long link, through
-axon:// and the ways they read without it (issue 26).
+"""``python -m axon.bench.engines --matrix``: PyTorch, Ray Data and Dask reading over a long link,
+through axon:// and the ways they read without it (issue 26). Without ``--matrix`` the command
+runs :mod:`axon.bench.loaders`: Axon's readers against the peers an engineer would pick.
 
-    python -m axon.bench.engines                       # 10,000 x 4 KiB and a 200 MB Parquet file, 20 ms round trip
-    python -m axon.bench.engines --files 50 --parquet-mb 1 --delay-ms 1 --engines torch   # a quick look
+    python -m axon.bench.engines --matrix              # 10,000 x 4 KiB and a 200 MB Parquet file, 20 ms round trip
+    python -m axon.bench.engines --matrix --files 50 --parquet-mb 1 --delay-ms 1 --engines torch   # a quick look
+
+The ways without Axon read one file per item, the floor that :mod:`axon.bench.loaders` compares
+against its peers.
 
 Each engine (``--engines``) reads two workloads, the small files and one Parquet file, three ways
 (``--ways``):
@@ -30,32 +34,22 @@ every CPU.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
-import contextlib
-import json
-import os
-import re
-import select
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from . import objects, pipelines, procs, relay, seaweed
+from . import loaders, pipelines, procs
+from .cells import ServerLog, StoreMetrics, requests_text, run_process, seconds_text, servers
 from .engine_cells import WARM_PARQUET, Cell
-from .pipelines import HOST, FileSet
+from .pipelines import FileSet
 
 ENGINES = ("torch", "ray", "dask")
 WORKLOADS = ("small", "parquet")
 WAYS = {"axon": "axon://", "http": "HTTPFileSystem on nginx", "s3": "S3 on SeaweedFS"}
 DEFAULT_FILES = Path("~/.cache/axon-bench/engines")
-SETUP_TIMEOUT = 180.0  # an engine's cluster up and the warm-up read
 
 
 @dataclass(frozen=True)
@@ -75,81 +69,6 @@ class Row:
     @property
     def rate(self) -> float | None:
         return None if self.seconds is None else self.amount / self.seconds
-
-
-# -- the requests a server saw -----------------------------------------------------------------
-
-
-def axon_request(line: str) -> str | None:
-    with contextlib.suppress(ValueError):
-        record = json.loads(line)
-        if isinstance(record, dict) and record.get("logger") == "axon.access":
-            return f"{record['method']} {_kind(record['path'])}"
-    return None
-
-
-def nginx_request(line: str) -> str | None:
-    found = re.search(r'"([A-Z]+) (\S+) HTTP/', line)
-    return f"{found[1]} {_kind(found[2].split('?')[0])}" if found else None
-
-
-def _kind(path: str) -> str:
-    return path if path.startswith("/api/") else "/files/..."
-
-
-class ServerLog:
-    """The requests a server logged between two marks. A mark is a request sent straight to the
-    server, ``GET /api/health?TOKEN``, and the log read until its line shows: axon serve writes
-    its log in batches, so only then are the requests before it all there."""
-
-    def __init__(self, path: Path, port: int, parse: Callable[[str], str | None]) -> None:
-        self.path, self.url, self.parse = path, f"http://{HOST}:{port}/api/health", parse
-        self.offset = path.stat().st_size if path.exists() else 0
-        self.marks = 0
-
-    def begin(self) -> None:
-        self._to_mark()
-
-    def end(self) -> collections.Counter:
-        return self._to_mark()
-
-    def _to_mark(self) -> collections.Counter:
-        self.marks += 1
-        token = f"bench-mark-{self.marks}x"
-        with urllib.request.urlopen(f"{self.url}?{token}", timeout=10) as answer:
-            answer.read()
-        kinds: collections.Counter = collections.Counter()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with open(self.path, "rb") as log:
-                log.seek(self.offset)
-                data = log.read()
-            for line in data.splitlines(keepends=True):
-                if not line.endswith(b"\n"):
-                    break  # half written: read again
-                self.offset += len(line)
-                text = line.decode(errors="replace")
-                if token in text:
-                    return kinds
-                if "bench-mark-" not in text and (kind := self.parse(text)):
-                    kinds[kind] += 1
-            time.sleep(0.05)
-        raise TimeoutError(f"{self.path} never showed the request {token}")
-
-
-class StoreMetrics:
-    """The S3 requests SeaweedFS counted (its metrics), between begin and end."""
-
-    def __init__(self, store: seaweed.Seaweed) -> None:
-        self.store = store
-
-    def begin(self) -> None:
-        self.counter = objects.Counter(self.store).__enter__()
-
-    def end(self) -> collections.Counter:
-        self.counter.__exit__(None, None, None)
-        names = {"GET": "S3 GET or HEAD", "LIST": "S3 LIST"}  # the store counts a HEAD as a GET
-        return collections.Counter({names[kind]: n for kind, n in self.counter.counts.items() if n})
 
 
 # -- the files ---------------------------------------------------------------------------------
@@ -193,78 +112,16 @@ def _table(rows: int):
                      **{c: rng.random(rows) for c in "abc"}})
 
 
-def upload(store: seaweed.Seaweed, root: Path, rels: list[str]) -> None:
-    asyncio.run(objects.upload(store, {rel: (root / rel).read_bytes() for rel in rels}, concurrency=32))
-
-
-# -- one cell ----------------------------------------------------------------------------------
-
-
-def _message(proc: subprocess.Popen, timeout: float) -> dict | None:
-    """The cell's next line on stdout as JSON; None if none came in ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    data = b""
-    fd = proc.stdout.fileno()
-    while not data.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return None
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            raise RuntimeError(f"the cell exited ({proc.wait()}) before it answered")
-        data += chunk
-    return json.loads(data)
+# -- the whole run -----------------------------------------------------------------------------
 
 
 def run_cell(cell: Cell, counter: ServerLog | StoreMetrics, budget: float,
              log: Path) -> tuple[float | None, str | None, collections.Counter, str]:
     """Seconds the cell's timed read took (None: stopped after ``budget``), what it read, the
     requests the server saw meanwhile, and why it failed (if it did: its log says more)."""
-    argv = [sys.executable, "-m", "axon.bench.engine_cells", json.dumps(asdict(cell))]
-    with open(log, "ab") as err:
-        err.write(f"\n=== {cell.engine} {cell.workload} {cell.way}\n".encode())
-        err.flush()
-        proc = subprocess.Popen(procs.wrap(argv, None), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                start_new_session=True)
-    procs.track(proc)
-    done, error, counting = None, "", False
-    try:
-        if _message(proc, SETUP_TIMEOUT) is None:
-            raise TimeoutError(f"not ready in {SETUP_TIMEOUT:.0f} s")
-        counter.begin()
-        counting = True
-        proc.stdin.write(b"go\n")
-        proc.stdin.flush()
-        done = _message(proc, budget)
-    except (RuntimeError, TimeoutError, OSError, ValueError) as exc:
-        error = f"failed ({exc}; log: {log})"
-    finally:
-        procs.stop(proc)  # its whole process group: the engine's cluster too
-    seen = counter.end() if counting else collections.Counter()
+    _, done, seen, error = run_process("axon.bench.engine_cells", asdict(cell),
+                                    f"{cell.engine} {cell.workload} {cell.way}", counter, budget, log)
     return (None, None, seen, error) if done is None else (done["seconds"], done["check"], seen, error)
-
-
-# -- the whole run -----------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def servers(root: Path, workdir: Path, delay_ms: float, rels: list[str], s3: bool) -> Iterator[tuple[dict, dict]]:
-    """axon serve, nginx and (with ``s3``) SeaweedFS holding ``rels``, each behind a relay:
-    way -> its address through the relay, and way -> its request counter."""
-    with ExitStack() as stack:
-        ports = stack.enter_context(pipelines.servers(root, workdir, None, access_logs=True))
-        targets = {"axon": ports["axon serve"], "http": ports["nginx"]}
-        counters: dict = {"axon": ServerLog(workdir / "axon-serve.log", ports["axon serve"], axon_request),
-                          "http": ServerLog(workdir / "nginx" / "access.log", ports["nginx"], nginx_request)}
-        if s3:
-            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="axon-engines-weed-"))
-            store = stack.enter_context(seaweed.running(Path(scratch)))
-            upload(store, root, rels)
-            targets["s3"] = int(store.endpoint.rsplit(":", 1)[1])
-            counters["s3"] = StoreMetrics(store)
-        links = {way: stack.enter_context(relay.start(f"{HOST}:0", f"{HOST}:{port}", delay_ms)).port
-                 for way, port in targets.items()}
-        yield {way: f"{HOST}:{port}" for way, port in links.items()}, counters
 
 
 def run(args: argparse.Namespace) -> list[Row]:
@@ -290,7 +147,7 @@ def run(args: argparse.Namespace) -> list[Row]:
                     if check is not None and check != checks[workload]:
                         seconds, error = None, f"read {check}, the files hold {checks[workload]}"
                     label, amount, unit = amounts[workload]
-                    kinds = " + ".join(f"{n:,} {kind}" for kind, n in seen.most_common())
+                    kinds = requests_text(seen)
                     rows.append(Row(engine, label, WAYS[way], seconds, args.budget, amount, unit,
                                     sum(seen.values()), kinds, cell.units, error))
                     print(f"{engine:5} {label:20} {WAYS[way]:24} {_seconds(rows[-1]):>9} s  {kinds}",
@@ -299,9 +156,7 @@ def run(args: argparse.Namespace) -> list[Row]:
 
 
 def _seconds(row: Row) -> str:
-    if row.error:
-        return "failed"
-    return f"> {row.budget:g}" if row.seconds is None else f"{row.seconds:.2f}"
+    return seconds_text(row.error, row.seconds, row.budget)
 
 
 def table(rows: list[Row]) -> str:
@@ -336,8 +191,11 @@ def _listed(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m axon.bench.engines", description=__doc__,
+    if "--matrix" not in (sys.argv[1:] if argv is None else argv):
+        return _main_loaders(argv)
+    parser = argparse.ArgumentParser(prog="python -m axon.bench.engines --matrix", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--matrix", action="store_true", required=True, help="the engines' matrix (this help)")
     parser.add_argument("--files", type=int, default=10_000, help="small files (default 10,000)")
     parser.add_argument("--file-size", type=int, default=4096, help="bytes each (default 4096)")
     parser.add_argument("--parquet-mb", type=int, default=200, help="the Parquet file's size, MB (default 200)")
@@ -370,6 +228,21 @@ def main(argv: list[str] | None = None) -> int:
         if row.error:
             print(f"{row.engine} {row.workload} {row.way}: {row.error}", file=sys.stderr)
     return 1 if any(row.error for row in rows) else 0
+
+
+def _main_loaders(argv: list[str] | None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m axon.bench.engines", description=loaders.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    loaders.configure(parser)
+    parser.add_argument("--matrix", action="store_true",
+                        help="run the engines' matrix instead: PyTorch, Ray Data and Dask, three ways each "
+                             "(its options: --matrix --help)")
+    args = parser.parse_args(argv)
+    previous = procs.install_handlers()
+    try:
+        return loaders.main(args, argv)
+    finally:
+        procs.restore_handlers(previous)
 
 
 if __name__ == "__main__":

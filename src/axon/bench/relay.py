@@ -8,8 +8,9 @@ with 10 ms each way a request and its answer take 20 ms more, as over a link wit
 trip. It stands in for ``tc netem`` where the kernel has none, and it runs in its own process so
 that no sleep ever sits inside the server or the client being measured.
 
-What it does not delay: the TCP handshake (the kernel accepts before we see the connection), so a
-new connection costs no extra round trip here, where a real link would add one.
+A new connection costs ``--connect-ms`` more (default 0): the kernel completes the handshake
+before the relay sees the connection, so the relay instead holds the client's first bytes that much
+longer, as a link whose handshake takes a round trip would (set it to twice ``--delay-ms``).
 
 ``start()`` runs it from Python (tests, benchmark scripts) and returns once it listens.
 """
@@ -103,7 +104,9 @@ class _Direction:
 
 
 async def _connection(client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter,
-                      to: tuple[str, int], delay: float) -> None:
+                      to: tuple[str, int], delay: float, connect: float = 0.0) -> None:
+    if connect:
+        await asyncio.sleep(connect)  # the handshake's round trip: nothing is read before it ends
     try:
         server_in, server_out = await asyncio.open_connection(*to, limit=CHUNK)
     except OSError:
@@ -126,9 +129,9 @@ async def _connection(client_in: asyncio.StreamReader, client_out: asyncio.Strea
 
 
 async def serve(listen: tuple[str, int], to: tuple[str, int], delay_ms: float,
-                ready=None) -> None:
+                ready=None, connect_ms: float = 0.0) -> None:
     """Relay connections to ``listen`` on to ``to`` until cancelled; ``ready(port)`` once listening."""
-    delay = delay_ms / 1000.0
+    delay, connect = delay_ms / 1000.0, connect_ms / 1000.0
     # The loop holds tasks weakly, and a connection whose both sockets wait (one at EOF, the
     # other idle) is referenced by nothing else: without this set it is collected mid-flight.
     live: set[asyncio.Task] = set()
@@ -137,7 +140,7 @@ async def serve(listen: tuple[str, int], to: tuple[str, int], delay_ms: float,
         task = asyncio.current_task()
         live.add(task)
         try:
-            await _connection(reader, writer, to, delay)
+            await _connection(reader, writer, to, delay, connect)
         finally:
             live.discard(task)
 
@@ -185,7 +188,8 @@ class Relay:
         self.stop()
 
 
-def start(listen: str | tuple[str, int], to: str | tuple[str, int], delay_ms: float, timeout: float = 10.0) -> Relay:
+def start(listen: str | tuple[str, int], to: str | tuple[str, int], delay_ms: float, timeout: float = 10.0,
+          connect_ms: float = 0.0) -> Relay:
     """Run the relay in its own process; return once it listens (``listen`` port 0 picks one).
     Addresses are ``"host:port"`` or ``(host, port)``."""
     from axon.bench.procs import wrap  # ties the relay's life to ours where setpriv exists
@@ -193,7 +197,7 @@ def start(listen: str | tuple[str, int], to: str | tuple[str, int], delay_ms: fl
     listen, to = _text(listen), _text(to)
     host, _ = parse_address(listen)
     argv = [sys.executable, "-m", "axon.bench.relay", "--listen", listen, "--to", to,
-            "--delay-ms", str(delay_ms)]
+            "--delay-ms", str(delay_ms), "--connect-ms", str(connect_ms)]
     proc = subprocess.Popen(wrap(argv, None), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
     readable, _, _ = select.select([proc.stdout], [], [], timeout)
     line = proc.stdout.readline() if readable else b""
@@ -215,13 +219,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--listen", required=True, type=parse_address, help="HOST:PORT (port 0: any free port)")
     parser.add_argument("--to", required=True, type=parse_address, help="HOST:PORT to forward to")
     parser.add_argument("--delay-ms", type=float, default=10.0, help="held in each direction (default 10)")
+    parser.add_argument("--connect-ms", type=float, default=0.0,
+                        help="a new connection's first bytes held this much longer: its handshake (default 0)")
     args = parser.parse_args(argv)
 
     def ready(port: int) -> None:
         print(port, flush=True)
 
     try:
-        asyncio.run(serve(args.listen, args.to, args.delay_ms, ready))
+        asyncio.run(serve(args.listen, args.to, args.delay_ms, ready, args.connect_ms))
     except KeyboardInterrupt:
         pass
 
