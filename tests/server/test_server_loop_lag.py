@@ -70,3 +70,10 @@ def test_the_bench_app_shows_the_lag_without_counting_requests(spawn) -> None:
     assert "# TYPE axon_event_loop_lag_seconds histogram" in text
     assert "axon_requests_total" not in text  # nothing counted per request: a server without --metrics
     assert lag_buckets(server.port)["+Inf"] > 0
+
+
+def test_the_timer_can_be_turned_off(spawn) -> None:
+    # What scripts/instructions.py does, so that its counts hold the requests' work alone.
+    server = spawn("--workers", "1", "--metrics", env={"AXON_NO_LOOP_LAG": "1"})
+    text = get(server.port, "/metrics").body.decode()
+    assert "axon_requests_total" in text and "axon_event_loop_lag_seconds" not in text

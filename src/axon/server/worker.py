@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..config import environment
 from ..errors import ServiceUnavailable
 from ..metrics.loop_lag import LoopLag
 from ..response import error_response
@@ -97,7 +98,8 @@ class Worker:
                                   self.config.backlog if alone else SHARED_BURST)
         self._acceptor.start()
         self._tick_handle = loop.call_later(self._tick, self._sweep)
-        self.loop_lag = LoopLag(loop).start()
+        if environment().loop_lag:
+            self.loop_lag = LoopLag(loop).start()
         self._refresh_date()
         if ready is not None:
             ready.set()
