@@ -18,11 +18,11 @@ def test_every_variable():
         "AXON_METRICS_DIR": "/run/m", "AXON_LOOP": "AsyncIO", "AXON_NO_SENDFILE": "yes", "AXON_BROWSE": "on",
         "AXON_IDENTITY_SECRET": "i", "AXON_PORTABLE_IDENTITY": "1",
         "AXON_STORE_TIMEOUT": "2.5", "AXON_OBJECT_CACHE": "0", "AXON_NO_OBJECT_LISTING": "1",
-        "AXON_PURE_PYTHON": "yes",
+        "AXON_PURE_PYTHON": "yes", "AXON_NO_LOOP_LAG": "1",
     })
     assert env == Environment("/srv", "s", "", False, "/run/m", "asyncio", False, True,
                               identity_secret="i", portable_identity=True, store_timeout=2.5,
-                              object_cache_mib=0, object_listing=False, pure_python=True)
+                              object_cache_mib=0, object_listing=False, pure_python=True, loop_lag=False)
 
 
 def test_empty_is_unset_and_flags_take_true_words():

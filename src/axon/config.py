@@ -89,6 +89,10 @@ class Environment:
     #: simple request heads, :mod:`axon.server.simplehead`) unused (``AXON_PURE_PYTHON=1``; the
     #: tests run both).
     pure_python: bool = False
+    #: Time each worker's event loop for ``axon_event_loop_lag_seconds`` (``AXON_NO_LOOP_LAG=1``
+    #: turns the timer off: ``scripts/instructions.py`` does, since under callgrind its fires,
+    #: paced by the wall clock, would count as the requests' instructions).
+    loop_lag: bool = True
 
 
 def environment(environ: Mapping[str, str] | None = None) -> Environment:
@@ -109,6 +113,7 @@ def environment(environ: Mapping[str, str] | None = None) -> Environment:
         identity_secret=variable("AXON_IDENTITY_SECRET", None, env),
         portable_identity=flag("AXON_PORTABLE_IDENTITY", env),
         pure_python=flag("AXON_PURE_PYTHON", env),
+        loop_lag=not flag("AXON_NO_LOOP_LAG", env),
     )
 
 

@@ -4,13 +4,14 @@ is plain text that counts the runtimes as the README does."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from axon.bench import procs
+from axon.bench import cli, procs, targets
 
 
 def _axon(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -44,3 +45,26 @@ def test_help_is_plain_text_and_counts_the_runtimes_as_the_readme_does():
     assert "Axon on five runtimes" in done.stdout
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert "Axon on five runtimes" in readme
+
+
+def _settings(*args: str):
+    parser = argparse.ArgumentParser()
+    cli.configure(parser)
+    return cli.settings_from(parser.parse_args(list(args)))
+
+
+def test_rate_fraction_is_checked_before_anything_runs():
+    settings = _settings("--compare", "--rate-fraction", "0.7")
+    assert (settings.rate_fraction, settings.rate_reference, settings.rate) == (0.7, "nginx", None)
+    assert [p for p, _ in settings.phases()] == ["burst", "sustained", "rate"]
+    assert _settings("http://127.0.0.1:1", "--name", "mine", "--rate-fraction", "0.7").rate_reference == "mine"
+    for bad, says in [(["--rate", "100"], "not both"), ([], "above 0"), (["--burst", "0", "--sustained", "0"], "closed-loop")]:
+        fraction = "0" if says == "above 0" else "0.7"
+        with pytest.raises(ValueError, match=says):
+            _settings("--compare", "--rate-fraction", fraction, *bad)
+    chosen = targets.select("axon,gunicorn,nginx")
+    assert [t.name for t in cli.reference_first(chosen)] == ["nginx", "axon", "gunicorn"]
+    with pytest.raises(ValueError, match="add nginx to --targets"):
+        cli.reference_first(targets.select("axon"))
+    done = _axon("bench", "--compare", "--targets", "axon", "--rate-fraction", "0.7", "--no-chart")
+    assert done.returncode == 2 and "add nginx to --targets" in done.stderr

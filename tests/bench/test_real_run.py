@@ -104,6 +104,38 @@ def test_real_traffic_end_to_end_reported_first(root, tmp_path):
     assert "| T1~ (1x8KB, a new header each request) |" in real and "| R32 (32x4KB random of 10,000) |" in real
 
 
+def test_rate_fraction_offers_every_target_a_share_of_nginx_capacity(root, tmp_path):
+    """--rate-fraction: nginx measured first (whatever the order given), then each target's
+    constant-rate phase at that share of nginx's closed-loop batches/s on the same scenario, with
+    Axon's event-loop lag read for every phase and the tails side by side in the summary."""
+    out = tmp_path / "out"
+    code = cli.main(["--compare", "--targets", "axon,nginx", "--scenarios", "health~,B32~", "--files-dir", str(root),
+                     "--burst", "0", "--sustained", "1", "--rate-fraction", "0.5", "--rate-duration", "1",
+                     "--connections", "4", "--threads", "2", "--no-chart", "--out", str(out), *PIN])
+    assert code == 0
+    order = [r["target"] for r in _rows(out)]
+    assert order.index("nginx") < order.index("axon")
+    rows = {(r["target"], r["scenario"], r["phase"]): r for r in _rows(out)}
+    for scenario in ("health~", "B32~"):
+        nginx = rows[("nginx", scenario, "sustained")]
+        batches = nginx["wrk"]["rps"] / nginx["per_batch"]
+        for target in ("nginx", "axon"):
+            rate = rows[(target, scenario, "rate")]
+            assert rate["status"] == "ok", rate
+            asked = rate["wrk"]["paced_rate"] / rate["per_batch"]  # nginx is asked n requests per batch
+            assert asked == pytest.approx(0.5 * batches, rel=1e-6), (target, scenario)
+        for phase in ("sustained", "rate"):
+            lag = rows[("axon", scenario, phase)]["loop_lag"]
+            assert lag is not None and sum(lag.values()) > 0  # the timer fired during the phase
+            assert rows[("nginx", scenario, phase)]["loop_lag"] is None  # nginx shows none
+    summary = (out / "summary.md").read_text()
+    assert "at 0.5 of nginx's capacity" in summary
+    tails = summary.split("## Tails: constant rate")[1].split("\n## ")[0]
+    assert "| axon p50 / p99 / p99.9 (ms) |" in tails and "| axon loop lag max / p99 (ms) |" in tails
+    assert "| B32~ (32x4KB, a new header each request) |" in tails
+    assert "## Event loop lag" in summary
+
+
 @pytest.mark.parametrize("name", [n for n in targets.TARGETS if n != "original"])
 def test_every_target_starts_and_answers_every_scenario(name, root, tmp_path):
     """No load: each target's command line still starts it, and each scenario gets its answer."""

@@ -155,3 +155,37 @@ def test_real_traffic_comes_first_in_files_per_second_with_p99_beside_each_ratio
     assert text.index("## Real traffic: sustained") < text.index("## Summary: sustained")
     assert report.render(rs, REFS, summary_only=True).count("## Real traffic") == 1
     assert report.real_table(ResultSet(), "sustained", REFS) == ""
+
+
+def test_tails_at_a_constant_rate_and_the_loop_lag_side_by_side():
+    rs = ResultSet()
+    t1 = "wrk_nginx_T1_burst.txt"
+    lag = {"0.001": 90.0, "0.005": 9.0, "0.01": 1.0, "+Inf": 0.0}  # one phase's samples, by bucket
+
+    def add(target: str, scenario: str, phase: str, per_batch: int = 1, **extra) -> None:
+        w = measured(t1, requests=700, duration=1.0, paced_rate=700.0 * per_batch if phase == "rate" else None)
+        w.latency = wrk.Stats(mean=1.0, percentiles={"50": 0.5, "99": 2.0, "99.9": 4.0})
+        rs.add(Result(target, scenario, phase, per_batch=per_batch, wrk=w, **extra))
+
+    for phase in ("sustained", "rate"):
+        add("nginx", "R32", phase, per_batch=32)
+        add("axon", "R32", phase, loop_lag=lag)
+    rs.add(Result("axon", "health~", "rate", "skipped", "no closed-loop figure of nginx"))
+    assert value(rs.find("axon", "R32", "rate"), "lag_max") == 10.0
+    assert value(rs.find("axon", "R32", "rate"), "lag_p99") == 5.0
+    assert value(rs.find("nginx", "R32", "rate"), "lag_max") is None  # nginx shows no lag
+    rows = report.tails_table(rs).splitlines()
+    assert rows[0] == ("| Scenario | batches/s asked | nginx p50 / p99 / p99.9 (ms) | axon p50 / p99 / p99.9 (ms)"
+                       " | nginx batches/s sent | axon batches/s sent | axon loop lag max / p99 (ms) |")
+    # nginx was asked 32 requests per batch: the same 700 batches/s.
+    assert rows[2] == ("| R32 (32x4KB random of 10,000) | 700 | 0.50 / 2.00 / 4.00 | 0.50 / 2.00 / 4.00"
+                       " | 22 | 700 | 10.00 / 5.00 |")
+    assert len(rows) == 3  # health~ has no measured rate phase
+    lags = report.lag_table(rs).splitlines()
+    assert lags[0] == "| Scenario | axon sustained | axon rate |"
+    assert lags[2] == "| R32 (32x4KB random of 10,000) | 10.00 / 5.00 | 10.00 / 5.00 |"
+    summary = report.render(rs, REFS, summary_only=True)
+    assert "## Tails: constant rate" in summary and "## Event loop lag" in summary
+    assert "| Maximum | – | 10.00 |" not in summary  # the article's tables are in the full report only
+    assert "**Event Loop Lag (ms)**" in report.render(rs, REFS)
+    assert report.tails_table(ResultSet()) == "" and report.lag_table(ResultSet()) == ""

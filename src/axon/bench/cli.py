@@ -5,6 +5,7 @@
     axon bench --compare --targets nginx,granian-static,axon --scenarios real,distinct
                                                                 # real traffic: random files, no repeats
     axon bench --compare --article                              # the article's 1 + 10 minutes
+    axon bench --compare --targets nginx,axon --rate-fraction 0.7   # then each at 70% of nginx's capacity
     axon bench --from-json bench-results/RUN/results.json       # redraw a saved run's report
 
 Against a URL, --files-dir must be that server's root: the bench puts its files there, and a
@@ -30,6 +31,7 @@ from .results import ResultSet
 DEFAULT_CACHE = Path("~/.cache/axon-bench")
 ARTICLE = {"burst": 60.0, "sustained": 600.0, "connections": 50, "threads": 10}
 DEFAULTS = {"burst": 3.0, "sustained": 10.0, "connections": 50, "threads": 2}
+REFERENCE = "nginx"  # --rate-fraction is of its capacity
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -68,6 +70,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--rate", type=float,
                       help="also run a constant-rate phase at this many requests/s, latency measured from each "
                            "request's intended send time (no coordinated omission)")
+    load.add_argument("--rate-fraction", type=float, metavar="F",
+                      help="also run a constant-rate phase, each scenario at F (e.g. 0.7) of nginx's batches/s "
+                           "measured in its closed-loop phase of this run (nginx runs first; with a URL: of that "
+                           "server's own); the report sets p50, p99, p99.9 and the event loop's lag side by side")
     load.add_argument("--rate-duration", type=float, default=10.0, help="seconds of the constant-rate phase (default 10)")
     load.add_argument("--connections", "-c", type=int, help=f"concurrent connections (default {DEFAULTS['connections']})")
     load.add_argument("--threads", "-t", type=int, help=f"wrk threads (default {DEFAULTS['threads']})")
@@ -101,12 +107,28 @@ def settings_from(args: argparse.Namespace) -> runner.Settings:
     for cpus in (args.server_cpus, args.load_cpus):
         if not args.no_pin:
             runner.parse_cpus(cpus)  # raises on a malformed list
+    fraction = args.rate_fraction
+    if fraction is not None:
+        if args.rate is not None:
+            raise ValueError("give --rate or --rate-fraction, not both")
+        if not fraction > 0:
+            raise ValueError(f"--rate-fraction must be above 0 (0.7: 70% of the reference's capacity), not {fraction:g}")
+        if pick("burst") <= 0 and pick("sustained") <= 0:
+            raise ValueError("--rate-fraction needs a closed-loop phase to take a fraction of: --burst or --sustained")
     return runner.Settings(
         burst=pick("burst"), sustained=pick("sustained"), rate=args.rate, rate_duration=args.rate_duration,
+        rate_fraction=fraction, rate_reference=REFERENCE if args.compare else args.name,
         connections=int(pick("connections")), threads=int(pick("threads")), timeout=args.timeout,
         server_cpus=None if args.no_pin else args.server_cpus, load_cpus=None if args.no_pin else args.load_cpus,
         restart=not args.no_restart,
     )
+
+
+def reference_first(chosen: list[targets.Target]) -> list[targets.Target]:
+    """``chosen`` with the reference first: a rate fraction needs its capacity measured before."""
+    if all(t.name != REFERENCE for t in chosen):
+        raise ValueError(f"--rate-fraction is a fraction of {REFERENCE}'s capacity: add {REFERENCE} to --targets")
+    return sorted(chosen, key=lambda t: t.name != REFERENCE)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -122,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
         if args.distinct:
             chosen = list(dict.fromkeys(scenarios.as_distinct(s) for s in chosen))
         chosen_targets = targets.select(args.targets) if args.compare else []
+        if args.compare and settings.rate_fraction:
+            chosen_targets = reference_first(chosen_targets)
     except ValueError as exc:
         print(f"axon bench: {exc}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from ..metrics.loop_lag import INTERVAL as LAG_INTERVAL
 from .results import METRICS, RSS_LABEL, Result, ResultSet, ratio, value
 from .scenarios import Scenario
 
@@ -19,6 +20,7 @@ PHASE_TITLES = {
     "rate": "constant rate (latency from the intended send time)",
 }
 SHORT = {"nginx": "n", "original": "o"}
+LAG_ROWS = [("lag_max", "Maximum"), ("lag_p99", "99th Percentile")]
 # The summary: the figures a reader compares first.
 SUMMARY = [
     ("rps", "Requests/s (batches)"),
@@ -102,6 +104,10 @@ def article_table(rs: ResultSet, target: str, phase: str, scenarios: list[Scenar
         else:
             cells.append(_with_ratios(fmt("number", value(r, "rss")), rs, r, "rss", references))
     lines.append(_row([RSS_LABEL, *cells]))
+    if any(r is not None and r.loop_lag is not None for r in results.values()):
+        lines.append(_row(["**Event Loop Lag (ms)**"] + [""] * len(scenarios)))
+        for key, label in LAG_ROWS:
+            lines.append(_row([label, *(fmt("ms", None if r is None else value(r, key)) for r in results.values())]))
     return "\n".join(lines)
 
 
@@ -146,6 +152,65 @@ def real_table(rs: ResultSet, phase: str, references: tuple[str, ...]) -> str:
             cells.append(_with_ratios(fmt("ms", value(r, "p99")), rs, r, "p99", references))
         lines.append(_row([f"{s.name} ({s.label})", *cells]))
     return "\n".join(lines)
+
+
+def _lag(r: Result | None) -> str:
+    """``max / p99`` of a phase's event-loop lag, in ms."""
+    if r is None or value(r, "lag_max") is None:
+        return "–"
+    return f"{fmt('ms', value(r, 'lag_max'))} / {fmt('ms', value(r, 'lag_p99'))}"
+
+
+def tails_table(rs: ResultSet) -> str:
+    """The constant-rate phase: scenarios in rows; the rate asked, then for each target its
+    p50 / p99 / p99.9, the batches/s it was sent, and its loop lag; "" without the phase."""
+    if "rate" not in rs.phases:
+        return ""
+    lagged = [t for t in rs.targets if any(r.target == t and r.loop_lag is not None for r in rs.results)]
+    columns = ["batches/s asked"]
+    columns += [f"{t} p50 / p99 / p99.9 (ms)" for t in rs.targets]
+    columns += [f"{t} batches/s sent" for t in rs.targets]
+    columns += [f"{t} loop lag max / p99 (ms)" for t in lagged]
+    lines = _header("Scenario", columns)
+    for s in rs.scenarios():
+        found = {t: rs.find(t, s.name, "rate") for t in rs.targets}
+        measured = [r for r in found.values() if r is not None and r.ok]
+        if not measured:
+            continue
+        paced = measured[0].wrk.paced_rate  # type: ignore[union-attr]
+        cells = [fmt("count", None if paced is None else paced / measured[0].per_batch)]
+        for r in found.values():
+            if r is None or not r.ok:
+                cells.append("–" if r is None else r.status)
+            else:
+                cells.append(" / ".join(fmt("ms", value(r, key)) for key in ("p50", "p99", "p999")))
+        cells += [fmt("count", None if r is None else value(r, "rps", per_batch=True)) for r in found.values()]
+        cells += [_lag(found[t]) for t in lagged]
+        lines.append(_row([f"{s.name} ({s.label})", *cells]))
+    return "\n".join(lines)
+
+
+TAILS_NOTE = ("Every target offered the same batches per second, each request's latency counted from when it was"
+              " due (no coordinated omission); nginx's are per file. Loop lag: how late the server's event loop"
+              " ran its own timer during the phase, each figure the upper bound of its histogram bucket.")
+
+
+def lag_table(rs: ResultSet) -> str:
+    """The event loop's lag, ``max / p99`` in ms: scenarios in rows, a column per target that
+    shows one and phase; "" when no target shows one."""
+    lagged = [t for t in rs.targets if any(r.target == t and r.loop_lag is not None for r in rs.results)]
+    if not lagged:
+        return ""
+    pairs = [(t, phase) for t in lagged for phase in rs.phases]
+    lines = _header("Scenario", [f"{t} {phase}" for t, phase in pairs])
+    for s in rs.scenarios():
+        lines.append(_row([f"{s.name} ({s.label})", *(_lag(rs.find(t, s.name, phase)) for t, phase in pairs)]))
+    return "\n".join(lines)
+
+
+LAG_NOTE = (f"How late the server's event loop ran a timer it sets every {LAG_INTERVAL * 1000:g} ms"
+            " (`axon_event_loop_lag_seconds` read from /metrics before and after each phase): max / p99 in ms,"
+            " each the upper bound of its bucket.")
 
 
 REAL_NOTE = ("Files drawn at random from a pool of 4 KiB files for every request, and requests whose"
@@ -217,6 +282,12 @@ def render(rs: ResultSet, references: tuple[str, ...] = (), descriptions: dict[s
         table = real_table(rs, phase, references)
         if table:
             out += [f"## Real traffic: {PHASE_TITLES[phase]}", "", REAL_NOTE, "", table, ""]
+    table = tails_table(rs)
+    if table:
+        out += [f"## Tails: {PHASE_TITLES['rate']}", "", TAILS_NOTE, "", table, ""]
+    table = lag_table(rs)
+    if table:
+        out += ["## Event loop lag", "", LAG_NOTE, "", table, ""]
     for target in rs.targets:
         for phase in rs.phases:
             table = formats_table(rs, target, phase)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import loop_lag
 from .scenarios import Scenario, catalogue
 from .wrk import Stats, WrkResult
 
@@ -29,6 +30,7 @@ class Result:
     per_batch: int = 1  # requests that make one batch (n for nginx's one file per request)
     wrk: WrkResult | None = None
     peak_rss: int | None = None  # bytes, summed over the server's processes
+    loop_lag: loop_lag.Histogram | None = None  # the server's event-loop lag over the phase, if it shows one
 
     @property
     def ok(self) -> bool:
@@ -101,14 +103,21 @@ RSS_LABEL = "Peak RSS (MB)"
 
 
 def value(result: Result, key: str, *, per_batch: bool = False) -> float | None:
-    """A metric of ``result`` (also ``"rss"``: peak memory in MiB, and ``"errors"``: socket errors
-    and unexpected statuses together); ``per_batch`` divides request
+    """A metric of ``result`` (also ``"rss"``: peak memory in MiB, ``"errors"``: socket errors
+    and unexpected statuses together, ``"lag_max"`` and ``"lag_p99"``: the server's event-loop
+    lag in ms); ``per_batch`` divides request
     counts by the requests one batch takes, to compare a static server with a batch server."""
     wrk = result.wrk
     if not result.ok or wrk is None:
         return None
     if key == "rss":
         return None if result.peak_rss is None else result.peak_rss / MiB
+    if key in ("lag_max", "lag_p99"):
+        lag = result.loop_lag
+        if lag is None:
+            return None
+        seconds = loop_lag.maximum(lag) if key == "lag_max" else loop_lag.percentile(lag, 99)
+        return None if seconds is None else seconds * 1000
     if key == "errors":  # socket errors, plus error statuses where a success was expected
         expected_error = _SCENARIOS[result.scenario].expect_status >= 400
         return float(wrk.socket_errors + (0 if expected_error else wrk.errors.get("status", 0)))

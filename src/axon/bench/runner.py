@@ -1,5 +1,10 @@
 """Run the matrix: for each target, for each scenario, a burst phase, a sustained phase and
-optionally a constant-rate phase, with the server's peak memory sampled throughout each.
+optionally a constant-rate phase, with the server's peak memory sampled throughout each and its
+event loop's lag read before and after each (:mod:`.loop_lag`).
+
+The constant rate is either given (``--rate``) or a fraction of a reference's closed-loop
+capacity on the same scenario in the same run (``--rate-fraction``: nginx's, measured first), so
+that every target is offered the same load and their tails compare.
 
 The article's order: a burst run (its 1-minute "warmup"), then a sustained run on the same server.
 By default each scenario gets a freshly started server, as seed 002 restarted its daemons between
@@ -19,9 +24,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from . import procs, wrk
+from . import loop_lag, procs, wrk
 from .memory import PeakRSS
-from .results import Result, ResultSet
+from .results import Result, ResultSet, value
 from .scenarios import AXON, Dialect, HttpRequest, Scenario, request_for
 from .targets import Context, Target
 
@@ -30,7 +35,10 @@ from .targets import Context, Target
 class Settings:
     burst: float = 3.0  # seconds; 0 skips the phase
     sustained: float = 10.0
-    rate: float | None = None  # requests/s for the constant-rate phase; None skips it
+    rate: float | None = None  # batches/s for the constant-rate phase; None skips it
+    # Or: that fraction of the reference's closed-loop batches/s on each scenario, in this run.
+    rate_fraction: float | None = None
+    rate_reference: str = "nginx"
     rate_duration: float = 10.0
     connections: int = 50
     threads: int = 2
@@ -45,14 +53,19 @@ class Settings:
             out.append(("burst", wrk.Load(self.burst, self.connections, self.threads, self.timeout)))
         if self.sustained > 0:
             out.append(("sustained", wrk.Load(self.sustained, self.connections, self.threads, self.timeout)))
-        if self.rate:
-            out.append(("rate", wrk.Load(self.rate_duration, self.connections, self.threads, self.timeout, self.rate)))
+        if self.rate or self.rate_fraction:
+            # With a fraction, the rate is the scenario's own: set per scenario (run_scenario).
+            out.append(("rate", wrk.Load(self.rate_duration, self.connections, self.threads, self.timeout,
+                                         self.rate or 1.0)))
         return out
 
     def describe(self) -> dict[str, str]:
         out = {"connections": str(self.connections), "wrk threads": str(self.threads), "timeout": f"{self.timeout:g}s"}
         for phase, load in self.phases():
-            out[phase] = f"{load.duration:g}s" + (f" at {load.rate:g} req/s" if load.rate else "")
+            if phase == "rate" and self.rate_fraction:
+                out[phase] = f"{load.duration:g}s at {self.rate_fraction:g} of {self.rate_reference}'s capacity"
+            else:
+                out[phase] = f"{load.duration:g}s" + (f" at {load.rate:g} req/s" if load.rate else "")
         if self.server_cpus or self.load_cpus:
             out["server CPUs"] = self.server_cpus or "any"
             out["load CPUs"] = self.load_cpus or "any"
@@ -92,11 +105,12 @@ def refused_files(base_url: str, request: HttpRequest, scenario: Scenario, statu
 
 def run_scenario(base_url: str, target: str, dialect: Dialect, scenario: Scenario, settings: Settings,
                  pids: list[int], raw_dir: Path | None = None, say: Progress = _say, *,
-                 users: bool = False, root: Path | None = None) -> list[Result]:
+                 users: bool = False, root: Path | None = None, earlier: list[Result] | None = None) -> list[Result]:
     """Every phase of one scenario against a server that is already up. ``users``: the server
     is the user's (a URL), serving ``root`` (``--files-dir``; None if not given), and a probe
     that finds none of the scenario's files fails the run. A server the bench started on its
-    own files that answers a probe otherwise than expected has the scenario skipped."""
+    own files that answers a probe otherwise than expected has the scenario skipped.
+    ``earlier``: the run's results so far, where a rate fraction finds its reference's capacity."""
     phases = settings.phases()
     request = request_for(scenario, dialect)
     if request is None:
@@ -113,11 +127,21 @@ def run_scenario(base_url: str, target: str, dialect: Dialect, scenario: Scenari
         note = f"probe answered {status}, expected {scenario.expect_status}"
         say(f"[{target}] {scenario.name}: skipped, {note}")
         return [Result(target, scenario.name, phase, "skipped", note) for phase, _ in phases]
-    out = []
+    out: list[Result] = []
     for phase, load in phases:
+        if phase == "rate" and settings.rate_fraction:
+            reference = settings.rate_reference
+            capacity = closed_loop_capacity([*(earlier or ()), *out], reference, scenario.name)
+            if not capacity:
+                note = f"no closed-loop figure of {reference} for {scenario.name} in this run to take a fraction of"
+                out.append(Result(target, scenario.name, phase, "skipped", note))
+                say(f"[{target}] {scenario.name} {phase}: skipped, {note}")
+                continue
+            load = replace(load, rate=settings.rate_fraction * capacity)
         if load.rate is not None and request.per_batch > 1:
             # Offer a static server the same batches per second: n of its requests per batch.
             load = replace(load, rate=load.rate * request.per_batch)
+        lag_before = loop_lag.scrape(base_url)
         with PeakRSS(pids) as peak:
             try:
                 measured = wrk.run(base_url, request, load, settings.load_cpus)
@@ -125,13 +149,15 @@ def run_scenario(base_url: str, target: str, dialect: Dialect, scenario: Scenari
                 out.append(Result(target, scenario.name, phase, "failed", str(exc)))
                 say(f"[{target}] {scenario.name} {phase}: failed: {exc}")
                 continue
+        lag = loop_lag.between(lag_before, loop_lag.scrape(base_url))
         if raw_dir is not None:
             try:  # wrk's own words, for anyone who doubts a figure; losing them loses no figure
                 raw_dir.mkdir(parents=True, exist_ok=True)
                 (raw_dir / f"{target}-{scenario.name}-{phase}.txt").write_text(measured.raw)
             except OSError as exc:
                 say(f"[{target}] could not keep wrk's output: {exc}")
-        result = Result(target, scenario.name, phase, per_batch=request.per_batch, wrk=measured, peak_rss=peak.bytes)
+        result = Result(target, scenario.name, phase, per_batch=request.per_batch, wrk=measured, peak_rss=peak.bytes,
+                        loop_lag=lag)
         out.append(result)
         say(_line(result))
     return out
@@ -143,8 +169,18 @@ def _line(r: Result) -> str:
     rss = "" if r.peak_rss is None else f", peak RSS {r.peak_rss / 2**20:.0f} MB"
     errors = f", {w.socket_errors} socket errors" if w.socket_errors else ""
     status = f", {w.errors.get('status', 0)} non-2xx" if w.errors.get("status") else ""
+    lag_max, lag_p99 = value(r, "lag_max"), value(r, "lag_p99")
+    lag = "" if lag_max is None else f", loop lag max {lag_max:.2f} ms, p99 {lag_p99:.2f} ms"
     return (f"[{r.target}] {r.scenario} {r.phase}: {w.rps:.0f} req/s, {w.transfer / 2**20:.1f} MB/s, "
-            f"avg {w.latency.mean:.2f} ms, p99 {w.latency.percentiles.get('99', 0):.2f} ms{errors}{status}{rss}")
+            f"avg {w.latency.mean:.2f} ms, p99 {w.latency.percentiles.get('99', 0):.2f} ms{errors}{status}{rss}{lag}")
+
+
+def closed_loop_capacity(results: list[Result], target: str, scenario: str) -> float | None:
+    """``target``'s batches/s on ``scenario`` as fast as it answers: its sustained phase, else its
+    burst; None if neither was measured."""
+    found = {r.phase: r for r in results if (r.target, r.scenario) == (target, scenario) and r.ok}
+    measured = found.get("sustained") or found.get("burst")
+    return None if measured is None else value(measured, "rps", per_batch=True)
 
 
 @contextmanager
@@ -163,8 +199,9 @@ def started(target: Target, ctx: Context, settings: Settings, log_dir: Path) -> 
 
 
 def run_target(target: Target, scenarios: list[Scenario], settings: Settings, root: Path, cache_dir: Path,
-               out_dir: Path, say: Progress = _say) -> list[Result]:
-    """Start ``target`` (once, or once per scenario) and run ``scenarios`` against it."""
+               out_dir: Path, say: Progress = _say, earlier: list[Result] | None = None) -> list[Result]:
+    """Start ``target`` (once, or once per scenario) and run ``scenarios`` against it
+    (``earlier``: the run's results so far)."""
     missing = target.missing()
     if missing:
         note = f"not installed: {', '.join(missing)}"
@@ -182,7 +219,8 @@ def run_target(target: Target, scenarios: list[Scenario], settings: Settings, ro
             try:
                 with started(target, ctx, settings, out_dir / "logs" / target.name) as (base, pids):
                     for scenario in batch:
-                        results += run_scenario(base, target.name, target.dialect, scenario, settings, pids, raw_dir, say)
+                        results += run_scenario(base, target.name, target.dialect, scenario, settings, pids, raw_dir,
+                                                say, earlier=earlier)
             except (RuntimeError, OSError, TimeoutError) as exc:
                 say(f"[{target.name}] failed: {exc}")
                 done = {(r.scenario, r.phase) for r in results}
@@ -201,7 +239,7 @@ def run_compare(targets: list[Target], scenarios: list[Scenario], settings: Sett
     try:
         for target in targets:
             say(f"[{target.name}] {target.description}")
-            for result in run_target(target, scenarios, settings, root, cache_dir, out_dir, say):
+            for result in run_target(target, scenarios, settings, root, cache_dir, out_dir, say, results.results):
                 results.add(result)
     finally:
         os.sched_setaffinity(0, before)
@@ -217,7 +255,7 @@ def run_url(base_url: str, scenarios: list[Scenario], settings: Settings, pids: 
     base = base_url.rstrip("/")
     for scenario in scenarios:
         for result in run_scenario(base, name, dialect or AXON, scenario, settings, pids, raw_dir, say, users=True,
-                                   root=root):
+                                   root=root, earlier=results.results):
             results.add(result)
     return results
 

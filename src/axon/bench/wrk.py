@@ -156,17 +156,23 @@ def paced_latency(paced: dict) -> Stats:
 
 def histogram_percentile(buckets: dict[int, int], step: float, p: float) -> float:
     """The ``p``-th percentile of a histogram whose bucket ``b`` holds values in
-    ``[step**(b-1), step**b)``: the bucket's upper bound, so never an underestimate."""
-    total = sum(buckets.values())
-    if total == 0:
+    ``[step**(b-1), step**b)``."""
+    return bucket_percentile(sorted((step**b, n) for b, n in buckets.items()), p)
+
+
+def bucket_percentile(counts: list[tuple[float, float]], p: float) -> float:
+    """The ``p``-th percentile of samples counted by bucket, ``(upper bound, count)`` in rising
+    order: the upper bound of the bucket it falls in, so never an underestimate; 0 with none."""
+    total = sum(n for _, n in counts)
+    if total <= 0:
         return 0.0
     rank = max(1, math.ceil(p / 100 * total))
-    seen = 0
-    for bucket in sorted(buckets):
-        seen += buckets[bucket]
+    seen = 0.0
+    for bound, n in counts:
+        seen += n
         if seen >= rank:
-            return step**bucket
-    return step ** max(buckets)
+            return bound
+    return counts[-1][0]
 
 
 _STATS_LINE = re.compile(r"^\s*(Latency|Req/Sec)\s+\S+\s+\S+\s+\S+\s+([\d.]+)%\s*$", re.MULTILINE)

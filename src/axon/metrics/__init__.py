@@ -22,6 +22,9 @@
 ``axon_request_duration_seconds``     histo    time to handle a request and plan its response;
                                                the transfer of the body is not in it (nginx's
                                                ``$upstream_response_time`` has the whole of it)
+``axon_event_loop_lag_seconds``       histo    how late each worker's event loop ran a timer it
+                                               sets at a fixed interval: how long the loop was
+                                               held up (:mod:`.loop_lag`; ``axon serve`` only)
 ====================================  =======  ====================================================
 
 Requests for ``/metrics`` itself are not counted, so the numbers describe the traffic alone.
@@ -61,6 +64,7 @@ from ..config import environment
 from ..records import Record, Records
 from .exposition import CONTENT_TYPE, render_text
 from .files import BYTES, FILES, STARTED, SUM, Slots, process_alive, read_file
+from .loop_lag import LAG
 
 if TYPE_CHECKING:
     from ..request import Request
@@ -198,7 +202,7 @@ class Metrics:
         # our lock is let go: a drain holds the records' lock while it calls read(), which takes
         # ours, so taking theirs inside ours could deadlock with it (a worker hung for good).
         started = self.records.begun_count() - not_traffic
-        out = {BYTES: counts[0], FILES: counts[1], SUM: counts[2], STARTED: started}
+        out = {BYTES: counts[0], FILES: counts[1], SUM: counts[2], STARTED: started, **LAG.samples()}
         width = len(self.buckets) + 1
         for index, key in keys:
             if key[0] == "r":

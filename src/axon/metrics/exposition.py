@@ -6,6 +6,9 @@ Pure: sample keys and their values in (as :mod:`.files` names them), text out.
 from __future__ import annotations
 
 from .files import BYTES, FILES, SUM
+from .loop_lag import BUCKETS as LAG_BUCKETS
+from .loop_lag import INTERVAL as LAG_INTERVAL
+from .loop_lag import LAG_SUM
 
 #: The Prometheus text exposition format, version 0.0.4.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -18,6 +21,8 @@ _HELP = {
     "axon_requests_in_flight": ("gauge", "Requests being handled now (the transfer of a body excluded)."),
     "axon_request_duration_seconds": ("histogram", "Time to handle a request and plan its response (transfer excluded)."),
 }
+_LAG = "axon_event_loop_lag_seconds"
+_LAG_HELP = f"How late a worker's event loop ran a timer it sets every {LAG_INTERVAL:g} s: the time the loop was held up."
 
 
 def render_text(values: dict[str, float], bounds: tuple[float, ...]) -> bytes:
@@ -36,6 +41,7 @@ def render_text(values: dict[str, float], bounds: tuple[float, ...]) -> bytes:
         elif kind == "e":
             status, code = rest.split(" ", 1)
             errors[(status, code)] = value
+        # "l": the loop lag's, rendered by render_lag
     samples: dict[str, list[str]] = {name: [] for name in _HELP}
     for (method, status), value in sorted(requests.items()):
         samples["axon_requests_total"].append(f'axon_requests_total{{method="{method}",status="{status}"}} {_number(value)}')
@@ -54,6 +60,21 @@ def render_text(values: dict[str, float], bounds: tuple[float, ...]) -> bytes:
     lines = []
     for name, (kind, help_text) in _HELP.items():
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples[name]]
+    return ("\n".join(lines) + "\n").encode("utf-8") + render_lag(values)
+
+
+def render_lag(values: dict[str, float]) -> bytes:
+    """The event-loop lag histogram of ``values`` (sample keys ``"l <bucket>"`` and ``"l sum"``,
+    summed over processes), as text; nothing when no process timed a loop (WSGI, ASGI)."""
+    if LAG_SUM not in values:
+        return b""
+    lines = [f"# HELP {_LAG} {_LAG_HELP}", f"# TYPE {_LAG} histogram"]
+    count = 0.0
+    for i, bound in enumerate((*LAG_BUCKETS, float("inf"))):
+        count += values.get(f"l {i}", 0)
+        lines.append(f'{_LAG}_bucket{{le="{_number(bound)}"}} {_number(count)}')
+    lines.append(f"{_LAG}_sum {_number(values[LAG_SUM])}")
+    lines.append(f"{_LAG}_count {_number(count)}")
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 

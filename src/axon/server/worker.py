@@ -21,7 +21,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..config import environment
 from ..errors import ServiceUnavailable
+from ..metrics.loop_lag import LoopLag
 from ..response import error_response
 from .accept import SHARED_BURST, Acceptor, bind
 from .config import ServerConfig
@@ -58,6 +60,8 @@ class Worker:
         self._acceptor: Acceptor | None = None
         self._stop: asyncio.Future | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
+        #: Times this worker's loop: how late it runs, for ``/metrics`` (axon.metrics.loop_lag).
+        self.loop_lag: LoopLag | None = None
         self._tick = min(1.0, max(0.05, min(self.limits.header_timeout, self.limits.keepalive_timeout, self.limits.write_timeout) / 4))
         # Deadlines for a phase starting now, rebuilt by each sweep: a connection copies one
         # instead of reading the clock on every request. They err late, never early: a timeout
@@ -94,6 +98,8 @@ class Worker:
                                   self.config.backlog if alone else SHARED_BURST)
         self._acceptor.start()
         self._tick_handle = loop.call_later(self._tick, self._sweep)
+        if environment().loop_lag:
+            self.loop_lag = LoopLag(loop).start()
         self._refresh_date()
         if ready is not None:
             ready.set()
@@ -129,6 +135,8 @@ class Worker:
             self._tick_handle.cancel()
         if self._date_handle is not None:
             self._date_handle.cancel()
+        if self.loop_lag is not None:
+            self.loop_lag.stop()
         self.app.close()  # and with it the shared files: what no response holds is closed
         self.shortcuts.clear()
 

@@ -1,0 +1,79 @@
+"""``axon serve`` times its own event loop: a real server whose loop a handler holds up shows the
+stall in ``/metrics``, an idle one shows none; the bench's app shows the lag without --metrics."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import get
+
+pytestmark = pytest.mark.slow  # a server process each
+
+
+def lag_buckets(port: int) -> dict[str, float]:
+    """``le`` -> cumulative count of ``axon_event_loop_lag_seconds`` as a scrape shows it."""
+    resp = get(port, "/metrics")
+    assert resp.status == 200
+    out = {}
+    for line in resp.body.decode().splitlines():
+        if line.startswith("axon_event_loop_lag_seconds_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            out[le] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def over(buckets: dict[str, float], bound: str) -> float:
+    """Samples over the bucket bound ``bound`` (the text's cumulative counts)."""
+    return buckets["+Inf"] - buckets[bound]
+
+
+@pytest.fixture
+def stalling_site(tmp_path: Path, root: Path, monkeypatch) -> str:
+    # A handler declared not to block that blocks: what a user may write, and what the lag is for.
+    (tmp_path / "stallsite.py").write_text(textwrap.dedent(f"""
+        import time
+        from axon import App
+
+        app = App({str(root)!r})
+
+        @app.route("/stall", blocking=False)
+        def stall(request):
+            time.sleep(0.4)
+            return {{"slept": 0.4}}
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    return "stallsite"
+
+
+def test_a_blocked_loop_shows_in_metrics_and_an_idle_one_does_not(spawn, stalling_site, monkeypatch) -> None:
+    monkeypatch.delenv("AXON_METRICS_DIR", raising=False)
+    server = spawn("--workers", "1", "--metrics", "--app", f"{stalling_site}:app")
+    time.sleep(0.5)  # idle: the timer alone
+    idle = lag_buckets(server.port)
+    assert idle["+Inf"] >= 5, idle
+    assert over(idle, "0.1") == 0, idle
+    assert get(server.port, "/stall").status == 200
+    stalled = lag_buckets(server.port)
+    # The timer fell due during the 0.4 s the handler held the loop: at least 0.4 s less one
+    # interval late, once.
+    assert over(stalled, "0.25") - over(idle, "0.25") == 1, stalled
+
+
+def test_the_bench_app_shows_the_lag_without_counting_requests(spawn) -> None:
+    server = spawn("--workers", "1", "--app", "axon.bench.echo_app:app")
+    time.sleep(0.2)
+    text = get(server.port, "/metrics").body.decode()
+    assert "# TYPE axon_event_loop_lag_seconds histogram" in text
+    assert "axon_requests_total" not in text  # nothing counted per request: a server without --metrics
+    assert lag_buckets(server.port)["+Inf"] > 0
+
+
+def test_the_timer_can_be_turned_off(spawn) -> None:
+    # What scripts/instructions.py does, so that its counts hold the requests' work alone.
+    server = spawn("--workers", "1", "--metrics", env={"AXON_NO_LOOP_LAG": "1"})
+    text = get(server.port, "/metrics").body.decode()
+    assert "axon_requests_total" in text and "axon_event_loop_lag_seconds" not in text
