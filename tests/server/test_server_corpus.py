@@ -13,6 +13,9 @@ from dataclasses import dataclass
 import pytest
 from conftest import FILES, HEAD_READERS, Client, Closed, Resp, head_reader_set
 
+#: Both readers in the fast loop too: this corpus is what shows that they answer alike.
+pytestmark = pytest.mark.both_head_readers
+
 ANY_4XX = 0  # in ``statuses``: any 4xx
 
 
