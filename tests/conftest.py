@@ -173,3 +173,25 @@ def use_fast_examples(test) -> None:
     if getattr(test, "is_hypothesis_test", False) and own is not None and not getattr(test, "_fast_examples", False):
         test._hypothesis_internal_use_settings = settings(own, max_examples=fast_examples(own.max_examples))
         test._fast_examples = True
+
+
+# ------------------------------------------------------------------- the workers' shares
+
+#: Modules that use one session server, given to one worker as a unit by ``--dist loadfile``
+#: (which would otherwise hand them out one by one, and each worker start the server for its
+#: own): the modules' path prefix -> the unit's name.
+SHARED_SERVER_MODULES = {"tests/storage/test_object": "SeaweedFS"}
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook, when it is installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedServerScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return next((unit for prefix, unit in SHARED_SERVER_MODULES.items() if module.startswith(prefix)), module)
+
+    return SharedServerScheduling(config, log)

@@ -24,10 +24,13 @@ def http_server() -> Iterator[ScriptedServer]:
         yield server
 
 
-@pytest.fixture(scope="session", params=["gunicorn", "uvicorn", "native"])
+@pytest.fixture(scope="session", params=[pytest.param("gunicorn", marks=pytest.mark.slow),
+                                         pytest.param("uvicorn", marks=pytest.mark.slow), "native"])
 def live_axon(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveAxon]:
     """One server per runtime for the whole session, serving a fresh root with AXON_SECRET set
-    (the native server reads it through App, as the WSGI and ASGI default apps do)."""
+    (the native server reads it through App, as the WSGI and ASGI default apps do). The fast loop
+    proves the client against Axon's own server; the WSGI and ASGI runtimes' runs are slow (the
+    fast loop still meets gunicorn in test_client_interop.py, uvicorn in tests/fsspec)."""
     why = runtime_available(request.param)
     if why is not None:
         pytest.skip(why)

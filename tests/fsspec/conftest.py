@@ -42,8 +42,11 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="session", params=["native", "uvicorn"])
+@pytest.fixture(scope="session", params=["native", pytest.param("uvicorn", marks=pytest.mark.slow)])
 def served(request: pytest.FixtureRequest, corpus: Path) -> Iterator[Served]:
+    """The corpus served by Axon's own server, and by uvicorn (ASGI) outside the fast loop, which
+    proves the filesystem against one server (it meets uvicorn in test_fsspec_servers.py and
+    test_fsspec_listing_off.py)."""
     why = runtime_available(request.param)
     if why is not None:
         pytest.skip(why)

@@ -15,6 +15,7 @@ from axon.limits import Limits
 from axon.http.conditional import http_date
 from axon.http.segments import FileSlice
 from axon.plan.single_file import etag, plan_file
+from axon.storage.local import FileStore
 
 LIMITS = Limits()
 DATA = bytes(range(256)) * 40  # b.bin in the sample root
@@ -252,8 +253,26 @@ def _settle(path):
     time.sleep(max(0.0, changed + 1.05 - time.time()))
 
 
-def test_if_range(root, store, render):
-    _settle(root / "b.bin")
+OWN_MTIMES_NS = [1_700_000_000_000_000_000, 1_700_000_000_500_000_000, 1_700_000_000_999_999_000]
+
+
+@pytest.fixture(scope="module")
+def settled(tmp_path_factory):
+    """A root whose files' last change is a second old, waited for once for the module: b.bin,
+    ``at-<ns>.bin`` (b.bin with each mtime of OWN_MTIMES_NS) and ``weak.bin``, which only
+    test_if_range_date_is_weak_within_a_second_of_a_change writes to; the others only read."""
+    base = tmp_path_factory.mktemp("settled")
+    for name in ("b.bin", "weak.bin", *(f"at-{ns}.bin" for ns in OWN_MTIMES_NS)):
+        (base / name).write_bytes(DATA)
+    for ns in OWN_MTIMES_NS:
+        os.utime(base / f"at-{ns}.bin", ns=(ns, ns))
+    for path in base.iterdir():
+        _settle(path)
+    return base
+
+
+def test_if_range(settled, render):
+    store = FileStore(settled)
     tag, date = _validators(store)
     for if_range, status in ((tag, 206), ('"other"', 200), (f"W/{tag}", 200), (date, 206),
                              ("Thu, 01 Jan 1970 00:00:00 GMT", 200), ("garbage", 200)):
@@ -280,14 +299,16 @@ def _set_mtime_ns(path, mtime_ns):
         pytest.skip("the filesystem does not keep this mtime")
 
 
-@pytest.mark.parametrize("mtime_ns", [1_700_000_000_000_000_000, 1_700_000_000_500_000_000, 1_700_000_000_999_999_000])
-def test_own_last_modified_is_honoured(root, store, mtime_ns):
-    _set_mtime_ns(root / "b.bin", mtime_ns)
-    _settle(root / "b.bin")
-    _, date = _validators(store)
-    r = plan(store, {"if-modified-since": date})
+@pytest.mark.parametrize("mtime_ns", OWN_MTIMES_NS)
+def test_own_last_modified_is_honoured(settled, mtime_ns):
+    path = f"at-{mtime_ns}.bin"
+    if os.stat(settled / path).st_mtime_ns != mtime_ns:
+        pytest.skip("the filesystem does not keep this mtime")
+    store = FileStore(settled)
+    _, date = _validators(store, path)
+    r = plan(store, {"if-modified-since": date}, path=path)
     assert r.status == 304
-    r = plan(store, {"range": "bytes=0-0", "if-range": date})
+    r = plan(store, {"range": "bytes=0-0", "if-range": date}, path=path)
     assert r.status == 206
     r.close()
 
@@ -306,22 +327,21 @@ def test_own_last_modified_is_honoured_at_the_edges(root, store, mtime_ns):
     assert r.status == 304
 
 
-def test_if_range_date_is_weak_within_a_second_of_a_change(root, store, render):
+def test_if_range_date_is_weak_within_a_second_of_a_change(settled, render):
     """Two versions written within one second share a Last-Modified: while the change is less
     than a second old, a date If-Range must not name a version (RFC 9110 13.1.5, 8.8.2.2)."""
-    path = root / "b.bin"
-    _settle(path)
-    _, date = _validators(store)
+    store, path = FileStore(settled), settled / "weak.bin"
+    _, date = _validators(store, "weak.bin")
     st_ = os.stat(path)
     path.write_bytes(DATA[::-1])  # a new version of the same size...
     os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns))  # ...with the same Last-Modified
-    r = plan(store, {"range": "bytes=0-9", "if-range": date})
+    r = plan(store, {"range": "bytes=0-9", "if-range": date}, path="weak.bin")
     try:
         assert r.status == 200 and render(r.body) == DATA[::-1]
     finally:
         r.close()
     _settle(path)  # a second later the date is strong again
-    r = plan(store, {"range": "bytes=0-9", "if-range": date})
+    r = plan(store, {"range": "bytes=0-9", "if-range": date}, path="weak.bin")
     try:
         assert r.status == 206 and render(r.body) == DATA[::-1][:10]
     finally:

@@ -9,11 +9,15 @@ raw-socket client that reads responses itself (no HTTP library between the test 
 
 ``serve``, ``harness`` and the modules' own servers run each test twice: with the compiled
 reader of simple heads (``head_reader`` "compiled", skipped where it was not built) and without
-it (``AXON_PURE_PYTHON=1``: llhttp alone), so the connection is proven both ways.
+it (``AXON_PURE_PYTHON=1``: llhttp alone), so the connection is proven both ways. The fast loop
+(``-m "not slow"``) runs a ``head_reader`` test with this machine's own reader alone (the
+compiled one where it was built): the other's runs are marked slow, except in the modules marked
+``both_head_readers``, which compare the two.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import re
@@ -334,6 +338,19 @@ def parse_multipart(resp: Resp) -> list[tuple[dict[str, str], bytes]]:
 
 #: The two ways a connection reads heads (axon/server/simplehead.py).
 HEAD_READERS = ["compiled", "pure"]
+#: The one a server here reads with unless told otherwise: the compiled reader, where it was built.
+OWN_HEAD_READER = "compiled" if importlib.util.find_spec("axon.server._simplehead") else "pure"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The other reader's run of a ``head_reader`` test is slow: the fast loop proves the
+    connection with one reader, and the modules marked ``both_head_readers`` show that the two
+    answer alike."""
+    for item in items:
+        kind = getattr(item, "callspec", None) and item.callspec.params.get("head_reader")
+        if kind not in (None, OWN_HEAD_READER) and item.get_closest_marker("both_head_readers") is None:
+            item.add_marker(pytest.mark.slow)
 
 
 @contextmanager
