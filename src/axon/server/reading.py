@@ -81,6 +81,7 @@ class RequestReading:
     writer: ResponseWriter | None
     _transport: Any
     _simple_head: SimpleHeadParser | None
+    _checked_from: int
     _between: bool
     _exchange: Exchange | None
     _refusal: HTTPError | None
@@ -161,21 +162,20 @@ class RequestReading:
         """Read the simple heads that ``data`` begins with in one call each (:mod:`.simplehead`)
         and answer them as llhttp's callbacks would; return what is left for llhttp."""
         parse, start, size = self._simple_head, 0, len(data)
-        limits = self.limits
+        checked_from = self._checked_from
         while start < size:
             found = parse(data, start)  # type: ignore[misc]
             if found is None:
                 break
             method, url, headers, end, count, field_bytes = found
-            try:
-                check_head(len(url), count, field_bytes, limits)
-            except HTTPError:
-                break  # llhttp's path refuses it, and says why as it counts
+            if end - start > checked_from:  # below it check_head refuses no head (runtime.checked_from)
+                try:
+                    check_head(len(url), count, field_bytes, self.limits)
+                except HTTPError:
+                    break  # llhttp's path refuses it, and says why as it counts
             start = end
-            ex = Exchange(url)
-            ex.headers = headers
-            ex.in_head = False
-            ex.keep_alive = True  # HTTP/1.1, and no "Connection" but "keep-alive"
+            # Read whole, HTTP/1.1, and no "Connection" but "keep-alive".
+            ex = Exchange(url, headers, False, True)  # complete (not in its head), kept alive
             try:
                 self._complete(ex, method)
             except Exception:  # noqa: BLE001 - what httptools makes of a callback's exception (_feed)

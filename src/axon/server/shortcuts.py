@@ -168,7 +168,7 @@ class Remembered:
             self.heads.move_to_end(key)
             head.moved = now
         body = [bodies[t] if type(t) is int else t for t in head.template]
-        return head, Prepared(head.head, body, head.length, files, read=read)
+        return head, Prepared(head.head, body, head.length, files, False, read)
 
     def forget(self, key: tuple[bytes, str | None]) -> None:
         head = self.heads.pop(key, None)

@@ -124,12 +124,15 @@ class ResponseWriter:
         head = b"".join((answer.head, self._tail(exchange), CRLF))
         files = answer.files
         try:
-            if not body:
-                self._hold([head], len(head))
-            elif read == 0 or (len(body) == 1 and type(body[0]) is bytes):  # bytes only: nothing to walk
+            if read == 0 or not body or (len(body) == 1 and type(body[0]) is bytes):  # bytes only: nothing to walk
                 self._hold([head, *body], len(head) + length)
             else:
-                self._write_now([head], body, length)
+                out = [head]
+                i, size = self._gather(out, len(head), body, 0, len(head) + length + 1)
+                if i == len(body):  # every slice read into out: one answer to hold
+                    self._hold(out, size)
+                else:
+                    self._write_now(out, body, i, length)
         except (ClientGone, BrokenPipeError, ConnectionError):  # sending found the client gone
             self._cut(files, exchange)
             return True
@@ -216,24 +219,21 @@ class ResponseWriter:
                 return j + 1, size
         return len(body), size
 
-    def _write_now(self, out: list[bytes], body: list, length: int) -> None:
-        """Write ``out`` and then ``body`` (at most one chunk to read, see :meth:`send`) now,
-        without waiting: slices read into one ``writev`` with the rest, or, one of at least
-        ``sendfile_min``, by ``sendfile``, what precedes it with ``MSG_MORE`` (a 64 KB file is
-        not copied twice). What the socket does not take of such a slice is read and handed to
-        the transport, which sends it, and all that follows, in order. ``length``, the body's,
-        only chooses between joining what is gathered and ``writev``."""
+    def _write_now(self, out: list[bytes], body: list, i: int, length: int) -> None:
+        """Write ``out`` (what :meth:`send` gathered) and then ``body[i:]``, which begins with a
+        slice of at least ``sendfile_min`` (at most one chunk to read in all, see :meth:`send`),
+        now, without waiting: such a slice by ``sendfile``, what precedes it with ``MSG_MORE``
+        (a 64 KB file is not copied twice), the rest gathered into one ``writev``. What the
+        socket does not take of such a slice is read and handed to the transport, which sends
+        it, and all that follows, in order. ``length``, the body's, only chooses between joining
+        what is gathered and ``writev``."""
         flow = self._flow
         transport = self.transport
-        direct = False  # whether anything went to the socket by sendfile: then the rest follows it
+        self.release()  # what this connection holds goes first
         end = len(body)
-        i = self._gather(out, 0, body, 0, length + 1)[0]
         while i < end:
             fd, offset, count = body[i]  # a slice for sendfile
             i += 1
-            if not direct:
-                direct = True
-                self.release()  # what this connection holds goes first
             if out:
                 flow.send_more(out)
                 out = []
@@ -249,12 +249,8 @@ class ResponseWriter:
             if sent < count:  # a full socket, or the file shrank (read_slice raises FileChanged)
                 transport.write(read_slice(fd, offset + sent, count - sent))
             i = self._gather(out, 0, body, i, length + 1)[0]
-        if not out:
-            return
-        if direct:
+        if out:
             _write(transport, out, length)
-        else:
-            self._hold(out, len(out[0]) + length)  # the head and the body
 
     # -- waiting for the client -----------------------------------------------------------------
 
