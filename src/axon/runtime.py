@@ -81,28 +81,32 @@ def check_head(target: int, count: int, field_bytes: int, limits: Limits) -> Non
 
 
 @functools.lru_cache(maxsize=16)
-def checked_from(limits: Limits) -> int:
-    """The size of a whole request head (request line to blank line) up to which
-    :func:`check_head` refuses none, found by asking it: a head of ``n`` bytes has a target of
-    at most ``n`` bytes and at most ``n // 4`` fields (a field line is at least ``a:`` and CRLF)
-    whose names and values come to at most ``n`` bytes, and a limit that passes a head passes
-    every smaller one. A reader that knows a head's size whole may skip the check below it: the
-    rule is still :func:`check_head`'s, asked less often."""
-    def within(n: int) -> bool:
+def checked_from(limits: Limits) -> tuple[int, int]:
+    """``(fields, size)``: a request head of at most ``fields`` fields and ``size`` bytes in all
+    (request line to blank line) is one that :func:`check_head` refuses never, found by asking
+    it: such a head has a target of at most ``size`` bytes and fields whose names and values
+    come to at most ``size`` bytes, and a limit that passes a head passes every smaller one. A
+    reader that knows a head whole may skip the check within them: the rule is still
+    :func:`check_head`'s, asked less often."""
+    def largest(within: Callable[[int], bool], high: int) -> int:  # within(0) holds, within(high) not
+        low = 0
+        while high - low > 1:
+            middle = (low + high) // 2
+            if within(middle):
+                low = middle
+            else:
+                high = middle
+        return low
+
+    def passes(target: int, count: int, field_bytes: int) -> bool:
         try:
-            check_head(n, n // 4, n, limits)
+            check_head(target, count, field_bytes, limits)
         except (URITooLong, HeadersTooLarge):
             return False
         return True
 
-    low, high = 0, limits.max_url_bytes + 1  # within(low); not within(high): the target alone is too long
-    while high - low > 1:
-        middle = (low + high) // 2
-        if within(middle):
-            low = middle
-        else:
-            high = middle
-    return low
+    fields = largest(lambda n: passes(0, n, 0), limits.max_headers + 1)
+    return fields, largest(lambda n: passes(n, fields, n), limits.max_url_bytes + 1)
 
 
 def declared_length(text: str | None, limits: Limits) -> int | None:

@@ -81,7 +81,7 @@ class RequestReading:
     writer: ResponseWriter | None
     _transport: Any
     _simple_head: SimpleHeadParser | None
-    _checked_from: int
+    _checked_from: tuple[int, int]
     _between: bool
     _exchange: Exchange | None
     _refusal: HTTPError | None
@@ -162,13 +162,13 @@ class RequestReading:
         """Read the simple heads that ``data`` begins with in one call each (:mod:`.simplehead`)
         and answer them as llhttp's callbacks would; return what is left for llhttp."""
         parse, start, size = self._simple_head, 0, len(data)
-        checked_from = self._checked_from
+        most_fields, most_bytes = self._checked_from
         while start < size:
             found = parse(data, start)  # type: ignore[misc]
             if found is None:
                 break
             method, url, headers, end, count, field_bytes = found
-            if end - start > checked_from:  # below it check_head refuses no head (runtime.checked_from)
+            if count > most_fields or end - start > most_bytes:  # within both check_head refuses none (runtime.checked_from)
                 try:
                     check_head(len(url), count, field_bytes, self.limits)
                 except HTTPError:
