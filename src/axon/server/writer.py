@@ -88,7 +88,9 @@ class ResponseWriter:
 
     def _tail(self, exchange: Exchange, extra: bytes = b"") -> bytes:
         """What completes every head before its blank line: ``Date`` and ``Server``, ``extra``,
-        and the ``Connection`` the exchange needs (close, or keep-alive for HTTP/1.0)."""
+        and the ``Connection`` the exchange needs (close, or keep-alive for HTTP/1.0). It reads
+        the worker's ``date_line`` and the exchange's ``keep_alive`` and ``http11`` only: a whole
+        answer (:meth:`send`) is made again when one of them changes."""
         tail = self._worker.date_line
         if extra:
             tail += extra
@@ -110,10 +112,11 @@ class ResponseWriter:
             return False
         whole = answer.whole
         if whole is not None:  # bytes sent again and again (held whatever their size): made whole once a tail
-            tail = self._tail(exchange)
-            if whole[0] is not tail:
-                whole = answer.whole = (tail, b"".join((answer.head, tail, CRLF, *answer.body)))
-            data = whole[1]
+            date, keep_alive, http11 = self._worker.date_line, exchange.keep_alive, exchange.http11
+            if whole[0] is not date or whole[1] is not keep_alive or whole[2] is not http11:  # what _tail reads
+                data = b"".join((answer.head, self._tail(exchange), CRLF, *answer.body))
+                whole = answer.whole = (date, keep_alive, http11, data)
+            data = whole[3]
             self._hold([data], len(data))
             return True
         body = answer.body
@@ -165,7 +168,7 @@ class ResponseWriter:
         or a client pipelining many requests in one read), what is held is handed over at once:
         a socket that does not take it pauses the connection (flow control), and its next
         requests wait for the client as any response does."""
-        if size <= JOIN_MAX and len(buffers) > 1:
+        if len(buffers) > 1 and size <= JOIN_MAX:
             buffers = [b"".join(buffers)]
         held = self._held
         if held is None:
