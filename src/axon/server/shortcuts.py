@@ -1,7 +1,7 @@
 """What a worker's connections may send without the App: :class:`Shortcuts`, owned by a worker.
 
 It is the one place where the server takes a way past the App, and the connection asks it in one
-place (``HTTPProtocol._shortcut``). Two tables, both forgotten whenever the App's routes, its fixed
+place (``HTTPProtocol._complete``). Two tables, both forgotten whenever the App's routes, its fixed
 answers or its observers change (the worker's sweep calls :meth:`Shortcuts.refresh` once a tick):
 
 * **Fixed answers** (:func:`fixed_answer`): GET answers that never change (the health probe),
