@@ -6,8 +6,10 @@ whole, up to ``Limits.max_body_bytes``), which queue in order. Where it was buil
 reader of simple heads (:mod:`.simplehead`) reads a plain ``GET`` or ``HEAD`` in one call before
 llhttp sees it (``_feed_simple``), and answers it as the callbacks would. What a header list
 becomes and its limits are decided by two functions of :mod:`axon.runtime`, which both paths
-call: :func:`~axon.runtime.check_head` (414, 431) and :func:`~axon.runtime.fold_header`; the
-compiled reader only finds the bytes of a head (which are a name, a value, where it ends).
+call: :func:`~axon.runtime.check_head` (414, 431; the compiled path asks it only for a head
+past :func:`~axon.runtime.checked_from`'s sizes, within which it refuses none) and
+:func:`~axon.runtime.fold_header`; the compiled reader only finds the bytes of a head (which are
+a name, a value, where it ends).
 One of the App's fixed answers (the health probe), or a head the worker remembered for a
 repeatable route (a file, a batch) with its files opened anew, is sent from the parser's
 callback, past the App (:mod:`.shortcuts`; ``_complete``).
