@@ -16,7 +16,7 @@ import pytest
 
 from axon.errors import HTTPError
 from axon.limits import Limits
-from axon.runtime import BodyReader, Lazy, declared_length, fold_headers
+from axon.runtime import BodyReader, Lazy, check_head, checked_from, declared_length, fold_headers
 
 LIMITS = Limits(max_body_bytes=10)
 
@@ -46,6 +46,24 @@ def test_a_body_is_refused_as_soon_as_its_pieces_pass_the_limit():
     with pytest.raises(HTTPError) as refused:
         body.add(b"!")
     assert refused.value.status == 413
+
+
+@pytest.mark.parametrize("limits", [
+    Limits(), Limits(max_headers=3, max_header_bytes=200, max_url_bytes=100), Limits(max_headers=1),
+    Limits(max_url_bytes=50, max_header_bytes=10_000), Limits(max_header_bytes=10),
+])
+def test_within_the_sizes_checked_from_gives_check_head_refuses_no_head(limits):
+    """checked_from asks check_head: a head of at most ``fields`` fields and ``size`` bytes,
+    whatever its target, count and bytes, passes; one field or one byte more may not."""
+    fields, size = checked_from(limits)
+    for target in {0, size // 2, size}:
+        for count in {0, fields // 2, fields}:
+            for field_bytes in {0, size - target, size}:
+                check_head(target, count, field_bytes, limits)
+    with pytest.raises(HTTPError):
+        check_head(size + 1, fields, size + 1, limits)
+    with pytest.raises(HTTPError):
+        check_head(0, fields + 1, 0, limits)
 
 
 def test_the_lazy_app_is_built_once_on_first_use():

@@ -19,6 +19,7 @@ a first request (WSGI, ASGI without lifespan) each request gets them in a JSON 5
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -32,6 +33,7 @@ from .limits import DEFAULT_LIMITS, Limits
 
 __all__ = [
     "BODY_METHODS", "FIELD_BYTES", "BodyReader", "CannotServe", "DateHeader", "Lazy", "build_app", "check_head",
+    "checked_from",
     "declared_length", "default_app", "fold_header", "fold_headers", "refusal_to_serve",
 ]
 
@@ -76,6 +78,35 @@ def check_head(target: int, count: int, field_bytes: int, limits: Limits) -> Non
             raise HeadersTooLarge(f"more than {limits.max_headers} request headers")
         if target + field_bytes + FIELD_BYTES * count > limits.max_header_bytes:
             raise HeadersTooLarge(f"request headers longer than {limits.max_header_bytes} bytes")
+
+
+@functools.lru_cache(maxsize=16)
+def checked_from(limits: Limits) -> tuple[int, int]:
+    """``(fields, size)``: a request head of at most ``fields`` fields and ``size`` bytes in all
+    (request line to blank line) is one that :func:`check_head` refuses never, found by asking
+    it: such a head has a target of at most ``size`` bytes and fields whose names and values
+    come to at most ``size`` bytes, and a limit that passes a head passes every smaller one. A
+    reader that knows a head whole may skip the check within them: the rule is still
+    :func:`check_head`'s, asked less often."""
+    def largest(within: Callable[[int], bool], high: int) -> int:  # within(0) holds, within(high) not
+        low = 0
+        while high - low > 1:
+            middle = (low + high) // 2
+            if within(middle):
+                low = middle
+            else:
+                high = middle
+        return low
+
+    def passes(target: int, count: int, field_bytes: int) -> bool:
+        try:
+            check_head(target, count, field_bytes, limits)
+        except (URITooLong, HeadersTooLarge):
+            return False
+        return True
+
+    fields = largest(lambda n: passes(0, n, 0), limits.max_headers + 1)
+    return fields, largest(lambda n: passes(n, fields, n), limits.max_url_bytes + 1)
 
 
 def declared_length(text: str | None, limits: Limits) -> int | None:

@@ -234,6 +234,41 @@ def test_a_recalled_head_moves_up_the_order_once_a_second(tree, monkeypatch) -> 
     assert [key[0] for key in table.heads] == [b"/t2", b"/t0", b"/t3"]
 
 
+def test_an_answer_of_trusted_files_is_made_once_while_they_stay_the_same(tree) -> None:
+    """A remembered head whose files the shared files trust (their bytes in memory) is answered
+    by the answer made last while they give the same objects (one per version); another object
+    makes it anew, another version forgets the head, and a forgotten head's answer is let go."""
+    import zlib
+
+    from axon.storage.local import TrustedFile
+
+    app = shared_app(tree)
+    table = Remembered()
+    key = (b"/files/a.txt", None)
+    for _ in range(2):  # remembered on the second sight
+        response = app.send_file(Request("GET", "/files/a.txt"), "a.txt")
+        table.remember(key, response, "/files/a.txt", "")
+        response.close()
+    data = FILES["a.txt"]
+    version = (*table.heads[key].versions[0][:5], zlib.crc32(data))
+    table.heads[key].versions[0] = version  # as remembered from the trusted file's bytes
+
+    def trusted(token: tuple = version) -> TrustedFile:
+        return TrustedFile("a.txt", token, data, "a.txt", "text/plain")
+
+    same = trusted()
+    first = table.recall(key, app.store.open, lambda paths: [same])
+    again = table.recall(key, app.store.open, lambda paths: [same])
+    assert first is not None and again is not None
+    assert first[1].files == [] and data in first[1].body
+    assert again[1] is first[1]  # made once
+    other = table.recall(key, app.store.open, lambda paths: [trusted()])  # an equal version, another object
+    assert other is not None and other[1] is not first[1] and other[1].body == first[1].body
+    changed = trusted((*version[:5], version[5] ^ 1))
+    assert table.recall(key, app.store.open, lambda paths: [changed]) is None
+    assert len(table) == 0 and table._last is None  # forgotten, its answer with it
+
+
 def test_a_copy_of_the_tree_is_a_new_version(serve, tree) -> None:
     """Same bytes, same size, another inode and mtime: the App answers it with its own ETag."""
     app = shared_app(tree)

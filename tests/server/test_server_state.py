@@ -10,7 +10,7 @@ import re
 import pytest
 
 from axon.server import protocol, reading
-from axon.server.state import CLOCKS, CLOSING, TRANSITIONS, BadTransition, State
+from axon.server.state import ANSWERING, CLOCKS, CLOSING, READING, TRANSITIONS, BadTransition, State
 
 
 def clocks(h) -> dict[str, float]:
@@ -84,6 +84,14 @@ def test_every_state_has_a_clock_and_its_transitions() -> None:
     assert all(State.CLOSED in TRANSITIONS[s] for s in State if s is not State.CLOSED)
     assert TRANSITIONS[State.CLOSED] == set()
     assert all(TRANSITIONS[s] <= CLOSING for s in CLOSING)  # a connection that closes never reads again
+
+
+def test_what_arrives_is_parsed_kept_or_dropped_by_state() -> None:
+    """data_received asks READING, then CLOSING; every other state has an answer pending and
+    keeps what arrives: the three sets are the states, once each."""
+    pending = ANSWERING - CLOSING
+    assert READING | CLOSING | pending == set(State)
+    assert not READING & CLOSING and not READING & pending and pending == {State.ANSWER, State.STALLED}
 
 
 def test_the_table_forbids_most_changes() -> None:

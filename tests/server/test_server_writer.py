@@ -68,6 +68,19 @@ def test_an_answer_sent_again_is_made_whole_once_per_date_line(live) -> None:
     assert [conn.response().body for _ in range(3)] == [b"ok"] * 3
 
 
+def test_an_answer_sent_again_is_made_whole_again_for_another_connection_line(live) -> None:
+    """The whole answer is kept by what completes its head (the Date line, keep-alive, HTTP/1.1):
+    an exchange that needs another Connection line gets its own, and the next one its own again."""
+    conn = live()
+    answer = Prepared(frame_head(200, "OK", [("Content-Length", "2")]), [b"ok"], 2, reusable=True)
+    for keep_alive, http11 in ((True, True), (True, False), (True, True), (False, True)):
+        conn.writer.send(answer, exchange(keep_alive, http11))
+    conn.run()
+    answers = [conn.response() for _ in range(4)]
+    assert [r.header("connection") for r in answers] == [None, "keep-alive", None, "close"]
+    assert [r.body for r in answers] == [b"ok"] * 4
+
+
 def test_a_body_of_bytes_and_slices_is_written_at_once(live, root) -> None:
     conn = live(sendfile=True, sendfile_min=10 * 1024)
     small = os.open(root / "a.txt", os.O_RDONLY)  # read into the write

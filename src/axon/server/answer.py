@@ -34,8 +34,9 @@ class Prepared:
     ``body``'s segments (bytes and ``(fd, offset, count)`` slices) of ``length`` bytes in all, and
     the ``files`` to close once it is written; ``read``, the bytes of file slices in the body when
     its maker knows them (0: the body is bytes only), else None. ``whole``: for an answer sent again and again with
-    a body of bytes (a fixed answer), the line that completed its head last (``Date``...) and the
-    whole answer made with it, made again when that line changes; None for any other."""
+    a body of bytes (a fixed answer), what completed its head last (the ``Date`` line and the
+    exchange's ``keep_alive`` and ``http11``: what :meth:`~.writer.ResponseWriter._tail` reads)
+    and the whole answer made with it, made again when one of them changes; None for any other."""
 
     __slots__ = ("head", "body", "length", "files", "read", "whole")
 
@@ -47,7 +48,9 @@ class Prepared:
         self.length = length
         self.files = files
         self.read = read
-        self.whole: tuple[bytes, bytes] | None = (b"", b"") if reusable else None
+        self.whole: tuple[bytes | None, bool | None, bool | None, bytes] | None = (
+            (None, None, None, b"") if reusable else None
+        )
 
     def without_body(self) -> Prepared:
         """The same answer to a HEAD: its head (the same ``Content-Length``), no body."""

@@ -26,10 +26,11 @@ class Exchange:
         "continue_pending", "http11", "keep_alive", "head", "request", "refusal",
     )
 
-    def __init__(self, url: bytes) -> None:
-        # The request as it arrives.
+    def __init__(self, url: bytes, headers: dict[str, str] | None = None, in_head: bool = True,
+                 keep_alive: bool = False) -> None:
+        # The request as it arrives (a head read whole in one call arrives with its fields).
         self.url = url
-        self.headers: dict[str, str] = {}
+        self.headers: dict[str, str] = {} if headers is None else headers
         self.body: list[bytes] | None = None  # the pieces, once one arrived
         self.size = 0  # body bytes
         self.head_bytes = 0  # header bytes counted as the parser reports them
@@ -37,11 +38,11 @@ class Exchange:
         self.nheaders = 0
         self.chunks = 0  # chunks of a chunked body begun
         self.framing = 0  # bytes fed past the head that were not body (chunk lines, trailers)
-        self.in_head = True
+        self.in_head = in_head
         self.continue_pending = False  # "Expect: 100-continue", not answered yet
         # How it is answered.
         self.http11 = True
-        self.keep_alive = False  # may the connection carry another request after this one
+        self.keep_alive = keep_alive  # may the connection carry another request after this one
         self.head = False
         self.request: Request | None = None  # None when refused: then ``refusal`` says why
         self.refusal: HTTPError | None = None

@@ -42,11 +42,12 @@ class Outbox:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._writers: list[Holder] = []
+        self._flush = self.flush  # one bound method, not one a turn
 
     def hold(self, writer: Holder) -> None:
         """``writer`` holds an answer now (its first of this turn): release it when the turn ends."""
         if not self._writers:
-            self._loop.call_soon(self.flush)
+            self._loop.call_soon(self._flush)
         self._writers.append(writer)
 
     def flush(self) -> None:

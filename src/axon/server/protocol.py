@@ -26,13 +26,14 @@ from typing import TYPE_CHECKING, Any
 from httptools import HttpRequestParser
 
 from ..errors import HTTPError
+from ..runtime import checked_from
 from .cycle import RequestCycle
 from .exchange import Exchange
 from .flow import FlowControl
 from .reading import RequestReading
 from .state import (
-    ANSWER, ANSWERING, BODY, CLOCKS, CLOSED, CLOSING, HEAD, IDLE, LAST, LAST_OF, LAST_STALLED, LINGER, NEW, STALLED,
-    TRANSITIONS, BadTransition, State,
+    ANSWER, ANSWERING, BODY, CLOCKS, CLOSED, CLOSING, HEAD, IDLE, LAST, LAST_OF, LAST_STALLED, LINGER, NEW, READING,
+    STALLED, TRANSITIONS, BadTransition, State,
 )
 from .wire import CONTINUE
 from .writer import ResponseWriter
@@ -52,7 +53,7 @@ class HTTPProtocol(RequestReading, asyncio.Protocol):
     # Slots: a connection is read on every request, and past some 30 attributes an instance
     # dict's keys stop being shared and each ``self.x`` costs more (CPython 3.11).
     __slots__ = (
-        "worker", "app", "loop", "limits", "parser", "_simple_head",
+        "worker", "app", "loop", "limits", "parser", "_simple_head", "_checked_from",
         "_between", "_shortcuts", "_get_fixed", "_remembered", "_open", "_record_sent", "_sync_files",
         "_cached_files", "state", "deadline", "_transport", "flow", "writer", "cycle", "_exchange", "_refusal",
         "_pipeline", "_stash", "_eof", "_linger_bytes", "peer",
@@ -65,6 +66,7 @@ class HTTPProtocol(RequestReading, asyncio.Protocol):
         self.limits = worker.limits
         self.parser = HttpRequestParser(self)
         self._simple_head = worker.simple_head
+        self._checked_from = checked_from(self.limits)
         self._between = True  # whether llhttp may be between requests (see _feed)
         self._shortcuts = shortcuts = worker.shortcuts
         self._get_fixed = shortcuts.get_fixed
@@ -166,18 +168,17 @@ class HTTPProtocol(RequestReading, asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         state = self.state
-        if state in CLOSING:
+        if state in READING:
+            self._feed(data)
+            if self._pipeline:
+                self._advance()
+        elif state in CLOSING:
             self._linger_bytes += len(data)
             if state is LINGER and self._linger_bytes > LINGER_BYTES:
                 self._transport.close()
-            return
-        if state is ANSWER or state is STALLED:  # an answer pending in a task
+        else:  # ANSWER, STALLED: an answer pending in a task
             self._stash.append(data)
             self.flow.pause_reading()  # type: ignore[union-attr]
-            return
-        self._feed(data)
-        if self._pipeline:
-            self._advance()
 
     def eof_received(self) -> bool | None:
         self._eof = True

@@ -6,11 +6,13 @@ whole, up to ``Limits.max_body_bytes``), which queue in order. Where it was buil
 reader of simple heads (:mod:`.simplehead`) reads a plain ``GET`` or ``HEAD`` in one call before
 llhttp sees it (``_feed_simple``), and answers it as the callbacks would. What a header list
 becomes and its limits are decided by two functions of :mod:`axon.runtime`, which both paths
-call: :func:`~axon.runtime.check_head` (414, 431) and :func:`~axon.runtime.fold_header`; the
-compiled reader only finds the bytes of a head (which are a name, a value, where it ends).
+call: :func:`~axon.runtime.check_head` (414, 431; the compiled path asks it only for a head
+past :func:`~axon.runtime.checked_from`'s sizes, within which it refuses none) and
+:func:`~axon.runtime.fold_header`; the compiled reader only finds the bytes of a head (which are
+a name, a value, where it ends).
 One of the App's fixed answers (the health probe), or a head the worker remembered for a
 repeatable route (a file, a batch) with its files opened anew, is sent from the parser's
-callback, past the App (:mod:`.shortcuts`; ``_shortcut``).
+callback, past the App (:mod:`.shortcuts`; ``_complete``).
 
 Protection: URL, header bytes and header count are bounded while parsing (414, 431), a body by
 ``max_body_bytes`` (413, before ``100 Continue`` is sent), and malformed framing is a 400 from
@@ -81,6 +83,7 @@ class RequestReading:
     writer: ResponseWriter | None
     _transport: Any
     _simple_head: SimpleHeadParser | None
+    _checked_from: tuple[int, int]
     _between: bool
     _exchange: Exchange | None
     _refusal: HTTPError | None
@@ -161,21 +164,20 @@ class RequestReading:
         """Read the simple heads that ``data`` begins with in one call each (:mod:`.simplehead`)
         and answer them as llhttp's callbacks would; return what is left for llhttp."""
         parse, start, size = self._simple_head, 0, len(data)
-        limits = self.limits
+        most_fields, most_bytes = self._checked_from
         while start < size:
             found = parse(data, start)  # type: ignore[misc]
             if found is None:
                 break
             method, url, headers, end, count, field_bytes = found
-            try:
-                check_head(len(url), count, field_bytes, limits)
-            except HTTPError:
-                break  # llhttp's path refuses it, and says why as it counts
+            if count > most_fields or end - start > most_bytes:  # within both check_head refuses none (runtime.checked_from)
+                try:
+                    check_head(len(url), count, field_bytes, self.limits)
+                except HTTPError:
+                    break  # llhttp's path refuses it, and says why as it counts
             start = end
-            ex = Exchange(url)
-            ex.headers = headers
-            ex.in_head = False
-            ex.keep_alive = True  # HTTP/1.1, and no "Connection" but "keep-alive"
+            # Read whole, HTTP/1.1, and no "Connection" but "keep-alive".
+            ex = Exchange(url, headers, False, True)  # complete (not in its head), kept alive
             try:
                 self._complete(ex, method)
             except Exception:  # noqa: BLE001 - what httptools makes of a callback's exception (_feed)
@@ -294,11 +296,51 @@ class RequestReading:
         self._complete(ex, parser.get_method())
 
     def _complete(self, ex: Exchange, method: bytes) -> None:
-        """``ex`` is read whole: answer it here if a shortcut may, else queue it for the App."""
-        ex.head = method == b"HEAD"
+        """``ex`` is read whole: answer it here, in the parser's callback, past the App, if the
+        worker's shortcuts (:mod:`.shortcuts`) hold its answer (no Request, no routing, no
+        Response); else queue it for the App (:meth:`_for_app`). The worker's tables hold only
+        what the App allows now; this adds what the connection must allow: HTTP/1.1 kept alive,
+        nothing queued before it, the socket free, no ``Upgrade`` (llhttp stops after it: the
+        answer must say "close"). One method, not two: a call less for every request."""
+        ex.head = head = method == b"HEAD"
         url = ex.url
-        if ex.keep_alive and ex.http11 and self._shortcut(ex, method, url):
-            return
+        if (
+            not ex.keep_alive or not ex.http11 or self._pipeline or self.state in CLOSING
+            or self.flow.paused or "upgrade" in ex.headers  # type: ignore[union-attr]
+        ):
+            return self._for_app(ex, method, url)
+        fixed = self._get_fixed(url)
+        if fixed is not None:  # a fixed answer (the health probe), for GET and HEAD
+            if method != b"GET" and not head:
+                return self._for_app(ex, method, url)
+            self.writer.send(fixed[1] if head else fixed[0], ex)  # type: ignore[union-attr]
+        else:  # a remembered head, for a GET without a body, Range or a precondition
+            remembered = self._remembered
+            key = self._shortcuts.key(ex) if remembered.heads and method == b"GET" else None
+            if key is None:
+                return self._for_app(ex, method, url)
+            self._sync_files()  # before its files are opened (and again by the App's path if it misses)
+            started = perf_counter()
+            found = remembered.recall(key, self._open, self._cached_files)
+            if found is None:
+                return self._for_app(ex, method, url)
+            remembered_head, answer = found
+            if not self.writer.send(answer, ex):  # type: ignore[union-attr]
+                for f in answer.files:
+                    f.close()
+                return self._for_app(ex, method, url)  # too much to send at once: the App answers it
+            ended = perf_counter()
+            self._record_sent(remembered_head.path, remembered_head.query, remembered_head.length,
+                              len(remembered_head.paths), ended - started, ended,
+                              ex.headers.get("x-forwarded-for") or self.peer)
+            if not ex.keep_alive:  # cut: a file could not be read as planned, or the client left
+                self._abort()  # nothing more is parsed or answered on this connection
+                return None
+        self._to(IDLE)  # answered; the next request's first bytes start the header clock
+        return None
+
+    def _for_app(self, ex: Exchange, method: bytes, url: bytes) -> None:
+        """Queue ``ex`` for the App: its Request made, or the refusal of its target."""
         self._sync_files()  # before anything opens a file for this request
         try:
             path, query = _target(url)
@@ -322,48 +364,6 @@ class RequestReading:
             self.peer,
         )
         self._pipeline.append(ex)
-
-    def _shortcut(self, ex: Exchange, method: bytes, url: bytes) -> bool:
-        """Answer the request here, in the parser's callback, past the App, if the worker's
-        shortcuts (:mod:`.shortcuts`) hold its answer: no Request, no routing, no Response. The
-        worker's tables hold only what the App allows now; this adds what the connection must
-        allow: nothing queued before it, the socket free, no ``Upgrade`` (llhttp stops after it:
-        the answer must say "close"). Else False, and the App answers it."""
-        if (
-            self._pipeline or self.state in CLOSING or self.flow.paused  # type: ignore[union-attr]
-            or "upgrade" in ex.headers
-        ):
-            return False
-        fixed = self._get_fixed(url)
-        if fixed is not None:  # a fixed answer (the health probe), for GET and HEAD
-            if method != b"GET" and not ex.head:
-                return False
-            self.writer.send(fixed[1] if ex.head else fixed[0], ex)  # type: ignore[union-attr]
-        else:  # a remembered head, for a GET without a body, Range or a precondition
-            remembered = self._remembered
-            if not remembered.heads or method != b"GET":
-                return False
-            key = self._shortcuts.key(ex)
-            if key is None:
-                return False
-            self._sync_files()  # before its files are opened (and again by the App's path if it misses)
-            started = perf_counter()
-            found = remembered.recall(key, self._open, self._cached_files)
-            if found is None:
-                return False
-            head, answer = found
-            if not self.writer.send(answer, ex):  # type: ignore[union-attr]
-                for f in answer.files:
-                    f.close()
-                return False  # too much to send at once: the App answers it
-            ended = perf_counter()
-            self._record_sent(head.path, head.query, head.length, len(head.paths), ended - started, ended,
-                              ex.headers.get("x-forwarded-for") or self.peer)
-            if not ex.keep_alive:  # cut: a file could not be read as planned, or the client left
-                self._abort()  # nothing more is parsed or answered on this connection
-                return True
-        self._to(IDLE)  # answered; the next request's first bytes start the header clock
-        return True
 
 
 def _malformed(reason: str) -> BadRequest:

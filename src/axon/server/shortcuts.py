@@ -1,7 +1,7 @@
 """What a worker's connections may send without the App: :class:`Shortcuts`, owned by a worker.
 
 It is the one place where the server takes a way past the App, and the connection asks it in one
-place (``HTTPProtocol._shortcut``). Two tables, both forgotten whenever the App's routes, its fixed
+place (``HTTPProtocol._complete``). Two tables, both forgotten whenever the App's routes, its fixed
 answers or its observers change (the worker's sweep calls :meth:`Shortcuts.refresh` once a tick):
 
 * **Fixed answers** (:func:`fixed_answer`): GET answers that never change (the health probe),
@@ -103,6 +103,11 @@ class Remembered:
         #: What the writer writes at once (:func:`~.answer.fits_one_write`): a head whose answer
         #: would not be is not worth remembering. None: any.
         self._chunk = chunk
+        #: The last answer recalled whose files were all trusted (their bytes in memory), with the
+        #: head it answers and the trusted files it was made from: sent again while the shared
+        #: files give the same objects (one per version), which were checked against the head's
+        #: versions when it was made. One answer's bytes, which the shared files hold too.
+        self._last: tuple[Head, list, Prepared] | None = None
 
     def __len__(self) -> int:
         return len(self.heads)
@@ -138,15 +143,24 @@ class Remembered:
         None, with nothing held, when there is none or a file is not the version it was made
         from (then it is forgotten, and the App answers). A file whose version and bytes the
         worker's shared files know current (``cached_files``) is sent from those bytes, holding
-        nothing; any other is opened by ``open_file`` (the App's store)."""
+        nothing; any other is opened by ``open_file`` (the App's store). An answer of trusted
+        files only is made once while they stay the same (``_last``)."""
         head = self.heads.get(key)
         if head is None:
             return None
+        now = monotonic()
+        if now - head.moved >= REORDER_SECONDS:
+            self.heads.move_to_end(key)
+            head.moved = now
+        known_files = cached_files(head.paths)
+        last = self._last
+        if last is not None and last[0] is head and last[1] == known_files:  # the same objects: compared by identity
+            return head, last[2]
         files: list[File] = []
         bodies: list = []
         read = 0
         try:
-            for path, version, known in zip(head.paths, head.versions, cached_files(head.paths)):
+            for path, version, known in zip(head.paths, head.versions, known_files):
                 if known is not None:
                     if known.version != version:
                         raise _Changed()
@@ -163,22 +177,24 @@ class Remembered:
                 f.close()
             self.forget(key)
             return None
-        now = monotonic()
-        if now - head.moved >= REORDER_SECONDS:
-            self.heads.move_to_end(key)
-            head.moved = now
         body = [bodies[t] if type(t) is int else t for t in head.template]
-        return head, Prepared(head.head, body, head.length, files, read=read)
+        answer = Prepared(head.head, body, head.length, files, False, read)
+        if not files:
+            self._last = (head, known_files, answer)
+        return head, answer
 
     def forget(self, key: tuple[bytes, str | None]) -> None:
         head = self.heads.pop(key, None)
         if head is not None:
             self.cost -= head.cost
+            if self._last is not None and self._last[0] is head:
+                self._last = None
 
     def clear(self) -> None:
         self.heads.clear()
         self._seen.clear()
         self.cost = 0
+        self._last = None
 
 
 class _Changed(Exception):

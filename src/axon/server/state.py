@@ -94,6 +94,8 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     CLOSED: frozenset(),
 }
 
+#: States in which what arrives is parsed (the other states keep it, or drop it: ``data_received``).
+READING = frozenset({NEW, IDLE, HEAD, BODY})
 #: States in which nothing more is read: the connection closes once what is queued is answered.
 CLOSING = frozenset({LAST, LAST_STALLED, LINGER, CLOSED})
 #: States in which an answer is being made or written (a task, when seen from outside it).

@@ -88,7 +88,9 @@ class ResponseWriter:
 
     def _tail(self, exchange: Exchange, extra: bytes = b"") -> bytes:
         """What completes every head before its blank line: ``Date`` and ``Server``, ``extra``,
-        and the ``Connection`` the exchange needs (close, or keep-alive for HTTP/1.0)."""
+        and the ``Connection`` the exchange needs (close, or keep-alive for HTTP/1.0). It reads
+        the worker's ``date_line`` and the exchange's ``keep_alive`` and ``http11`` only: a whole
+        answer (:meth:`send`) is made again when one of them changes."""
         tail = self._worker.date_line
         if extra:
             tail += extra
@@ -110,10 +112,11 @@ class ResponseWriter:
             return False
         whole = answer.whole
         if whole is not None:  # bytes sent again and again (held whatever their size): made whole once a tail
-            tail = self._tail(exchange)
-            if whole[0] is not tail:
-                whole = answer.whole = (tail, b"".join((answer.head, tail, CRLF, *answer.body)))
-            data = whole[1]
+            date, keep_alive, http11 = self._worker.date_line, exchange.keep_alive, exchange.http11
+            if whole[0] is not date or whole[1] is not keep_alive or whole[2] is not http11:  # what _tail reads
+                data = b"".join((answer.head, self._tail(exchange), CRLF, *answer.body))
+                whole = answer.whole = (date, keep_alive, http11, data)
+            data = whole[3]
             self._hold([data], len(data))
             return True
         body = answer.body
@@ -124,12 +127,15 @@ class ResponseWriter:
         head = b"".join((answer.head, self._tail(exchange), CRLF))
         files = answer.files
         try:
-            if not body:
-                self._hold([head], len(head))
-            elif read == 0 or (len(body) == 1 and type(body[0]) is bytes):  # bytes only: nothing to walk
+            if read == 0 or not body or (len(body) == 1 and type(body[0]) is bytes):  # bytes only: nothing to walk
                 self._hold([head, *body], len(head) + length)
             else:
-                self._write_now([head], body, length)
+                out = [head]
+                i, size = self._gather(out, len(head), body, 0, len(head) + length + 1)
+                if i == len(body):  # every slice read into out: one answer to hold
+                    self._hold(out, size)
+                else:
+                    self._write_now(out, body, i, length)
         except (ClientGone, BrokenPipeError, ConnectionError):  # sending found the client gone
             self._cut(files, exchange)
             return True
@@ -162,7 +168,7 @@ class ResponseWriter:
         or a client pipelining many requests in one read), what is held is handed over at once:
         a socket that does not take it pauses the connection (flow control), and its next
         requests wait for the client as any response does."""
-        if size <= JOIN_MAX and len(buffers) > 1:
+        if len(buffers) > 1 and size <= JOIN_MAX:
             buffers = [b"".join(buffers)]
         held = self._held
         if held is None:
@@ -216,24 +222,21 @@ class ResponseWriter:
                 return j + 1, size
         return len(body), size
 
-    def _write_now(self, out: list[bytes], body: list, length: int) -> None:
-        """Write ``out`` and then ``body`` (at most one chunk to read, see :meth:`send`) now,
-        without waiting: slices read into one ``writev`` with the rest, or, one of at least
-        ``sendfile_min``, by ``sendfile``, what precedes it with ``MSG_MORE`` (a 64 KB file is
-        not copied twice). What the socket does not take of such a slice is read and handed to
-        the transport, which sends it, and all that follows, in order. ``length``, the body's,
-        only chooses between joining what is gathered and ``writev``."""
+    def _write_now(self, out: list[bytes], body: list, i: int, length: int) -> None:
+        """Write ``out`` (what :meth:`send` gathered) and then ``body[i:]``, which begins with a
+        slice of at least ``sendfile_min`` (at most one chunk to read in all, see :meth:`send`),
+        now, without waiting: such a slice by ``sendfile``, what precedes it with ``MSG_MORE``
+        (a 64 KB file is not copied twice), the rest gathered into one ``writev``. What the
+        socket does not take of such a slice is read and handed to the transport, which sends
+        it, and all that follows, in order. ``length``, the body's, only chooses between joining
+        what is gathered and ``writev``."""
         flow = self._flow
         transport = self.transport
-        direct = False  # whether anything went to the socket by sendfile: then the rest follows it
+        self.release()  # what this connection holds goes first
         end = len(body)
-        i = self._gather(out, 0, body, 0, length + 1)[0]
         while i < end:
             fd, offset, count = body[i]  # a slice for sendfile
             i += 1
-            if not direct:
-                direct = True
-                self.release()  # what this connection holds goes first
             if out:
                 flow.send_more(out)
                 out = []
@@ -249,12 +252,8 @@ class ResponseWriter:
             if sent < count:  # a full socket, or the file shrank (read_slice raises FileChanged)
                 transport.write(read_slice(fd, offset + sent, count - sent))
             i = self._gather(out, 0, body, i, length + 1)[0]
-        if not out:
-            return
-        if direct:
+        if out:
             _write(transport, out, length)
-        else:
-            self._hold(out, len(out[0]) + length)  # the head and the body
 
     # -- waiting for the client -----------------------------------------------------------------
 
