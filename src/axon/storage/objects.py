@@ -57,7 +57,8 @@ from .batch_key import derive_url_key
 from .jail import normalize
 from .local import FileStore
 from .object_cache import ObjectCache
-from .object_file import ObjectFile
+from .object_disk import DiskTier, FillFailed
+from .object_file import ObjectFile, TierFile
 from .object_health import StoreHealth
 from .object_listing import ListingRefused, list_runs, plan_runs
 from .object_store import NoCredentials, StoreMisconfigured  # noqa: F401 - raised from here, named here
@@ -90,7 +91,10 @@ class ObjectSource:
     a cut connection after it. ``cache_bytes`` (default ``$AXON_OBJECT_CACHE`` MiB, else 64
     MiB; 0 for none) bounds the memory each process keeps small objects' bytes in
     (:mod:`.object_cache`); ``listing`` false (default: not ``$AXON_NO_OBJECT_LISTING``) opens
-    every key of a batch one by one."""
+    every key of a batch one by one. ``disk_cache`` (default ``$AXON_OBJECT_DISK_CACHE``; None for
+    none) is a directory where objects are kept as files, shared by the node's workers, at most
+    ``disk_size`` bytes on disk (default ``$AXON_OBJECT_DISK_SIZE``, else 10 GiB;
+    :mod:`.object_disk`)."""
 
     #: Opening is a request to the store: async runtimes call the App's handlers in their thread
     #: pool, never on their event loop.
@@ -103,6 +107,7 @@ class ObjectSource:
         self, url: str, *, allow_hidden: bool = False, env: ObjectStoreEnvironment | None = None,
         timeout: float | None = None, concurrency: int = CONCURRENCY, prefetch_bytes: int | None = None,
         cache_bytes: int | None = None, listing: bool | None = None, store: Any = None, check: bool = True,
+        disk_cache: str | None = None, disk_size: int | None = None,
     ) -> None:
         from .object_stream import PREFETCH_BYTES
 
@@ -113,6 +118,8 @@ class ObjectSource:
         timeout = given.store_timeout if timeout is None else timeout
         cache_bytes = given.object_cache_mib << 20 if cache_bytes is None else cache_bytes
         listing = given.object_listing if listing is None else listing
+        disk_cache = given.object_disk_cache if disk_cache is None else disk_cache
+        disk_size = given.object_disk_size if disk_size is None else disk_size
         if timeout <= 0 or concurrency < 1 or cache_bytes < 0:
             raise ValueError("timeout must be positive, concurrency at least 1, cache_bytes not negative")
         self.root = url.rstrip("/")
@@ -123,6 +130,8 @@ class ObjectSource:
         self.prefetch_bytes = PREFETCH_BYTES if prefetch_bytes is None else prefetch_bytes
         self.cache_bytes = cache_bytes
         self.listing = listing
+        #: The node's disk tier (made here, before the workers fork: its start scan runs once).
+        self.tier = DiskTier(disk_cache, disk_size, wait=timeout) if disk_cache else None
         self._cache: ObjectCache | None = None  # made per process, with the loop
         self._listing_off_until = 0.0
         self._env = env if env is not None else object_store_environment()
@@ -142,6 +151,18 @@ class ObjectSource:
 
     def __repr__(self) -> str:
         return f"ObjectSource({self.root!r})"
+
+    @property
+    def sending(self) -> str:
+        """What sends an object's bytes, for ``axon serve``'s start line."""
+        if self.tier is None:
+            return "bytes fetched from the store by ranged GETs"
+        return (f"objects kept on disk in {self.tier.directory} (at most {self.tier.size} bytes; sent as files), "
+                "else fetched from the store by ranged GETs")
+
+    def counts(self) -> dict[str, int]:
+        """This process's counts of the disk tier (:meth:`.object_disk.DiskTier.counts`); none without one."""
+        return {} if self.tier is None else self.tier.counts()
 
     # -- the store and its loop, per process -----------------------------------------------------
 
@@ -168,6 +189,8 @@ class ObjectSource:
                     threading.Thread(target=loop.run_forever, name="axon-objects", daemon=True).start()
                     self._loop, self._pid = loop, os.getpid()
                     self.store_health.asking = False  # a check under way in the parent is not this one's
+                    if self.tier is not None:
+                        self.tier.forked()
         return self._loop  # type: ignore[return-value]
 
     def health(self) -> HTTPError | None:
@@ -209,7 +232,7 @@ class ObjectSource:
         return "/".join(parts)
 
     def open(self, requested: str) -> ObjectFile:
-        found = self.run(self._open(requested))
+        found = self.run(self._open_kept(requested))
         if isinstance(found, HTTPError):
             raise found
         return found
@@ -236,10 +259,16 @@ class ObjectSource:
                     meta = None  # _open says why
                 if meta is not None:
                     found = self._from_listing(path, meta, room)
+                    if found is not None and found.data is not None:
+                        return found  # from memory
+                    kept = self._on_disk(path, meta)
+                    if kept is not None:
+                        return kept
                     if found is not None:
-                        return found
+                        async with gate:
+                            return await self._through_tier(found)
             async with gate:
-                return await self._open(path, room)
+                return await self._open_kept(path, room)
 
         return list(await asyncio.gather(*map(one, paths)))
 
@@ -283,10 +312,59 @@ class ObjectSource:
             if room[0] >= size:  # else sent from the cache, or fetched, as the stream reaches it
                 room[0] -= size
                 data = kept
+        return self._listed_file(requested, meta, data)
+
+    def _listed_file(self, requested: str, meta: dict[str, Any], data: bytes | None = None) -> ObjectFile:
+        key = meta["path"]
         return ObjectFile(
-            self, key, etag, requested, key, size, int(meta["last_modified"].timestamp()) * 1_000_000_000,
-            self.content_type(key), data,
+            self, key, meta.get("e_tag"), requested, key, meta["size"],
+            int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key), data,
         )
+
+    # -- the disk tier (object_disk) -------------------------------------------------------------
+
+    def _on_disk(self, requested: str, meta: dict[str, Any]) -> TierFile | None:
+        """The listed object from its file in the disk tier, if that version is whole there."""
+        tier, etag, size = self.tier, meta.get("e_tag"), meta["size"]
+        if tier is None or etag is None or not tier.fits(size):
+            return None
+        fd = tier.open(meta["path"], etag, size)
+        return None if fd is None else TierFile(self._listed_file(requested, meta), fd)
+
+    async def _open_kept(self, requested: str, room: list[int] | None = None) -> ObjectFile | HTTPError:
+        """:meth:`_open`, then through the disk tier when there is one."""
+        found = await self._open(requested, room)
+        if self.tier is None or isinstance(found, HTTPError):
+            return found
+        return await self._through_tier(found)
+
+    async def _through_tier(self, found: ObjectFile) -> ObjectFile:
+        """``found`` from its file in the disk tier, filled now if it is not there; ``found``
+        itself when it is not kept (no tier, no ETag, too large, a fill that failed). An object
+        that opening brought whole is sent from memory and kept on disk by a thread."""
+        tier = self.tier
+        if tier is None or found.etag is None or not tier.fits(found.size):
+            return found
+        if found.size <= OPEN_READ:
+            return found  # opening brought it whole (_open keeps it on disk)
+        fd = await tier.fetch(found.key, found.etag, found.size, lambda fd, md5: self._fill(found, fd, md5))
+        return found if fd is None else TierFile(found, fd)
+
+    async def _fill(self, f: ObjectFile, fd: int, md5: Any) -> int:
+        """Write ``f``'s bytes (one GET, ``If-Match`` on its ETag) into ``fd``."""
+        result = await obstore.get_async(self._store, f.key, options={"if_match": f.etag})
+        if result.meta.get("e_tag") != f.etag or result.meta["size"] != f.size:
+            raise FillFailed("the store answered with another version")
+        offset = 0
+        async for chunk in result.stream(min_chunk_size=1 << 20):
+            view = memoryview(chunk)
+            while view:
+                written = os.pwrite(fd, view, offset)
+                offset += written
+                view = view[written:]
+            if md5 is not None:
+                md5.update(chunk)
+        return offset
 
     async def _open(self, requested: str, room: list[int] | None = None) -> ObjectFile | HTTPError:
         """Open with a ranged GET of the first :data:`OPEN_READ` bytes: its answer names the
@@ -315,9 +393,12 @@ class ObjectSource:
             return self.store_health.outcome(refused(exc, self.root, requested) or unavailable(exc, requested))
         self.store_health.answered()
         size = meta["size"]
-        if data is not None and 0 < size == len(data) and self._cache is not None:
+        if data is not None and 0 < size == len(data):
             data = bytes(data)
-            self._cache.put(key, meta.get("e_tag"), data)  # the next batch's listing finds it
+            if self._cache is not None:
+                self._cache.put(key, meta.get("e_tag"), data)  # the next batch's listing finds it
+            if self.tier is not None and meta.get("e_tag") is not None:
+                asyncio.get_running_loop().run_in_executor(None, self.tier.keep, key, meta["e_tag"], data)
         if data is not None and (room is None or room[0] >= len(data)):
             data = bytes(data)  # the object, or its first OPEN_READ bytes: sent without a request
             if room is not None:
@@ -346,6 +427,8 @@ class ObjectSource:
         ``read`` false, None rather than a request to the store."""
         if f.data is not None:
             return zlib.crc32(f.data)
+        if isinstance(f, TierFile):
+            return _crc_of_file(f.fd, f.size) if read else None
         kept = self._cache.get(f.key, f.etag) if self._cache is not None else None
         if kept is not None and len(kept) == f.size:
             return zlib.crc32(kept)
@@ -444,6 +527,18 @@ class ObjectSource:
         if not any(type(s) is ObjectSlice for s in segments):
             return None  # bytes only (a listing): sent as they are
         return ObjectBody(self, segments, chunk_size)
+
+
+def _crc_of_file(fd: int, size: int) -> int:
+    """The CRC-32 of a file's ``size`` bytes, read by offset."""
+    crc = offset = 0
+    while offset < size:
+        chunk = os.pread(fd, min(1 << 20, size - offset), offset)
+        if not chunk:
+            raise FileChanged(str(fd))
+        crc = zlib.crc32(chunk, crc)
+        offset += len(chunk)
+    return crc
 
 
 class BatchOpener:
