@@ -44,13 +44,19 @@ def disk_bytes(st: os.stat_result) -> int:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` may still be filling: it exists and is no zombie (a killed worker
+    whose parent died too stays a zombie where nothing reaps it)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
 
 
 class Space:
