@@ -63,7 +63,8 @@ def test_a_fill_then_hits(tmp_path):
     assert fetch(tier, "a/b.bin", data, calls) == data
     assert fetch(tier, "a/b.bin", data, calls) == data
     assert len(calls) == 1
-    assert tier.counts() == {"hits": 1, "misses": 1, "bytes_filled": len(data), "evictions": 0, "fill_failures": 0}
+    assert tier.counts() == {"object_disk_hits": 1, "object_disk_misses": 1, "object_disk_bytes_filled": len(data),
+                             "object_disk_evictions": 0, "object_disk_fill_failures": 0}
     assert [f for f in files_in(tmp_path) if f.endswith((".lock", TEMP))] == []  # only the object stays
 
 
@@ -95,7 +96,7 @@ def test_a_fill_that_fails_leaves_nothing_and_is_counted(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, "axon.storage"):
         assert asyncio.run(tier.fetch("k", '"x-1"', 100, broken)) is None
     assert files_in(tmp_path) == []
-    assert tier.counts()["fill_failures"] == 1 and "the store went away" in caplog.text
+    assert tier.counts()["object_disk_fill_failures"] == 1 and "the store went away" in caplog.text
     assert tier.space.used() == 0  # the reservation given back
 
 
@@ -175,7 +176,7 @@ def test_a_flood_never_passes_the_bound(tmp_path):
         data = os.urandom(3 * KiB + i * 37)
         assert fetch(tier, f"flood/{i}", data) == data
         assert disk_bytes(tmp_path) <= bound
-    assert tier.counts()["evictions"] > 0
+    assert tier.counts()["object_disk_evictions"] > 0
     assert disk_bytes(tmp_path) >= bound * LOW_WATER * 0.8  # still used, not emptied
     assert tier.open("flood/0", "x", 1) is None
 
@@ -219,5 +220,5 @@ def test_a_full_disk_is_a_log_line_not_a_failure(small_disk, caplog):
         assert kept is not None
         assert fetch(tier, "b", os.urandom(600 * KiB)) is None  # no room: served from the store
     assert "no space left" in caplog.text
-    assert tier.counts()["fill_failures"] == 1
+    assert tier.counts()["object_disk_fill_failures"] == 1
     assert [f for f in files_in(small_disk) if f.endswith(TEMP)] == []

@@ -92,7 +92,7 @@ def test_cold_then_warm_then_a_restart(weed, objects, tmp_path, parse_multipart)
     prefix, data = objects
     names = sorted(data)
     cache_dir = tmp_path / "tier"
-    server = started(weed, prefix, tmp_path, cache_dir)
+    server = started(weed, prefix, tmp_path, cache_dir, "--metrics")
     try:
         before = quiet(weed)
         assert batch(server.port, names, parse_multipart) == [data[n] for n in names]
@@ -101,6 +101,11 @@ def test_cold_then_warm_then_a_restart(weed, objects, tmp_path, parse_multipart)
         before = gets(weed)
         assert batch(server.port, names, parse_multipart) == [data[n] for n in names]
         assert gets(weed) - before == 0  # warm: every object from its file
+        _, _, scraped = get(server.port, "/metrics")
+        counted = dict(line.rsplit(" ", 1) for line in scraped.decode().splitlines() if line.startswith("axon_object"))
+        assert counted == {"axon_object_disk_hits_total": str(COUNT), "axon_object_disk_misses_total": str(COUNT),
+                           "axon_object_disk_bytes_filled_total": str(sum(map(len, data.values()))),
+                           "axon_object_disk_evictions_total": "0", "axon_object_disk_fill_failures_total": "0"}
         status, _, body = get(server.port, f"/files/{names[0]}")  # one key, a range too
         assert status == 200 and body == data[names[0]]
     finally:

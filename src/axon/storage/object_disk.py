@@ -86,9 +86,10 @@ class DiskTier:
         self.space.evictions = 0
 
     def counts(self) -> dict[str, int]:
-        """This process's counts, by the names the metrics give them."""
-        return {"hits": self.hits, "misses": self.misses, "bytes_filled": self.bytes_filled,
-                "evictions": self.space.evictions, "fill_failures": self.fill_failures}
+        """This process's counts, by the names the metrics give them (``axon_<name>_total``)."""
+        return {"object_disk_hits": self.hits, "object_disk_misses": self.misses,
+                "object_disk_bytes_filled": self.bytes_filled, "object_disk_evictions": self.space.evictions,
+                "object_disk_fill_failures": self.fill_failures}
 
     def path_of(self, key: str, etag: str) -> str:
         """The file of ``key`` at version ``etag``: ``<dir>/ab/<sha256(key)>-<sha256(etag)>``."""
