@@ -57,8 +57,10 @@ from .batch_key import derive_url_key
 from .jail import normalize
 from .local import FileStore
 from .object_cache import ObjectCache
-from .object_disk import DiskTier, FillFailed
+from .object_disk import DiskTier
 from .object_file import ObjectFile, TierFile
+# OPEN_READ: bytes of an object read when it is opened, a smaller object then held whole.
+from .object_tiered import OPEN_READ, TieredSource, crc_of_file, keep_on_disk
 from .object_health import StoreHealth
 from .object_listing import ListingRefused, list_runs, plan_runs
 from .object_store import NoCredentials, StoreMisconfigured  # noqa: F401 - raised from here, named here
@@ -71,8 +73,6 @@ log = logging.getLogger("axon.storage")
 #: Opening requests in flight at once for one batch: enough to hide each one's round trip, few
 #: enough that one batch of thousands does not flood the store.
 CONCURRENCY = 64
-#: Bytes of an object read when it is opened: a smaller object is then held whole.
-OPEN_READ = 64 * 1024
 #: Checksums kept, by (key, ETag): a zip of the same objects is read once for its CRC-32s.
 CRC_CACHE = 65536
 #: The key a health check opens: one that is not there (a 404 is the store answering).
@@ -82,7 +82,7 @@ HEALTH_KEY = "axon-health-check"
 LISTING_RETRY = 300.0
 
 
-class ObjectSource:
+class ObjectSource(TieredSource):
     """Serves the objects under ``url`` (``s3://bucket/prefix``; ``gs://``, ``az://`` as obstore
     reads them). Connection settings come from ``env`` (default: the ``AWS_*`` variables,
     :func:`~axon.config.object_store_environment`) and the arguments. ``timeout`` (default
@@ -152,19 +152,6 @@ class ObjectSource:
     def __repr__(self) -> str:
         return f"ObjectSource({self.root!r})"
 
-    @property
-    def sending(self) -> str:
-        """What sends an object's bytes, for ``axon serve``'s start line."""
-        if self.tier is None:
-            return "bytes fetched from the store by ranged GETs"
-        return (f"objects kept on disk in {self.tier.directory} (at most {self.tier.size} bytes; sent as files), "
-                "else fetched from the store by ranged GETs")
-
-    def counts(self) -> dict[str, int]:
-        """This process's counts of the disk tier (:meth:`.object_disk.DiskTier.counts`); none without one."""
-        return {} if self.tier is None else self.tier.counts()
-
-    # -- the store and its loop, per process -----------------------------------------------------
 
     @property
     def store(self) -> Any:
@@ -321,51 +308,6 @@ class ObjectSource:
             int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key), data,
         )
 
-    # -- the disk tier (object_disk) -------------------------------------------------------------
-
-    def _on_disk(self, requested: str, meta: dict[str, Any]) -> TierFile | None:
-        """The listed object from its file in the disk tier, if that version is whole there."""
-        tier, etag, size = self.tier, meta.get("e_tag"), meta["size"]
-        if tier is None or etag is None or not tier.fits(size):
-            return None
-        fd = tier.open(meta["path"], etag, size)
-        return None if fd is None else TierFile(self._listed_file(requested, meta), fd)
-
-    async def _open_kept(self, requested: str, room: list[int] | None = None) -> ObjectFile | HTTPError:
-        """:meth:`_open`, then through the disk tier when there is one."""
-        found = await self._open(requested, room)
-        if self.tier is None or isinstance(found, HTTPError):
-            return found
-        return await self._through_tier(found)
-
-    async def _through_tier(self, found: ObjectFile) -> ObjectFile:
-        """``found`` from its file in the disk tier, filled now if it is not there; ``found``
-        itself when it is not kept (no tier, no ETag, too large, a fill that failed). An object
-        that opening brought whole is sent from memory and kept on disk by a thread."""
-        tier = self.tier
-        if tier is None or found.etag is None or not tier.fits(found.size):
-            return found
-        if found.size <= OPEN_READ:
-            return found  # opening brought it whole (_open keeps it on disk)
-        fd = await tier.fetch(found.key, found.etag, found.size, lambda fd, md5: self._fill(found, fd, md5))
-        return found if fd is None else TierFile(found, fd)
-
-    async def _fill(self, f: ObjectFile, fd: int, md5: Any) -> int:
-        """Write ``f``'s bytes (one GET, ``If-Match`` on its ETag) into ``fd``."""
-        result = await obstore.get_async(self._store, f.key, options={"if_match": f.etag})
-        if result.meta.get("e_tag") != f.etag or result.meta["size"] != f.size:
-            raise FillFailed("the store answered with another version")
-        offset = 0
-        async for chunk in result.stream(min_chunk_size=1 << 20):
-            view = memoryview(chunk)
-            while view:
-                written = os.pwrite(fd, view, offset)
-                offset += written
-                view = view[written:]
-            if md5 is not None:
-                md5.update(chunk)
-        return offset
-
     async def _open(self, requested: str, room: list[int] | None = None) -> ObjectFile | HTTPError:
         """Open with a ranged GET of the first :data:`OPEN_READ` bytes: its answer names the
         object's size and ETag as a HEAD's would, and a small object comes whole with it, so it
@@ -397,8 +339,7 @@ class ObjectSource:
             data = bytes(data)
             if self._cache is not None:
                 self._cache.put(key, meta.get("e_tag"), data)  # the next batch's listing finds it
-            if self.tier is not None and meta.get("e_tag") is not None:
-                asyncio.get_running_loop().run_in_executor(None, self.tier.keep, key, meta["e_tag"], data)
+            keep_on_disk(self.tier, key, meta.get("e_tag"), data)
         if data is not None and (room is None or room[0] >= len(data)):
             data = bytes(data)  # the object, or its first OPEN_READ bytes: sent without a request
             if room is not None:
@@ -428,7 +369,7 @@ class ObjectSource:
         if f.data is not None:
             return zlib.crc32(f.data)
         if isinstance(f, TierFile):
-            return _crc_of_file(f.fd, f.size) if read else None
+            return crc_of_file(f) if read else None
         kept = self._cache.get(f.key, f.etag) if self._cache is not None else None
         if kept is not None and len(kept) == f.size:
             return zlib.crc32(kept)
@@ -527,18 +468,6 @@ class ObjectSource:
         if not any(type(s) is ObjectSlice for s in segments):
             return None  # bytes only (a listing): sent as they are
         return ObjectBody(self, segments, chunk_size)
-
-
-def _crc_of_file(fd: int, size: int) -> int:
-    """The CRC-32 of a file's ``size`` bytes, read by offset."""
-    crc = offset = 0
-    while offset < size:
-        chunk = os.pread(fd, min(1 << 20, size - offset), offset)
-        if not chunk:
-            raise FileChanged(str(fd))
-        crc = zlib.crc32(chunk, crc)
-        offset += len(chunk)
-    return crc
 
 
 class BatchOpener:
