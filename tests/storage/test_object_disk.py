@@ -187,7 +187,10 @@ def test_the_least_recently_used_go_first(tmp_path):
     fetch(tier, "first", first)
     for i in range(5):
         fetch(tier, f"other/{i}", os.urandom(8 * KiB))
-    os.utime(tier.path_of("first", etag_of(first)), (time.time() + 60, time.time() + 60))  # used last
+    for d, _, fs in os.walk(tmp_path):  # all of them last used a minute ago
+        for f in fs:
+            os.utime(os.path.join(d, f), (time.time() - 60, time.time() - 60))
+    os.close(tier.open("first", etag_of(first), len(first)))  # a hit: the first is now the last used
     for i in range(5, 12):
         fetch(tier, f"other/{i}", os.urandom(8 * KiB))
     fd = tier.open("first", etag_of(first), len(first))
