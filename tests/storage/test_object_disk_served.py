@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import HOST, serve
+from conftest import HOST, RUNTIMES, serve
 
 pytestmark = pytest.mark.slow  # SeaweedFS and axon serve over sockets
 
@@ -43,11 +43,13 @@ def objects(weed) -> tuple[str, dict[str, bytes]]:
     return prefix, kept
 
 
-def started(weed, prefix, tmp_path, cache_dir, *flags, name="native"):
-    logs = tmp_path / f"{name}-{uuid.uuid4().hex[:6]}"
+def started(weed, prefix, tmp_path, cache_dir, *flags, runtime="native"):
+    logs = tmp_path / f"{runtime}-{uuid.uuid4().hex[:6]}"
     logs.mkdir()
-    return serve("native", weed.url(prefix), weed, logs, "--object-disk-cache", str(cache_dir),
-                 "--object-cache", "0", *flags)
+    if runtime != "native":  # the variables the flags stand for
+        return serve(runtime, weed.url(prefix), weed, logs, AXON_OBJECT_DISK_CACHE=str(cache_dir), AXON_OBJECT_CACHE="0")
+    return serve(runtime, weed.url(prefix), weed, logs, "--object-disk-cache", str(cache_dir), "--object-cache", "0",
+                 *flags)
 
 
 def get(port: int, target: str) -> tuple[int, dict[str, str], bytes]:
@@ -121,6 +123,29 @@ def test_cold_then_warm_then_a_restart(weed, objects, tmp_path, parse_multipart)
         assert "objects kept on disk in" in again.log_text()  # the start line names the tier
     finally:
         again.stop()
+
+
+@pytest.mark.parametrize("runtime", sorted(set(RUNTIMES) - {"native"}))
+def test_kept_objects_are_sent_as_files_by_the_other_runtimes(runtime, weed, objects, tmp_path, parse_multipart):
+    prefix, data = objects
+    names = sorted(data)
+    cache_dir = tmp_path / "tier"
+    server = started(weed, prefix, tmp_path, cache_dir, runtime=runtime)
+    try:
+        assert batch(server.port, names, parse_multipart) == [data[n] for n in names]
+        wait_for_files(cache_dir, COUNT)
+        before = gets(weed)
+        assert batch(server.port, names, parse_multipart) == [data[n] for n in names]
+        status, headers, body = get(server.port, "/api/stream-files.zip?" + "&".join(f"f={n}" for n in names))
+        assert status == 200 and int(headers["content-length"]) == len(body)
+        import io
+        import zipfile
+
+        with zipfile.ZipFile(io.BytesIO(body)) as z:
+            assert z.testzip() is None and [z.read(n) for n in names] == [data[n] for n in names]
+        assert gets(weed) - before == 0
+    finally:
+        server.stop()
 
 
 def test_an_overwrite_between_two_batches(weed, objects, tmp_path, parse_multipart):
