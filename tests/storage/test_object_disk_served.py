@@ -190,6 +190,30 @@ def test_fifty_requests_at_once_for_a_cold_object_fetch_it_once(weed, objects, t
         server.stop()
 
 
+def test_a_large_object_is_filled_by_ranged_gets(weed, objects, tmp_path):
+    from axon.storage.object_tiered import FILL_PIECE
+
+    prefix, _ = objects
+    name = f"o/large-{uuid.uuid4().hex[:6]}.bin"
+    payload = os.urandom(2 * FILL_PIECE + 12345)
+    weed.put(f"{prefix}/{name}", payload)
+    cache_dir = tmp_path / "tier"
+    server = started(weed, prefix, tmp_path, cache_dir)
+    try:
+        before = quiet(weed)
+        status, _, body = get(server.port, f"/files/{name}")
+        assert status == 200 and body == payload
+        assert gets(weed) - before == 1 + 3  # the opening, then three pieces
+        conn = http.client.HTTPConnection(HOST, server.port, timeout=60)
+        conn.request("GET", f"/files/{name}", headers={"Range": f"bytes={FILL_PIECE - 10}-{FILL_PIECE + 9}"})
+        answer = conn.getresponse()
+        assert answer.status == 206 and answer.read() == payload[FILL_PIECE - 10 : FILL_PIECE + 10]
+        conn.close()
+        assert gets(weed) - before == 1 + 3 + 1  # a kept object costs its opening only
+    finally:
+        server.stop()
+
+
 def test_a_server_killed_mid_fill_leaves_nothing_served(weed, tmp_path, parse_multipart):
     prefix = f"tier-kill-{uuid.uuid4().hex[:6]}"
     names = [f"k/{i:02d}.bin" for i in range(COUNT)]

@@ -36,6 +36,8 @@ log = logging.getLogger("axon.storage")
 
 #: Seconds a hit leaves a file's mtime (its last use, for the LRU) before setting it again.
 TOUCH = 1.0
+#: Large objects filled at once per process (each holds a few pieces in memory).
+LARGE_FILLS = 2
 #: Seconds between polls of a fill that another process holds.
 POLL = 0.01
 #: Seconds between two log lines about fills that fail (the others are counted).
@@ -81,6 +83,8 @@ class DiskTier:
     def forked(self) -> None:
         """This process's own counts and fills (a worker forked after the tier was made)."""
         self._flights: dict[str, asyncio.Future[None]] = {}
+        #: Fills by ranged GETs this process makes at once (object_tiered): their pieces are in memory.
+        self.large_fills = asyncio.Semaphore(LARGE_FILLS)
         self._logged = float("-inf")
         self.hits = self.misses = self.bytes_filled = self.fill_failures = 0
         self.space.evictions = 0
