@@ -203,19 +203,6 @@ def test_too_large_for_the_bound_is_not_kept(tmp_path):
     assert not tier.fits(40 * KiB) and tier.fits(32 * KiB)
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A tmpfs of 1 MiB (root only), unmounted after."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    directory = tmp_path / "small"
-    directory.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(directory)]).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here")
-    yield directory
-    subprocess.run(["umount", str(directory)], check=False)
-
-
 def test_a_full_disk_is_a_log_line_not_a_failure(small_disk, caplog):
     tier = DiskTier(str(small_disk), 100 << 20)  # the bound is larger than the disk
     with caplog.at_level(logging.WARNING, "axon.storage"):

@@ -30,7 +30,7 @@ import re
 import time
 from typing import Awaitable, Callable
 
-from .object_disk_space import LOCK, Space, disk_bytes, reserved_for, temp_name
+from .object_disk_space import LOCK, Space, disk_bytes, entries_of, reserved_for, temp_name
 
 log = logging.getLogger("axon.storage")
 
@@ -267,11 +267,7 @@ class DiskTier:
         directory, name = os.path.split(path)
         prefix = name.split("-", 1)[0] + "-"
         freed = 0
-        try:
-            entries = list(os.scandir(directory))
-        except OSError:
-            return
-        for entry in entries:
+        for entry in entries_of(directory):
             other = entry.name
             if other.startswith(prefix) and other != name and "." not in other:
                 try:

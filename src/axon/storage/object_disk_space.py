@@ -127,11 +127,7 @@ class Space:
         objects: list[tuple[float, int, str]] = []  # (last use, bytes on disk, path)
         used = 0
         for sub in _subdirectories(self.directory):
-            try:
-                entries = list(os.scandir(sub))
-            except OSError:
-                continue
-            for entry in entries:
+            for entry in entries_of(sub):
                 name = entry.name
                 if name.endswith(LOCK):
                     continue
@@ -170,6 +166,15 @@ def _temp_facts(name: str) -> tuple[int | None, int]:
         return int(parts[1]), int(parts[2])
     except (IndexError, ValueError):
         return None, 0
+
+
+def entries_of(directory: str) -> list[os.DirEntry[str]]:
+    """What ``directory`` holds now (nothing, should it be gone)."""
+    try:
+        with os.scandir(directory) as found:
+            return list(found)
+    except OSError:
+        return []
 
 
 def _subdirectories(directory: str) -> list[str]:

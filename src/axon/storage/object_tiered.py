@@ -91,13 +91,7 @@ class TieredSource:
             raise FillFailed("the store answered with another version")
         offset = 0
         async for chunk in result.stream(min_chunk_size=1 << 20):
-            view = memoryview(chunk)
-            while view:
-                written = os.pwrite(fd, view, offset)
-                offset += written
-                view = view[written:]
-            if md5 is not None:
-                md5.update(chunk)
+            offset = _write(fd, chunk, offset, md5)
         return offset
 
     async def _fill_ranges(self, f: ObjectFile, fd: int, md5: Any) -> int:
@@ -116,13 +110,7 @@ class TieredSource:
             while pieces:
                 data = await pieces.popleft()
                 ask_next()
-                view = memoryview(data)
-                while view:
-                    written = os.pwrite(fd, view, offset)
-                    offset += written
-                    view = view[written:]
-                if md5 is not None:
-                    md5.update(data)
+                offset = _write(fd, data, offset, md5)
         finally:
             for piece in pieces:
                 piece.cancel()
@@ -134,6 +122,18 @@ class TieredSource:
         if result.meta.get("e_tag") != f.etag or len(data) != stop - start:
             raise FillFailed("the store answered with another version")
         return data
+
+
+def _write(fd: int, data: Any, offset: int, md5: Any) -> int:
+    """Write ``data`` at ``offset`` (hashed into ``md5`` when given); the offset after it."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        offset += written
+        view = view[written:]
+    if md5 is not None:
+        md5.update(data)
+    return offset
 
 
 def keep_on_disk(tier: DiskTier | None, key: str, etag: str | None, data: bytes) -> None:
