@@ -113,6 +113,14 @@ class DiskTier:
             self.hits += 1
         return fd
 
+    async def lookup(self, key: str, etag: str, size: int) -> int | None:
+        """:meth:`open`, after the fill of that version under way in this process, if one is."""
+        path = self.path_of(key, etag)
+        flight = self._flights.get(path)
+        if flight is not None:
+            await asyncio.shield(flight)
+        return self.open(key, etag, size)
+
     def _open_whole(self, path: str, size: int) -> int | None:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -148,7 +156,7 @@ class DiskTier:
             try:
                 await self._fill_locked(path, key, etag, size, fill)
             finally:
-                del self._flights[path]
+                self._flights.pop(path, None)
                 flight.set_result(None)
         else:
             await asyncio.shield(flight)
@@ -228,6 +236,15 @@ class DiskTier:
                 except OSError:
                     pass
                 self.space.adjust(-reserved)
+
+    def keep_later(self, key: str, etag: str, data: bytes) -> None:
+        """:meth:`keep` in a thread, from the store's loop: a fill in flight until it is done, so
+        that a batch right behind this one waits for the file rather than fetch the object again."""
+        path = self.path_of(key, etag)
+        if path in self._flights or not self.fits(len(data)):
+            return
+        flight = self._flights[path] = asyncio.get_running_loop().run_in_executor(None, self.keep, key, etag, data)
+        flight.add_done_callback(lambda _: self._flights.pop(path, None))
 
     def keep(self, key: str, etag: str, data: bytes) -> None:
         """Keep ``data``, the whole of ``key`` at ``etag``, fetched already: for a thread, never

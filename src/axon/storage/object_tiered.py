@@ -51,12 +51,12 @@ class TieredSource:
         return {} if self.tier is None else self.tier.counts()
 
 
-    def _on_disk(self, requested: str, meta: dict[str, Any]) -> TierFile | None:
+    async def _on_disk(self, requested: str, meta: dict[str, Any]) -> TierFile | None:
         """The listed object from its file in the disk tier, if that version is whole there."""
         tier, etag, size = self.tier, meta.get("e_tag"), meta["size"]
         if tier is None or etag is None or not tier.fits(size):
             return None
-        fd = tier.open(meta["path"], etag, size)
+        fd = await tier.lookup(meta["path"], etag, size)
         return None if fd is None else TierFile(self._listed_file(requested, meta), fd)
 
     async def _open_kept(self, requested: str, room: list[int] | None = None) -> ObjectFile | HTTPError:
@@ -139,7 +139,7 @@ def _write(fd: int, data: Any, offset: int, md5: Any) -> int:
 def keep_on_disk(tier: DiskTier | None, key: str, etag: str | None, data: bytes) -> None:
     """Keep an object that opening brought whole on disk too, by a thread of the store's loop."""
     if tier is not None and etag is not None:
-        asyncio.get_running_loop().run_in_executor(None, tier.keep, key, etag, data)
+        tier.keep_later(key, etag, data)
 
 
 def crc_of_file(f: TierFile) -> int:

@@ -248,7 +248,7 @@ class ObjectSource(TieredSource):
                     found = self._from_listing(path, meta, room)
                     if found is not None and found.data is not None:
                         return found  # from memory
-                    kept = self._on_disk(path, meta)
+                    kept = await self._on_disk(path, meta)
                     if kept is not None:
                         return kept
                     if found is not None:
