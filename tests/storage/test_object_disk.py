@@ -212,3 +212,13 @@ def test_a_full_disk_is_a_log_line_not_a_failure(small_disk, caplog):
     assert "no space left" in caplog.text
     assert tier.counts()["object_disk_fill_failures"] == 1
     assert [f for f in files_in(small_disk) if f.endswith(TEMP)] == []
+
+
+def test_a_directory_that_fails_is_a_fill_failure_not_an_error(tmp_path, caplog):
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    data = b"d" * 100
+    with open(os.path.dirname(tier.path_of("k", etag_of(data))), "wb"):
+        pass  # a file where the object's subdirectory would be
+    with caplog.at_level(logging.WARNING, "axon.storage"):
+        assert fetch(tier, "k", data) is None
+    assert tier.counts()["object_disk_fill_failures"] == 1 and "not kept" in caplog.text

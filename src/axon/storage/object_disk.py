@@ -155,6 +155,8 @@ class DiskTier:
             flight = self._flights[path] = asyncio.get_running_loop().create_future()
             try:
                 await self._fill_locked(path, key, etag, size, fill)
+            except OSError as exc:  # the directory itself failed us (its lock, its count)
+                self._failed(key, str(exc))
             finally:
                 self._flights.pop(path, None)
                 flight.set_result(None)
@@ -165,11 +167,7 @@ class DiskTier:
     async def _fill_locked(self, path: str, key: str, etag: str, size: int, fill: Filler) -> None:
         """Fill ``path`` unless another process does (then wait for it, at most ``wait`` s)."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        try:
-            lock = os.open(path + LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            self._failed(key, f"cannot make its lock file: {exc}")
-            return
+        lock = os.open(path + LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             deadline = time.monotonic() + self.wait
             while True:
