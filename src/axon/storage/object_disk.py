@@ -245,8 +245,8 @@ class DiskTier:
         flight.add_done_callback(lambda _: self._flights.pop(path, None))
 
     def keep(self, key: str, etag: str, data: bytes) -> None:
-        """Keep ``data``, the whole of ``key`` at ``etag``, fetched already: for a thread, never
-        waiting (another process filling it, it is theirs to keep)."""
+        """Keep ``data``, the whole of ``key`` at ``etag``, fetched already (in a thread: it may
+        wait for another process's fill of it, as :meth:`fetch` does)."""
         path = self.path_of(key, etag)
         if not self.fits(len(data)) or os.path.exists(path):
             return
@@ -257,24 +257,9 @@ class DiskTier:
                 md5.update(data)
             return os.pwrite(fd, data, 0)
 
-        async def once() -> None:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            lock = os.open(path + LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(lock)
-                return
-            try:
-                if not os.path.exists(path):
-                    await self._fill(path, key, etag, len(data), write)
-                os.unlink(path + LOCK)
-            finally:
-                os.close(lock)
-
         try:
-            asyncio.run(once())
-        except OSError as exc:
+            asyncio.run(self._fill_locked(path, key, etag, len(data), write))
+        except OSError as exc:  # the directory itself failed us
             self._failed(key, str(exc))
 
     def _drop_other_versions(self, path: str) -> None:
