@@ -195,7 +195,8 @@ class DiskTier:
 
     async def _fill(self, path: str, key: str, etag: str, size: int, fill: Filler) -> None:
         reserved = reserved_for(size)
-        if not self.space.reserve(reserved):
+        # In a thread: making room may scan the directory, which the store's loop must not wait on.
+        if not await asyncio.to_thread(self.space.reserve, reserved):
             self._failed(key, f"{size} bytes do not fit in the cache's {self.size}")
             return
         temp = temp_name(path, reserved)
