@@ -181,6 +181,32 @@ def test_a_flood_never_passes_the_bound(tmp_path):
     assert tier.open("flood/0", "x", 1) is None
 
 
+def test_fills_at_once_never_pass_the_bound_and_the_count_is_what_is_there(tmp_path):
+    bound = 1 << 20
+    tier = DiskTier(str(tmp_path), bound)
+
+    async def one(i: int) -> None:
+        data = os.urandom(90 * KiB)
+
+        async def fill(fd, md5):
+            await asyncio.sleep(0.01)  # the others reserve (and scan) meanwhile
+            assert disk_bytes(tmp_path) <= bound
+            return os.pwrite(fd, data, 0)
+
+        fd = await tier.fetch(f"k{i}", f'"v{i}"', len(data), fill)
+        if fd is not None:
+            os.close(fd)
+
+    async def rounds() -> None:
+        for start in range(0, 80, 20):
+            await asyncio.gather(*[one(i) for i in range(start, start + 20)])
+            assert disk_bytes(tmp_path) <= bound
+            assert tier.space.used() == disk_bytes(tmp_path)
+
+    asyncio.run(rounds())
+    assert tier.counts()["object_disk_evictions"] > 0
+
+
 def test_the_least_recently_used_go_first(tmp_path):
     tier = DiskTier(str(tmp_path), 64 * KiB)
     first = os.urandom(8 * KiB)

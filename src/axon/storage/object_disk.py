@@ -195,14 +195,14 @@ class DiskTier:
 
     async def _fill(self, path: str, key: str, etag: str, size: int, fill: Filler) -> None:
         reserved = reserved_for(size)
-        # In a thread: making room may scan the directory, which the store's loop must not wait on.
-        if not await asyncio.to_thread(self.space.reserve, reserved):
-            self._failed(key, f"{size} bytes do not fit in the cache's {self.size}")
-            return
         temp = temp_name(path, reserved)
+        # In a thread: making room may scan the directory, which the store's loop must not wait on.
+        fd = await asyncio.to_thread(self.space.reserve, reserved, temp)
+        if fd is None:
+            self._failed(key, f"{size} bytes do not fit in the cache's {self.size} beside the fills under way")
+            return
         committed = False
         try:
-            fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             try:
                 os.posix_fallocate(fd, 0, size)  # a full disk is found before any GET
                 expected = md5_of_etag(etag)
@@ -216,9 +216,8 @@ class DiskTier:
                 taken = disk_bytes(os.fstat(fd))
             finally:
                 os.close(fd)
-            os.rename(temp, path)
+            self.space.commit(temp, path, reserved, taken)
             committed = True
-            self.space.adjust(taken - reserved)
             self.bytes_filled += size
             self._drop_other_versions(path)
         except asyncio.CancelledError:
@@ -230,11 +229,7 @@ class DiskTier:
             self._failed(key, str(exc).strip().split("\n", 1)[0][:300] or type(exc).__name__)
         finally:
             if not committed:
-                try:
-                    os.unlink(temp)
-                except OSError:
-                    pass
-                self.space.adjust(-reserved)
+                self.space.release([temp], reserved)
 
     def keep_later(self, key: str, etag: str, data: bytes) -> None:
         """:meth:`keep` in a thread, from the store's loop: a fill in flight until it is done, so
@@ -267,18 +262,10 @@ class DiskTier:
         """Delete the files of the key's other versions (an object overwritten since they were kept)."""
         directory, name = os.path.split(path)
         prefix = name.split("-", 1)[0] + "-"
-        freed = 0
-        for entry in entries_of(directory):
-            other = entry.name
-            if other.startswith(prefix) and other != name and "." not in other:
-                try:
-                    taken = disk_bytes(entry.stat(follow_symlinks=False))
-                    os.unlink(entry.path)
-                    freed += taken
-                except OSError:
-                    pass
-        if freed:
-            self.space.adjust(-freed)
+        older = [e.path for e in entries_of(directory) if e.name.startswith(prefix) and e.name != name
+                 and "." not in e.name]
+        if older:
+            self.space.release(older)
 
     def _failed(self, key: str, why: str) -> None:
         self.fill_failures += 1

@@ -3,7 +3,9 @@ process that fills the same directory.
 
 ``.usage`` in the directory holds the bytes reserved, read and written under an exclusive
 ``flock`` of that file. A fill reserves what it will take before its first byte (its size rounded
-up to a block), and corrects that to what the file takes once committed (``st_blocks * 512``).
+up to a block) as it makes its temporary file, and corrects that to what the file takes once
+committed (``st_blocks * 512``); each change to the directory is made with its count under the
+lock, so a scan never sees one without the other.
 A reservation that does not fit :meth:`Space.scan` s the directory: what is there is counted
 (a temporary file of a live fill as the larger of its reservation and its blocks; one whose
 process is gone is deleted), the least recently used objects (by mtime: a hit sets it) are
@@ -92,28 +94,50 @@ class Space:
         with self._held() as fd:
             return self._read(fd)
 
-    def reserve(self, amount: int) -> bool:
-        """Count ``amount`` bytes more, making room first if they do not fit; False when they
-        cannot fit (more than the bound even in an empty directory)."""
+    # Each change to what the directory holds is made with its count under the lock, so that a
+    # scan (which recounts under it) never falls between the two and counts it twice or never.
+
+    def reserve(self, amount: int, temp: str) -> int | None:
+        """Make the fill's file ``temp`` (a temporary name), counted as ``amount`` bytes, making
+        room first if they do not fit; its descriptor, or None when they cannot fit (more than
+        the bound even in an empty directory)."""
         if amount > self.bound:
-            return False
+            return None
         with self._held() as fd:
             used = self._read(fd)
             if used + amount > self.bound:
                 used = self._scan(int(self.bound * LOW_WATER) - amount)
                 if used + amount > self.bound:
-                    return False
+                    self._write(fd, used)
+                    return None
+            made = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             self._write(fd, used + amount)
-        return True
+        return made
 
-    def adjust(self, delta: int) -> None:
-        """Count ``delta`` bytes more (a committed file's blocks beside its reservation, or a
-        file deleted: negative); a count past the bound makes room at once."""
+    def commit(self, temp: str, path: str, reserved: int, taken: int) -> None:
+        """Rename the fill ``temp`` to ``path``, counted as the ``taken`` bytes it holds rather
+        than the ``reserved`` ones; a count past the bound makes room at once."""
         with self._held() as fd:
-            used = self._read(fd) + delta
+            os.rename(temp, path)
+            used = self._read(fd) + taken - reserved
             if used > self.bound:
                 used = self._scan(int(self.bound * LOW_WATER))
             self._write(fd, used)
+
+    def release(self, paths: list[str], reserved: int | None = None) -> None:
+        """Delete ``paths``, giving back ``reserved`` bytes (a fill abandoned: what it reserved)
+        or, when None, their blocks (an object's older versions)."""
+        with self._held() as fd:
+            freed = reserved or 0
+            for path in paths:
+                try:
+                    taken = disk_bytes(os.lstat(path))
+                    os.unlink(path)
+                except FileNotFoundError:
+                    continue
+                if reserved is None:
+                    freed += taken
+            self._write(fd, self._read(fd) - freed)
 
     def scan(self, target: int | None = None) -> int:
         """Recount the directory, deleting the least recently used objects down to ``target``
