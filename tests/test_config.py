@@ -70,3 +70,18 @@ def test_a_number_that_is_not_one_is_an_error_naming_it():
         with pytest.raises(ValueError) as caught:
             environment(env)
         assert str(caught.value) == said
+
+
+def test_sizes_take_binary_units_and_name_the_variable_when_wrong():
+    import pytest
+
+    from axon.config import OBJECT_DISK_SIZE, parse_size
+
+    assert [parse_size(s) for s in ("4096", "1k", "512M", "512MiB", "10G", "1.5T", "2gb")] == [
+        4096, 1024, 512 << 20, 512 << 20, 10 << 30, 3 << 39, 2 << 30]
+    assert environment({}).object_disk_size == OBJECT_DISK_SIZE and environment({}).object_disk_cache is None
+    chosen = environment({"AXON_OBJECT_DISK_CACHE": "/var/cache/axon", "AXON_OBJECT_DISK_SIZE": "1m"})
+    assert (chosen.object_disk_cache, chosen.object_disk_size) == ("/var/cache/axon", 1 << 20)
+    for text, said in [("lots", "a number of bytes"), ("0", "more than 0"), ("-1G", "more than 0"), ("1X", "a number")]:
+        with pytest.raises(ValueError, match=f"AXON_OBJECT_DISK_SIZE (is|must be) {said}"):
+            environment({"AXON_OBJECT_DISK_SIZE": text})

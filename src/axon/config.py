@@ -50,6 +50,30 @@ def number(name: str, default: float, environ: Mapping[str, str] | None = None, 
     return value
 
 
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+#: The objects' disk tier's bound when only its directory is given (``AXON_OBJECT_DISK_SIZE``).
+OBJECT_DISK_SIZE = 10 << 30
+
+
+def parse_size(text: str, name: str = "a size") -> int:
+    """Bytes from ``512M``, ``10G``, ``1.5T``, ``4096`` (K, M, G, T are powers of 1024; a
+    trailing ``B`` or ``iB`` is allowed); a ValueError naming ``name`` otherwise."""
+    word = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = word[-1:] if word[-1:] in _SIZE_UNITS else ""
+    try:
+        value = float(word[: len(word) - len(unit)])
+    except ValueError:
+        raise ValueError(f"{name} is a number of bytes with K, M, G or T after it (e.g. 10G), not {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{name} must be more than 0, not {text!r}")
+    return int(value * _SIZE_UNITS[unit])
+
+
+def _size(name: str, default: int, environ: Mapping[str, str]) -> int:
+    text = variable(name, None, environ)
+    return default if text is None else parse_size(text, name)
+
+
 @dataclass(frozen=True)
 class Environment:
     """What the environment says, for the library's defaults."""
@@ -79,6 +103,11 @@ class Environment:
     #: Name a batch's objects by listing them (``AXON_NO_OBJECT_LISTING=1`` opens each key:
     #: for a store whose listings lag its writes).
     object_listing: bool = True
+    #: A directory where objects are kept as files, shared by the workers of a node
+    #: (``AXON_OBJECT_DISK_CACHE``; ``axon serve --object-disk-cache``); None for none.
+    object_disk_cache: str | None = None
+    #: Bytes on disk that directory may take (``AXON_OBJECT_DISK_SIZE``, e.g. ``50G``).
+    object_disk_size: int = OBJECT_DISK_SIZE
     #: Keys batch identities without turning signing on (``AXON_IDENTITY_SECRET``): the secret
     #: every node serving the same content shares. None: ``secret``'s, else the host's own key.
     identity_secret: str | None = None
@@ -110,6 +139,8 @@ def environment(environ: Mapping[str, str] | None = None) -> Environment:
         store_timeout=number("AXON_STORE_TIMEOUT", 30.0, env, positive=True),
         object_cache_mib=int(number("AXON_OBJECT_CACHE", 64, env, whole=True)),
         object_listing=not flag("AXON_NO_OBJECT_LISTING", env),
+        object_disk_cache=variable("AXON_OBJECT_DISK_CACHE", None, env),
+        object_disk_size=_size("AXON_OBJECT_DISK_SIZE", OBJECT_DISK_SIZE, env),
         identity_secret=variable("AXON_IDENTITY_SECRET", None, env),
         portable_identity=flag("AXON_PORTABLE_IDENTITY", env),
         pure_python=flag("AXON_PURE_PYTHON", env),

@@ -34,6 +34,13 @@ def test_the_benchmark_runs_on_a_tiny_set(capsys):
     assert requests["20 x 4 KiB", "axon batch, cold"] == "1 LIST + 20 GET"
     assert requests["20 x 4 KiB", "axon batch, warm"] == "1 LIST + 0 GET"
     assert requests["2 x 128 KiB", "axon batch, warm"] == "0 LIST + 4 GET"
+    # The disk tier: a warm batch and the first after a restart ask the store what the memory
+    # cache's warm batch asks; two large objects (too few to list) cost their openings only.
+    assert requests["20 x 4 KiB", "axon batch, tier cold"] == "1 LIST + 20 GET"
+    assert requests["20 x 4 KiB", "axon batch, tier warm"] == "1 LIST + 0 GET"
+    assert requests["20 x 4 KiB", "axon batch, tier restart"] == "1 LIST + 0 GET"
+    assert requests["2 x 128 KiB", "axon batch, tier warm"] == "0 LIST + 2 GET"
+    assert requests["2 x 128 KiB", "axon batch, tier restart"] == "0 LIST + 2 GET"
 
 
 def test_the_table():

@@ -32,6 +32,8 @@ def axon_cli(*argv: str, **env: str) -> subprocess.CompletedProcess:
     (["serve", "--max-connections", "0"], {}, "argument --max-connections: must be 1 or more, not 0"),
     (["serve", "--graceful-timeout", "nan"], {}, "argument --graceful-timeout: must be 0 or more seconds"),
     (["serve", "--store-timeout", "0"], {}, "argument --store-timeout: must be more than 0 seconds"),
+    (["serve", "--object-disk-size", "lots"], {},
+     "argument --object-disk-size: a size is a number of bytes with K, M, G or T after it (e.g. 10G), not 'lots'"),
     (["serve", "--port", "0"], {"AXON_BROWSE": "maybe"},
      "AXON_BROWSE must be 1, true, yes or on (or 0, false, no, off), not 'maybe'"),
     (["serve", "--app", "nocolon", "--port", "0"], {}, "--app takes MODULE:ATTR"),

@@ -70,6 +70,32 @@ class Served:
                 self.proc.wait(5)
 
 
+def get(port: int, target: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    """``GET target`` of the server on ``port``: status, headers (lower-case names), body."""
+    import http.client
+
+    conn = http.client.HTTPConnection(HOST, port, timeout=60)
+    try:
+        conn.request("GET", target, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A directory on a tmpfs of 1 MiB (mounted as root; skipped otherwise), unmounted after."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    directory = tmp_path / "small"
+    directory.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(directory)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    yield directory
+    subprocess.run(["umount", str(directory)], check=False)
+
+
 def serve(runtime: str, url: str, store: seaweed.Seaweed, log_dir: Path, *flags: str, **env: str | None) -> Served:
     """``runtime`` serving the objects under ``url``, started and healthy (``flags`` appended
     to its command line; a variable of ``env`` given as None is left out)."""

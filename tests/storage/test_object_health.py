@@ -5,28 +5,17 @@ gets no requests), and never a request to the store per probe."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import time
 import uuid
 
 import pytest
 
-from conftest import HOST, RUNTIMES, serve
+from conftest import HOST, RUNTIMES, get, serve
 
 pytestmark = pytest.mark.slow  # a store paused past the source's timeout, on each runtime
 
 pytest.importorskip("obstore")
-
-
-def get(port: int, target: str) -> tuple[int, dict, bytes]:
-    conn = http.client.HTTPConnection(HOST, port, timeout=30)
-    try:
-        conn.request("GET", target)
-        response = conn.getresponse()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
-    finally:
-        conn.close()
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ import uuid
 import pytest
 
 from conftest import HOST, RUNTIMES, serve
+from conftest import get as get_from
 
 pytestmark = pytest.mark.slow  # SeaweedFS served by three runtimes over sockets
 
@@ -50,13 +51,7 @@ def server(request, weed, prefix, tmp_path_factory):
 
 
 def get(server, target: str, headers: dict | None = None):
-    conn = http.client.HTTPConnection(HOST, server.port, timeout=30)
-    try:
-        conn.request("GET", target, headers=headers or {})
-        response = conn.getresponse()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
-    finally:
-        conn.close()
+    return get_from(server.port, target, headers)
 
 
 def test_a_batch(server, parse_multipart):

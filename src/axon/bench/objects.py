@@ -17,6 +17,10 @@ reaches a node next to its bucket. For each set of objects it times, best of ``r
 * ``axon batch, warm``: the same batch repeated on one server: the listing finds the small
   objects' bytes kept for their ETags (``--object-cache``), so the store answers one listing
   page per thousand keys and no GET;
+* ``axon batch, tier cold`` / ``tier warm`` / ``tier restart``: the same with the objects kept
+  on disk (``--object-disk-cache``, ``--object-cache 0``, so that only the disk tier keeps them):
+  a first batch on an empty directory (each round a fresh one), a repeated batch, and the first
+  batch of a fresh server on the directory the repeated batches filled;
 * ``axon files``: every object as ``GET /files/KEY``, ``concurrency`` at a time (aiohttp);
 * ``store direct``: every object as a ``GET`` of the S3 API, ``concurrency`` at a time (obstore,
   signed as any S3 client signs);
@@ -58,7 +62,9 @@ LOCAL_CONCURRENCY = 64
 #: An object outside the sets, fetched by each fresh server before its cold batch.
 WARMUP, WARMUP_BYTES = "warmup.bin", b"warm"
 WAYS = ("store direct", "store, no link", "store listing, no link", "axon batch, cold", "axon batch, warm",
-        "axon files")
+        "axon batch, tier cold", "axon batch, tier warm", "axon batch, tier restart", "axon files")
+#: What serves from the disk tier alone (the directory follows).
+TIER_FLAGS = ["--object-cache", "0", "--object-disk-cache"]
 
 
 @dataclass
@@ -195,13 +201,15 @@ def best_of(rounds: int, run, counter: Counter, warmup: int = 0) -> float:
 
 
 def cold_batches(rounds: int, store: seaweed.Seaweed, log: Path, delay_ms: float, keys: dict[str, bytes],
-                 counter: Counter, flags: list[str]) -> float:
+                 counter: Counter, flags: list[str], fresh_tier: Path | None = None) -> float:
     """The best of ``rounds`` first batches, each on a fresh server behind a fresh relay; the
     server fetches :data:`WARMUP` first (untimed) so that what is timed is the batch, not the
-    server's first connection to the store."""
+    server's first connection to the store. With ``fresh_tier``, each server keeps objects on
+    disk in a new, empty directory under it."""
     times = []
-    for _ in range(rounds):
-        axon, port = start_axon(store, log, flags)
+    for i in range(rounds):
+        tier = [*TIER_FLAGS, str(fresh_tier / f"round-{time.monotonic_ns()}-{i}")] if fresh_tier else []
+        axon, port = start_axon(store, log, [*flags, *tier])
         try:
             with relay_module.start("127.0.0.1:0", ("127.0.0.1", port), delay_ms) as to_axon:
                 client = batch_client()
@@ -256,9 +264,12 @@ def run(small: int, small_size: int, large: int, large_size: int, delay_ms: floa
             asyncio.run(upload(store, keys))
         asyncio.run(upload(store, {WARMUP: WARMUP_BYTES}))
         axon, axon_port = start_axon(store, Path(tmp) / "axon.log", flags)
+        tier_flags = [*flags, *TIER_FLAGS, str(Path(tmp) / "tier")]
+        tiered, tiered_port = start_axon(store, Path(tmp) / "axon-tier.log", tier_flags)
         store_port = int(store.endpoint.rsplit(":", 1)[1])
         try:
             with relay_module.start("127.0.0.1:0", ("127.0.0.1", axon_port), delay_ms) as to_axon, \
+                    relay_module.start("127.0.0.1:0", ("127.0.0.1", tiered_port), delay_ms) as to_tiered, \
                     relay_module.start("127.0.0.1:0", ("127.0.0.1", store_port), delay_ms) as to_store:
                 client = S3Store(
                     store.bucket, endpoint=f"http://127.0.0.1:{to_store.port}", access_key_id=seaweed.ACCESS_KEY,
@@ -282,6 +293,14 @@ def run(small: int, small_size: int, large: int, large_size: int, delay_ms: floa
                                                          counters["axon batch, cold"], flags),
                         "axon batch, warm": best_of(rounds, lambda: via_batch(batch, to_axon.port, keys),
                                                     counters["axon batch, warm"], warmup=1),
+                        "axon batch, tier cold": cold_batches(rounds, store, Path(tmp) / "axon-cold.log", delay_ms,
+                                                              keys, counters["axon batch, tier cold"], flags,
+                                                              fresh_tier=Path(tmp) / "tiers"),
+                        "axon batch, tier warm": best_of(rounds, lambda: via_batch(batch, to_tiered.port, keys),
+                                                         counters["axon batch, tier warm"], warmup=1),
+                        "axon batch, tier restart": cold_batches(rounds, store, Path(tmp) / "axon-cold.log",
+                                                                 delay_ms, keys, counters["axon batch, tier restart"],
+                                                                 tier_flags),
                         "axon files": best_of(rounds, lambda: asyncio.run(via_files(to_axon.port, keys, concurrency)),
                                               counters["axon files"]),
                     }
@@ -290,8 +309,9 @@ def run(small: int, small_size: int, large: int, large_size: int, delay_ms: floa
                                         round(total / seconds / 1e6, 2), round(timed["store direct"] / seconds, 2),
                                         counters[way].per_run()))
         finally:
-            axon.terminate()
-            axon.wait(10)
+            for server in (axon, tiered):
+                server.terminate()
+                server.wait(10)
     return rows
 
 

@@ -25,6 +25,10 @@
 ``axon_event_loop_lag_seconds``       histo    how late each worker's event loop ran a timer it
                                                sets at a fixed interval: how long the loop was
                                                held up (:mod:`.loop_lag`; ``axon serve`` only)
+``axon_object_disk_*_total``          counter  an object store's disk tier (``--object-disk-cache``):
+                                               ``hits``, ``misses``, ``bytes_filled``,
+                                               ``evictions``, ``fill_failures``; counted by the
+                                               source (its ``counts()``), only where it has one
 ====================================  =======  ====================================================
 
 Requests for ``/metrics`` itself are not counted, so the numbers describe the traffic alone.
@@ -96,8 +100,10 @@ class Metrics:
     """
 
     def __init__(self, records: Records, *, path: str = "/metrics", directory: str | os.PathLike[str] | None = None,
-                 buckets: Iterable[float] = DEFAULT_BUCKETS) -> None:
+                 buckets: Iterable[float] = DEFAULT_BUCKETS, counts: Callable[[], dict[str, int]] | None = None) -> None:
         self.path = path
+        #: The source's own counters (name -> this process's count), read at each snapshot.
+        self.counts = counts
         self.buckets = tuple(sorted(float(b) for b in buckets))
         self.directory = Path(directory) if directory is not None else None
         #: Where the responses come from, and the requests begun.
@@ -203,6 +209,8 @@ class Metrics:
         # ours, so taking theirs inside ours could deadlock with it (a worker hung for good).
         started = self.records.begun_count() - not_traffic
         out = {BYTES: counts[0], FILES: counts[1], SUM: counts[2], STARTED: started, **LAG.samples()}
+        if self.counts is not None:
+            out.update({f"c {name}": value for name, value in self.counts().items()})
         width = len(self.buckets) + 1
         for index, key in keys:
             if key[0] == "r":
@@ -290,6 +298,7 @@ class Instrumented(Protocol):
 
     records: Records
     public_paths: set[str]  # open without a signature
+    store: object  # its ``counts()``, where it has one, are counters too
 
     def add_route(self, pattern: str, handler: Callable[[Request], Response], methods: Iterable[str], *,
                   blocking: bool | None = None) -> None: ...
@@ -302,7 +311,8 @@ def instrument(app: Instrumented, *, path: str = "/metrics", directory: str | os
     call this before the server forks them, or in each worker, with the same directory."""
     if directory is None:
         directory = environment().metrics_dir
-    metrics = Metrics(app.records, path=path, directory=directory, buckets=buckets)
+    metrics = Metrics(app.records, path=path, directory=directory, buckets=buckets,
+                      counts=getattr(app.store, "counts", None))
     app.add_route(path, metrics.endpoint, ["GET"], blocking=False)
     # Open even when requests must be signed (AXON_SECRET), as /api/health is: Prometheus does
     # not sign. Keep it from the world by address instead: axon serve on loopback, and the

@@ -24,6 +24,15 @@ _HELP = {
 _LAG = "axon_event_loop_lag_seconds"
 _LAG_HELP = f"How late a worker's event loop ran a timer it sets every {LAG_INTERVAL:g} s: the time the loop was held up."
 
+#: A source's own counters (sample key ``"c NAME"``), as ``axon_NAME_total``.
+_SOURCE_HELP = {
+    "object_disk_hits": "Objects sent from the disk tier's files.",
+    "object_disk_misses": "Objects looked up in the disk tier and not found there.",
+    "object_disk_bytes_filled": "Bytes written into the disk tier's files.",
+    "object_disk_evictions": "Files the disk tier deleted to stay within its size.",
+    "object_disk_fill_failures": "Fills of the disk tier abandoned (full disk, store failure, bad checksum).",
+}
+
 
 def render_text(values: dict[str, float], bounds: tuple[float, ...]) -> bytes:
     """``values`` (sample keys, with ``"in_flight"``), with the histogram's upper ``bounds``,
@@ -60,6 +69,12 @@ def render_text(values: dict[str, float], bounds: tuple[float, ...]) -> bytes:
     lines = []
     for name, (kind, help_text) in _HELP.items():
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples[name]]
+    for key, value in sorted(values.items()):
+        if key.startswith("c "):
+            stem = key[2:]
+            name = f"axon_{stem}_total"
+            lines += [f"# HELP {name} {_SOURCE_HELP.get(stem, 'A count of the source.')}", f"# TYPE {name} counter",
+                      f"{name} {_number(value)}"]
     return ("\n".join(lines) + "\n").encode("utf-8") + render_lag(values)
 
 

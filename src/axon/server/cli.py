@@ -20,7 +20,7 @@ import tempfile
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
-from ..config import environment, flag, variable
+from ..config import environment, flag, parse_size, variable
 from ..storage import FILE_CACHE_SIZE, FILE_CACHE_VALID
 
 if TYPE_CHECKING:
@@ -79,6 +79,13 @@ def _seconds(*, positive: bool) -> Any:
     return check
 
 
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _readable_file(text: str) -> str:
     """A PEM file named by --certfile or --keyfile: named in the error when it cannot be read."""
     try:
@@ -132,6 +139,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="for ROOT s3://...: name a batch of 16 keys or more by listing them (ListObjectsV2) rather "
                         "than by a request each; --no-object-listing for a store whose listings lag its writes "
                         "(AXON_NO_OBJECT_LISTING=1; default on)")
+    p.add_argument("--object-disk-cache", default=None, metavar="DIR",
+                   help="for ROOT s3://...: keep objects of any size fetched from the store as files in DIR, shared by "
+                        "the workers and kept across restarts, and send them as local files; each is used only under "
+                        "the ETag the store gives now (AXON_OBJECT_DISK_CACHE; default none)")
+    p.add_argument("--object-disk-size", type=_size, default=None, metavar="SIZE",
+                   help="bytes on disk --object-disk-cache may take, least recently used out first, e.g. 50G "
+                        "(AXON_OBJECT_DISK_SIZE; default 10G)")
     p.add_argument("--host", default=_env("AXON_HOST", "127.0.0.1"),
                    help="address to listen on (AXON_HOST; default 127.0.0.1; 0.0.0.0 for every interface)")
     p.add_argument("--port", type=_port, default=_env("AXON_PORT", 8000), help="port (AXON_PORT; default 8000; 0: any free port)")
@@ -294,6 +308,8 @@ def run(args: argparse.Namespace) -> int:
     for value, name in ((args.endpoint_url, "AWS_ENDPOINT_URL"), (args.region, "AWS_REGION"),
                         (args.allow_http and "true", "AWS_ALLOW_HTTP"), (args.store_timeout, "AXON_STORE_TIMEOUT"),
                         (args.object_cache, "AXON_OBJECT_CACHE"),
+                        (args.object_disk_cache, "AXON_OBJECT_DISK_CACHE"),
+                        (args.object_disk_size, "AXON_OBJECT_DISK_SIZE"),
                         (args.object_listing is False and "1", "AXON_NO_OBJECT_LISTING")):
         if value is not None and value is not False and value != "":
             os.environ[name] = str(value)

@@ -63,7 +63,7 @@ def serve(app: ServedApp, config: ServerConfig) -> int:
 def sending(app: ServedApp, config: ServerConfig) -> str:
     """What sends a response's file bytes, for the start line."""
     if app.store.body_stream is not None:  # an object store's pieces, written as they arrive
-        return "bytes fetched from the store by ranged GETs"
+        return getattr(app.store, "sending", "bytes fetched from the store by ranged GETs")
     return "sendfile" if config.use_sendfile else "copying (TLS or AXON_NO_SENDFILE)"
 
 

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
 
-from ..http.segments import ObjectSlice, Segment
+from ..http.segments import FileSlice, ObjectSlice, Segment
 from . import Source
 
 
@@ -50,3 +51,26 @@ class ObjectFile:
 
     def close(self) -> None:
         pass
+
+
+class TierFile(ObjectFile):
+    """An object whose version is whole on the node's disk (:mod:`.object_disk`): the object's
+    facts, and a descriptor of its file, sent as a local file is (its segments are
+    :class:`~axon.http.segments.FileSlice` s). Whoever holds it closes it."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, f: ObjectFile, fd: int) -> None:
+        super().__init__(f.source, f.key, f.etag, f.path, f.name, f.size, f.mtime_ns, f.content_type)
+        self.fd = fd
+
+    def __repr__(self) -> str:
+        return f"TierFile(key={self.key!r}, etag={self.etag!r}, size={self.size}, fd={self.fd})"
+
+    def segment(self, start: int, stop: int) -> Segment:
+        return FileSlice(self.fd, start, stop - start)
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)

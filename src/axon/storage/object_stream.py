@@ -29,13 +29,14 @@ adapter returns with the body incomplete, which makes its server close the conne
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import deque
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Coroutine, Iterator, Protocol
 
 import obstore
 from obstore.exceptions import NotFoundError, PreconditionError
 
-from ..http.segments import ObjectSlice, Segment
+from ..http.segments import FileSlice, ObjectSlice, Segment
 from .object_store import silent
 
 if TYPE_CHECKING:
@@ -125,8 +126,16 @@ class ObjectBody:
                 pass
 
 
-def _pieces(segments: list[Segment]) -> Iterator[bytes | tuple[StreamObject, int, int]]:
+def _pieces(segments: list[Segment]) -> Iterator[bytes | FileSlice | tuple[StreamObject, int, int]]:
     for seg in segments:
+        if type(seg) is FileSlice:  # an object kept on disk (object_disk), in a batch that also fetches
+            fd, offset, count = seg
+            while count:
+                take = min(count, PIECE)
+                yield FileSlice(fd, offset, take)
+                offset += take
+                count -= take
+            continue
         if type(seg) is not ObjectSlice:
             yield seg  # type: ignore[misc]
             continue
@@ -154,8 +163,8 @@ async def _chunks(source: StreamSource, segments: list[Segment], chunk_size: int
         while todo or window:
             while todo and len(window) < MAX_REQUESTS:
                 item = todo[0]
-                if type(item) is bytes:
-                    window.append((todo.popleft(), 0))
+                if type(item) is bytes or type(item) is FileSlice:
+                    window.append((todo.popleft(), 0))  # a file slice is read when its turn comes
                     continue
                 count = item[2]
                 if window and ahead + count > budget:
@@ -164,7 +173,10 @@ async def _chunks(source: StreamSource, segments: list[Segment], chunk_size: int
                 window.append((asyncio.ensure_future(_fetch(source, *item)), count))
                 ahead += count
             first, count = window.popleft()
-            data = first if count == 0 and type(first) is bytes else await first
+            if type(first) is FileSlice:
+                data = _read(first)
+            else:
+                data = first if count == 0 and type(first) is bytes else await first
             ahead -= count
             if not pending and len(data) >= chunk_size:
                 # A whole piece goes out as the store gave it: a read-only view of obstore's
@@ -181,6 +193,14 @@ async def _chunks(source: StreamSource, segments: list[Segment], chunk_size: int
         for task, _ in window:
             if isinstance(task, asyncio.Future):
                 task.cancel()
+
+
+def _read(piece: FileSlice) -> bytes:
+    """A piece of a file on disk, whole: a file that came up short is a body that cannot be sent."""
+    data = os.pread(piece.fd, piece.count, piece.offset)
+    if len(data) != piece.count:
+        raise ObjectStreamBroken(f"a kept object's file came up short ({len(data)} of {piece.count} bytes)")
+    return data
 
 
 async def _fetch(source: StreamSource, obj: StreamObject, offset: int, count: int) -> Any:

@@ -57,7 +57,10 @@ from .batch_key import derive_url_key
 from .jail import normalize
 from .local import FileStore
 from .object_cache import ObjectCache
-from .object_file import ObjectFile
+from .object_disk import DiskTier
+from .object_file import ObjectFile, TierFile
+# OPEN_READ: bytes of an object read when it is opened, a smaller object then held whole.
+from .object_tiered import OPEN_READ, TieredSource, crc_of_file, keep_on_disk
 from .object_health import StoreHealth
 from .object_listing import ListingRefused, list_runs, plan_runs
 from .object_store import NoCredentials, StoreMisconfigured  # noqa: F401 - raised from here, named here
@@ -70,8 +73,6 @@ log = logging.getLogger("axon.storage")
 #: Opening requests in flight at once for one batch: enough to hide each one's round trip, few
 #: enough that one batch of thousands does not flood the store.
 CONCURRENCY = 64
-#: Bytes of an object read when it is opened: a smaller object is then held whole.
-OPEN_READ = 64 * 1024
 #: Checksums kept, by (key, ETag): a zip of the same objects is read once for its CRC-32s.
 CRC_CACHE = 65536
 #: The key a health check opens: one that is not there (a 404 is the store answering).
@@ -81,7 +82,7 @@ HEALTH_KEY = "axon-health-check"
 LISTING_RETRY = 300.0
 
 
-class ObjectSource:
+class ObjectSource(TieredSource):
     """Serves the objects under ``url`` (``s3://bucket/prefix``; ``gs://``, ``az://`` as obstore
     reads them). Connection settings come from ``env`` (default: the ``AWS_*`` variables,
     :func:`~axon.config.object_store_environment`) and the arguments. ``timeout`` (default
@@ -90,7 +91,10 @@ class ObjectSource:
     a cut connection after it. ``cache_bytes`` (default ``$AXON_OBJECT_CACHE`` MiB, else 64
     MiB; 0 for none) bounds the memory each process keeps small objects' bytes in
     (:mod:`.object_cache`); ``listing`` false (default: not ``$AXON_NO_OBJECT_LISTING``) opens
-    every key of a batch one by one."""
+    every key of a batch one by one. ``disk_cache`` (default ``$AXON_OBJECT_DISK_CACHE``; None for
+    none) is a directory where objects are kept as files, shared by the node's workers, at most
+    ``disk_size`` bytes on disk (default ``$AXON_OBJECT_DISK_SIZE``, else 10 GiB;
+    :mod:`.object_disk`)."""
 
     #: Opening is a request to the store: async runtimes call the App's handlers in their thread
     #: pool, never on their event loop.
@@ -103,6 +107,7 @@ class ObjectSource:
         self, url: str, *, allow_hidden: bool = False, env: ObjectStoreEnvironment | None = None,
         timeout: float | None = None, concurrency: int = CONCURRENCY, prefetch_bytes: int | None = None,
         cache_bytes: int | None = None, listing: bool | None = None, store: Any = None, check: bool = True,
+        disk_cache: str | None = None, disk_size: int | None = None,
     ) -> None:
         from .object_stream import PREFETCH_BYTES
 
@@ -113,6 +118,8 @@ class ObjectSource:
         timeout = given.store_timeout if timeout is None else timeout
         cache_bytes = given.object_cache_mib << 20 if cache_bytes is None else cache_bytes
         listing = given.object_listing if listing is None else listing
+        disk_cache = given.object_disk_cache if disk_cache is None else disk_cache
+        disk_size = given.object_disk_size if disk_size is None else disk_size
         if timeout <= 0 or concurrency < 1 or cache_bytes < 0:
             raise ValueError("timeout must be positive, concurrency at least 1, cache_bytes not negative")
         self.root = url.rstrip("/")
@@ -123,6 +130,8 @@ class ObjectSource:
         self.prefetch_bytes = PREFETCH_BYTES if prefetch_bytes is None else prefetch_bytes
         self.cache_bytes = cache_bytes
         self.listing = listing
+        #: The node's disk tier (made here, before the workers fork: its start scan runs once).
+        self.tier = DiskTier(disk_cache, disk_size, wait=timeout) if disk_cache else None
         self._cache: ObjectCache | None = None  # made per process, with the loop
         self._listing_off_until = 0.0
         self._env = env if env is not None else object_store_environment()
@@ -143,7 +152,6 @@ class ObjectSource:
     def __repr__(self) -> str:
         return f"ObjectSource({self.root!r})"
 
-    # -- the store and its loop, per process -----------------------------------------------------
 
     @property
     def store(self) -> Any:
@@ -168,6 +176,8 @@ class ObjectSource:
                     threading.Thread(target=loop.run_forever, name="axon-objects", daemon=True).start()
                     self._loop, self._pid = loop, os.getpid()
                     self.store_health.asking = False  # a check under way in the parent is not this one's
+                    if self.tier is not None:
+                        self.tier.forked()
         return self._loop  # type: ignore[return-value]
 
     def health(self) -> HTTPError | None:
@@ -209,7 +219,7 @@ class ObjectSource:
         return "/".join(parts)
 
     def open(self, requested: str) -> ObjectFile:
-        found = self.run(self._open(requested))
+        found = self.run(self._open_kept(requested))
         if isinstance(found, HTTPError):
             raise found
         return found
@@ -236,10 +246,16 @@ class ObjectSource:
                     meta = None  # _open says why
                 if meta is not None:
                     found = self._from_listing(path, meta, room)
+                    if found is not None and found.data is not None:
+                        return found  # from memory
+                    kept = await self._on_disk(path, meta)
+                    if kept is not None:
+                        return kept
                     if found is not None:
-                        return found
+                        async with gate:
+                            return await self._through_tier(found)
             async with gate:
-                return await self._open(path, room)
+                return await self._open_kept(path, room)
 
         return list(await asyncio.gather(*map(one, paths)))
 
@@ -283,9 +299,13 @@ class ObjectSource:
             if room[0] >= size:  # else sent from the cache, or fetched, as the stream reaches it
                 room[0] -= size
                 data = kept
+        return self._listed_file(requested, meta, data)
+
+    def _listed_file(self, requested: str, meta: dict[str, Any], data: bytes | None = None) -> ObjectFile:
+        key = meta["path"]
         return ObjectFile(
-            self, key, etag, requested, key, size, int(meta["last_modified"].timestamp()) * 1_000_000_000,
-            self.content_type(key), data,
+            self, key, meta.get("e_tag"), requested, key, meta["size"],
+            int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key), data,
         )
 
     async def _open(self, requested: str, room: list[int] | None = None) -> ObjectFile | HTTPError:
@@ -315,9 +335,11 @@ class ObjectSource:
             return self.store_health.outcome(refused(exc, self.root, requested) or unavailable(exc, requested))
         self.store_health.answered()
         size = meta["size"]
-        if data is not None and 0 < size == len(data) and self._cache is not None:
+        if data is not None and 0 < size == len(data):
             data = bytes(data)
-            self._cache.put(key, meta.get("e_tag"), data)  # the next batch's listing finds it
+            if self._cache is not None:
+                self._cache.put(key, meta.get("e_tag"), data)  # the next batch's listing finds it
+            keep_on_disk(self.tier, key, meta.get("e_tag"), data)
         if data is not None and (room is None or room[0] >= len(data)):
             data = bytes(data)  # the object, or its first OPEN_READ bytes: sent without a request
             if room is not None:
@@ -346,6 +368,8 @@ class ObjectSource:
         ``read`` false, None rather than a request to the store."""
         if f.data is not None:
             return zlib.crc32(f.data)
+        if isinstance(f, TierFile):
+            return crc_of_file(f) if read else None
         kept = self._cache.get(f.key, f.etag) if self._cache is not None else None
         if kept is not None and len(kept) == f.size:
             return zlib.crc32(kept)

@@ -1,0 +1,250 @@
+"""The objects' disk tier on a real directory (no store: a filler writes the bytes): hits after a
+fill, one fill per object across processes, versions by ETag, fills that fail leave nothing, the
+bound under a flood, a full disk."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from axon.storage.object_disk import DiskTier, md5_of_etag
+from axon.storage.object_disk_space import LOW_WATER, TEMP
+
+KiB = 1024
+
+
+def etag_of(data: bytes) -> str:
+    return f'"{hashlib.md5(data).hexdigest()}"'
+
+
+def writer(data: bytes, calls: list | None = None, delay: float = 0.0):
+    async def fill(fd, md5):
+        if calls is not None:
+            calls.append(1)
+        if delay:
+            await asyncio.sleep(delay)
+        if md5 is not None:
+            md5.update(data)
+        return os.pwrite(fd, data, 0)
+    return fill
+
+
+def fetch(tier: DiskTier, key: str, data: bytes, calls: list | None = None, etag: str | None = None) -> bytes | None:
+    fd = asyncio.run(tier.fetch(key, etag or etag_of(data), len(data), writer(data, calls)))
+    if fd is None:
+        return None
+    try:
+        return os.pread(fd, len(data) + 1, 0)
+    finally:
+        os.close(fd)
+
+
+def files_in(directory) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, f), directory) for d, _, fs in os.walk(directory) for f in fs
+                  if not f.startswith(".usage"))
+
+
+def disk_bytes(directory) -> int:
+    """The blocks of the objects' files (the directories and ``.usage`` are beside the bound)."""
+    return sum(os.lstat(os.path.join(d, f)).st_blocks * 512 for d, _, fs in os.walk(directory) for f in fs
+               if f != ".usage")
+
+
+def test_a_fill_then_hits(tmp_path):
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    data, calls = os.urandom(10 * KiB), []
+    assert fetch(tier, "a/b.bin", data, calls) == data
+    assert fetch(tier, "a/b.bin", data, calls) == data
+    assert len(calls) == 1
+    assert tier.counts() == {"object_disk_hits": 1, "object_disk_misses": 1, "object_disk_bytes_filled": len(data),
+                             "object_disk_evictions": 0, "object_disk_fill_failures": 0}
+    assert [f for f in files_in(tmp_path) if f.endswith((".lock", TEMP))] == []  # only the object stays
+
+
+def test_a_restart_finds_what_is_whole(tmp_path):
+    data, calls = os.urandom(5 * KiB), []
+    fetch(DiskTier(str(tmp_path), 1 << 20), "k", data, calls)
+    assert fetch(DiskTier(str(tmp_path), 1 << 20), "k", data, calls) == data
+    assert len(calls) == 1
+
+
+def test_a_new_etag_is_another_file_and_drops_the_old(tmp_path):
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    old, new = b"o" * 5000, b"n" * 5000
+    fetch(tier, "k", old)
+    before = files_in(tmp_path)
+    assert fetch(tier, "k", new) == new
+    after = files_in(tmp_path)
+    assert len(before) == len(after) == 1 and before != after
+    assert tier.open("k", etag_of(old), len(old)) is None
+
+
+def test_a_fill_that_fails_leaves_nothing_and_is_counted(tmp_path, caplog):
+    tier = DiskTier(str(tmp_path), 1 << 20)
+
+    async def broken(fd, md5):
+        os.pwrite(fd, b"half", 0)
+        raise RuntimeError("the store went away")
+
+    with caplog.at_level(logging.WARNING, "axon.storage"):
+        assert asyncio.run(tier.fetch("k", '"x-1"', 100, broken)) is None
+    assert files_in(tmp_path) == []
+    assert tier.counts()["object_disk_fill_failures"] == 1 and "the store went away" in caplog.text
+    assert tier.space.used() == 0  # the reservation given back
+
+
+def test_bytes_that_disagree_with_an_md5_etag_are_not_kept(tmp_path, caplog):
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    data = b"x" * 1000
+    with caplog.at_level(logging.WARNING, "axon.storage"):
+        assert fetch(tier, "k", data, etag=etag_of(b"y" * 1000)) is None
+    assert files_in(tmp_path) == [] and "MD5" in caplog.text
+    assert md5_of_etag('"0123456789abcdef0123456789ABCDEF"') == "0123456789abcdef0123456789abcdef"
+    assert md5_of_etag('"0123456789abcdef0123456789abcdef-3"') is None  # a multipart upload's
+
+
+def test_a_short_fill_is_not_kept(tmp_path):
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    assert asyncio.run(tier.fetch("k", '"v1"', 2000, writer(b"z" * 1000))) is None
+    assert files_in(tmp_path) == []
+
+
+def test_a_dead_fills_temporary_file_is_removed_at_start(tmp_path):
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    path = tier.path_of("k", '"v"')
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    temp = f"{path}.{int(dead.stdout)}.4096{TEMP}"
+    with open(temp, "wb") as f:
+        f.write(b"partial")
+    assert tier.open("k", '"v"', 7) is None  # never served
+    DiskTier(str(tmp_path), 1 << 20)
+    assert not os.path.exists(temp)
+
+
+def test_one_fill_for_many_at_once_in_a_process(tmp_path):
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    data, calls = os.urandom(3000), []
+
+    async def many():
+        fds = await asyncio.gather(*[tier.fetch("k", etag_of(data), len(data), writer(data, calls, 0.05))
+                                     for _ in range(50)])
+        for fd in fds:
+            assert os.pread(fd, 4000, 0) == data
+            os.close(fd)
+
+    asyncio.run(many())
+    assert len(calls) == 1
+
+
+CHILD = """
+import asyncio, os, sys
+from axon.storage.object_disk import DiskTier
+directory, count_file = sys.argv[1], sys.argv[2]
+data = b"q" * 100000
+async def fill(fd, md5):
+    with open(count_file, "a") as f:
+        f.write("fill\\n")
+    await asyncio.sleep(0.3)
+    return os.pwrite(fd, data, 0)
+tier = DiskTier(directory, 1 << 20)
+fd = asyncio.run(tier.fetch("shared", '"v1"', len(data), fill))
+assert os.pread(fd, len(data) + 1, 0) == data
+"""
+
+
+@pytest.mark.slow
+def test_one_fill_across_processes(tmp_path):
+    cache, count = tmp_path / "cache", tmp_path / "fills"
+    cache.mkdir()
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(cache), str(count)]) for _ in range(6)]
+    assert [p.wait(30) for p in procs] == [0] * 6
+    assert count.read_text().count("fill") == 1
+
+
+def test_a_flood_never_passes_the_bound(tmp_path):
+    bound = 256 * KiB
+    tier = DiskTier(str(tmp_path), bound)
+    for i in range(200):
+        data = os.urandom(3 * KiB + i * 37)
+        assert fetch(tier, f"flood/{i}", data) == data
+        assert disk_bytes(tmp_path) <= bound
+    assert tier.counts()["object_disk_evictions"] > 0
+    assert disk_bytes(tmp_path) >= bound * LOW_WATER * 0.8  # still used, not emptied
+    assert tier.open("flood/0", "x", 1) is None
+
+
+def test_fills_at_once_never_pass_the_bound_and_the_count_is_what_is_there(tmp_path):
+    bound = 1 << 20
+    tier = DiskTier(str(tmp_path), bound)
+
+    async def one(i: int) -> None:
+        data = os.urandom(90 * KiB)
+
+        async def fill(fd, md5):
+            await asyncio.sleep(0.01)  # the others reserve (and scan) meanwhile
+            assert disk_bytes(tmp_path) <= bound
+            return os.pwrite(fd, data, 0)
+
+        fd = await tier.fetch(f"k{i}", f'"v{i}"', len(data), fill)
+        if fd is not None:
+            os.close(fd)
+
+    async def rounds() -> None:
+        for start in range(0, 80, 20):
+            await asyncio.gather(*[one(i) for i in range(start, start + 20)])
+            assert disk_bytes(tmp_path) <= bound
+            assert tier.space.used() == disk_bytes(tmp_path)
+
+    asyncio.run(rounds())
+    assert tier.counts()["object_disk_evictions"] > 0
+
+
+def test_the_least_recently_used_go_first(tmp_path):
+    tier = DiskTier(str(tmp_path), 64 * KiB)
+    first = os.urandom(8 * KiB)
+    fetch(tier, "first", first)
+    for i in range(5):
+        fetch(tier, f"other/{i}", os.urandom(8 * KiB))
+    for d, _, fs in os.walk(tmp_path):  # all of them last used a minute ago
+        for f in fs:
+            os.utime(os.path.join(d, f), (time.time() - 60, time.time() - 60))
+    os.close(tier.open("first", etag_of(first), len(first)))  # a hit: the first is now the last used
+    for i in range(5, 12):
+        fetch(tier, f"other/{i}", os.urandom(8 * KiB))
+    fd = tier.open("first", etag_of(first), len(first))
+    assert fd is not None
+    os.close(fd)
+
+
+def test_too_large_for_the_bound_is_not_kept(tmp_path):
+    tier = DiskTier(str(tmp_path), 64 * KiB)
+    assert not tier.fits(40 * KiB) and tier.fits(32 * KiB)
+
+
+def test_a_full_disk_is_a_log_line_not_a_failure(small_disk, caplog):
+    tier = DiskTier(str(small_disk), 100 << 20)  # the bound is larger than the disk
+    with caplog.at_level(logging.WARNING, "axon.storage"):
+        kept = fetch(tier, "a", os.urandom(600 * KiB))
+        assert kept is not None
+        assert fetch(tier, "b", os.urandom(600 * KiB)) is None  # no room: served from the store
+    assert "no space left" in caplog.text
+    assert tier.counts()["object_disk_fill_failures"] == 1
+    assert [f for f in files_in(small_disk) if f.endswith(TEMP)] == []
+
+
+def test_a_directory_that_fails_is_a_fill_failure_not_an_error(tmp_path, caplog):
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    data = b"d" * 100
+    with open(os.path.dirname(tier.path_of("k", etag_of(data))), "wb"):
+        pass  # a file where the object's subdirectory would be
+    with caplog.at_level(logging.WARNING, "axon.storage"):
+        assert fetch(tier, "k", data) is None
+    assert tier.counts()["object_disk_fill_failures"] == 1 and "not kept" in caplog.text
