@@ -208,22 +208,31 @@ def test_fills_at_once_never_pass_the_bound_and_the_count_is_what_is_there(tmp_p
 
 
 def test_the_least_recently_used_go_first(tmp_path):
-    tier = DiskTier(str(tmp_path), 64 * KiB)
+    tier = DiskTier(str(tmp_path), 64 * KiB)  # eight files of 8 KiB; room is made down to 90%
     first = os.urandom(8 * KiB)
     fetch(tier, "first", first)
+    others = [os.urandom(8 * KiB) for _ in range(10)]
     for i in range(5):
-        fetch(tier, f"other/{i}", os.urandom(8 * KiB))
-    for d, _, fs in os.walk(tmp_path):  # all of them last used a minute ago
+        fetch(tier, f"other/{i}", others[i])
+    now = time.time()
+    for d, _, fs in os.walk(tmp_path):  # the others last used a minute ago, the first before them
         for f in fs:
-            os.utime(os.path.join(d, f), (time.time() - 60, time.time() - 60))
+            age = 120 if f.startswith(os.path.basename(tier.path_of("first", etag_of(first)))) else 60
+            os.utime(os.path.join(d, f), (now - age, now - age))
     os.close(tier.open("first", etag_of(first), len(first)))  # a hit: the first is now the last used
-    # A file's times come from the kernel's coarse clock (a tick of up to 4 ms): files filled in
-    # the hit's tick would tie with it, and a tie is broken by name.
+    # A file's times come from the kernel's coarse clock (a tick of up to 4 ms): the fills below
+    # come a tick later, so that they are newer than the hit.
     time.sleep(0.05)
-    for i in range(5, 12):
-        fetch(tier, f"other/{i}", os.urandom(8 * KiB))
+    for i in range(5, 10):
+        fetch(tier, f"other/{i}", others[i])
+    kept = [tier.open(f"other/{i}", etag_of(others[i]), 8 * KiB) for i in range(5)]
+    for fd in kept:
+        if fd is not None:
+            os.close(fd)
+    gone = [fd for fd in kept if fd is None]
+    assert gone, "nothing was evicted: the test does not test the order"
     fd = tier.open("first", etag_of(first), len(first))
-    assert fd is not None
+    assert fd is not None  # without the hit's touch it was the oldest, the first to go
     os.close(fd)
 
 
