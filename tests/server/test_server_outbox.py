@@ -96,9 +96,6 @@ def test_held_answers_leave_before_a_half_closed_connection_ends(serve) -> None:
         assert c.is_closed()
 
 
-@pytest.mark.skip(reason=(
-    "the connection is sometimes reset before the answers are read (on 3.11.2 in the whole suite, "
-    "1 run in 3 on 3.13, main's code too): open in issue 34's notes, to be found before it runs again"))
 def test_a_client_pipelining_without_reading_holds_one_write_at_most(serve) -> None:
     # Thousands of requests for a 4 KiB file in one go, and the client reads nothing for a while:
     # what the server keeps for it (held, and in the transport) stays about one write's worth
@@ -118,5 +115,6 @@ def test_a_client_pipelining_without_reading_holds_one_write_at_most(serve) -> N
                        for conn in server.worker.connections)
 
         assert kept() <= 2 * MEMORY_BODY_MAX
-        bodies = [c.response().body for _ in range(count)]
-    assert bodies == [FILES["small/f01.bin"]] * count
+        for _ in range(count):  # each checked as it comes: a refusal says so, not the end after it
+            answer = c.response()
+            assert (answer.status, answer.body) == (200, FILES["small/f01.bin"]), answer.body[:200]

@@ -10,7 +10,10 @@ import time
 import pytest
 from conftest import Client, get, wait_for
 
+from axon.app import App, Request
 from axon.limits import Limits
+from axon.response import Response
+from axon.server import protocol
 
 #: Short enough for the fast loop; the worker sweeps deadlines every quarter of it, so each fires
 #: between ``TIMEOUT`` and ``1.5 * TIMEOUT`` after its phase began.
@@ -117,6 +120,28 @@ def test_a_refusal_is_read_by_a_client_still_sending_its_body(serve) -> None:
         resp = c.response()
         sender.join()
     assert resp.status == 413 and resp.json()["error"]["code"] == "body_too_large"
+
+
+def test_a_last_answer_read_late_arrives_whole(serve, root, monkeypatch) -> None:
+    # An 8 MiB answer that closes the connection, to a client that reads nothing for longer than
+    # the lingering close lasts: most of it is still in the server's transport (the kernel holds
+    # a few MiB) when it is handed over. It leaves under the write clock, then the server lingers.
+    monkeypatch.setattr(protocol, "LINGER_SECONDS", 0.1)
+    data = bytes(range(256)) * (32 * 1024)
+    app = App(root, limits=Limits(header_timeout=1.0, keepalive_timeout=1.0, write_timeout=30.0))
+
+    @app.route("/big")
+    def big(request: Request) -> Response:
+        return Response(200, [("Content-Type", "application/octet-stream")], [data])
+
+    server = serve(app)
+    with Client(server.port) as c:
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+        c.send(b"GET /big HTTP/1.1\r\nConnection: close\r\n\r\n")
+        time.sleep(1.0)  # past the lingering close: 0.1 s, found by a sweep of every 0.25 s
+        resp = c.response()
+        assert resp.status == 200 and resp.body == data
+        assert c.is_closed()
 
 
 def _send_quietly(sock: socket.socket, data: bytes) -> None:

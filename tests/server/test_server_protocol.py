@@ -96,6 +96,26 @@ def test_a_trailer_is_bounded_as_a_head_is(harness, root) -> None:
     assert not seen  # never handed to the App
 
 
+def test_a_head_split_across_reads_owns_only_its_own_bytes(harness) -> None:
+    """A read that ends a head begun before it, then carries many whole requests and the start
+    of another, counts none of those against the new head: pipelined small requests are all
+    answered, never a 431 because the read they came in was larger than the header budget."""
+    h = harness()
+    one = b"GET /files/a.txt HTTP/1.1\r\n\r\n"
+    h.receive(b"GET /files/a.txt HTTP/1.1\r\nHo")
+    h.receive(b"st: x\r\n\r\n" + one * 1000 + one[:10])  # some 30 KiB: past max_header_bytes
+    h.receive(one[10:])
+    assert [r.status for r in h.responses()] == [200] * 1002
+
+
+def test_a_head_begun_after_another_request_is_still_bounded(harness) -> None:
+    h = harness()
+    h.receive(b"GET /files/a.txt HTTP/1.1\r\n\r\nGET /files/a.txt HTTP/1.1\r\nX-Long: ")
+    for _ in range(8):  # 512 KiB of one header value, in reads of their own
+        h.receive(b"a" * 65536)
+    assert [r.status for r in h.responses()] == [200, 431]
+
+
 def test_a_chunked_body_after_another_is_counted_alone(harness, root) -> None:
     """The framing of a chunked body is counted for the request it belongs to: one that ends a
     large body and one that begins in the same read are both answered."""

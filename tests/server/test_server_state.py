@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from test_server_protocol import gated_app
 
+import asyncio
 import inspect
 import re
 
@@ -77,6 +78,28 @@ def test_the_last_answer_lingers_then_the_connection_is_closed(harness) -> None:
     assert h.proto.state is State.LINGER and h.transport.eof
     h.proto.connection_lost(None)
     assert h.proto.state is State.CLOSED and h.proto.deadline is None
+
+
+def test_the_last_answer_leaves_under_the_write_clock_before_lingering(harness) -> None:
+    """The socket takes only part of the last answer: the rest waits in the transport under the
+    write clock (LAST_STALLED), and the lingering close, whose shorter clock ends in an abort
+    that would drop it, begins once it left."""
+    h = harness()
+    write = h.transport.write
+
+    def write_and_fill(data: bytes) -> None:  # the socket is full after this write
+        write(data)
+        h.proto.pause_writing()
+
+    h.transport.write = write_and_fill
+    h.receive(b"GET /api/health HTTP/1.1\r\nConnection: close\r\n\r\n")
+    h.loop.run_until_complete(asyncio.sleep(0))  # the wait for it begins
+    assert (h.proto.state, h.transport.eof) == (State.LAST_STALLED, False)
+    assert clock(h) == "write"
+    h.proto.resume_writing()  # the client read it
+    h.loop.run_until_complete(asyncio.sleep(0))
+    assert h.proto.state is State.LINGER and h.transport.eof
+    assert [r.status for r in h.responses()] == [200]
 
 
 def test_every_state_has_a_clock_and_its_transitions() -> None:

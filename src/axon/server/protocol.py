@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from httptools import HttpRequestParser
 
-from ..errors import HTTPError
+from ..errors import ClientGone, HTTPError
 from ..runtime import checked_from
 from .cycle import RequestCycle
 from .exchange import Exchange
@@ -56,7 +56,7 @@ class HTTPProtocol(RequestReading, asyncio.Protocol):
         "worker", "app", "loop", "limits", "parser", "_simple_head", "_checked_from",
         "_between", "_shortcuts", "_get_fixed", "_remembered", "_open", "_record_sent", "_sync_files",
         "_cached_files", "state", "deadline", "_transport", "flow", "writer", "cycle", "_exchange", "_refusal",
-        "_pipeline", "_stash", "_eof", "_linger_bytes", "peer",
+        "_pipeline", "_stash", "_eof", "_linger_bytes", "_closing", "peer",
     )
 
     def __init__(self, worker: WorkerView) -> None:
@@ -91,6 +91,7 @@ class HTTPProtocol(RequestReading, asyncio.Protocol):
         # once: a lingering close would wait for bytes that cannot come).
         self._eof = False
         self._linger_bytes = 0
+        self._closing: asyncio.Task | None = None  # waits for the last answers to leave (_close)
 
     @property
     def transport(self) -> Any:
@@ -273,12 +274,25 @@ class HTTPProtocol(RequestReading, asyncio.Protocol):
             return
         self.writer.release()  # type: ignore[union-attr]  # the last answers, held to the turn's end
         if not self._eof and transport.can_write_eof():
+            if self.flow.paused:  # type: ignore[union-attr]
+                # Part of the last answers is still in the transport: the lingering close's
+                # clock would cut it off. It leaves first, under the write clock as any answer.
+                self._last()
+                self._closing = self.loop.create_task(self._close_once_sent())
+                return
             transport.write_eof()
             self._to(LINGER)
             self.flow.resume_reading()  # type: ignore[union-attr]
         else:
             self._to(CLOSED)
             transport.close()
+
+    async def _close_once_sent(self) -> None:
+        try:
+            await self.flow.drain()  # type: ignore[union-attr]
+        except ClientGone:
+            return
+        self._close()
 
     def _abort(self) -> None:
         self._pipeline.clear()  # nothing queued behind runs: the connection is going

@@ -141,8 +141,10 @@ class RequestReading:
             state = self.state
             if ex.in_head:
                 # httptools reports a header only once it is complete: bound the bytes it is
-                # holding for a header still arriving (the callbacks count exactly).
-                if in_head:
+                # holding for a header still arriving (the callbacks count exactly). Only a head
+                # that was arriving before this read owns all of it: one begun in it (after others
+                # ended) owns its tail, at most this read, and is counted from the next read on.
+                if in_head and ex is arriving:
                     ex.head_raw += len(data)
                 if ex.head_raw > self.limits.max_header_bytes:
                     self._refuse(HeadersTooLarge(f"request headers longer than {self.limits.max_header_bytes} bytes"))

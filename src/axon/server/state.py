@@ -42,7 +42,7 @@ class State(enum.Enum):
     from the parser's callback (server/shortcuts.py) goes to IDLE at once, from whichever
     reading state it arrived in. A reason to close makes any state before it LAST (STALLED:
     LAST_STALLED), which answers what is queued -> LINGER (or CLOSED at once when the client
-    shut its side) after the last answer. Any state -> CLOSED when the connection is cut or
+    shut its side) once the last answer left the transport (LAST_STALLED until it did). Any state -> CLOSED when the connection is cut or
     the transport is lost; CLOSED leads nowhere.
     """
 
