@@ -2,7 +2,9 @@
 
 - :class:`AxonDataset` is map-style over a list of files. ``DataLoader`` calls its
   ``__getitems__`` with a sampler's whole batch, which is read as one ``POST /api/stream-files``
-  (several when the batch passes the server's ``max_files``).
+  (several when the batch passes the server's ``max_files``). Its :meth:`~AxonDataset.loader`
+  (or a ``DataLoader`` given an :class:`AheadBatchSampler`) tells each process which batches it
+  reads next, and the dataset reads them while the current one is used (:mod:`.ahead`).
 - :class:`AxonShards` is iterable over shards, each a list of files the server sends as one tar
   (``POST /api/stream-files.tar``), read as it arrives. Shards are dealt out to the ranks of a
   ``torch.distributed`` job and, within a rank, to the ``DataLoader``'s workers.
@@ -14,19 +16,25 @@ time it reads: a forked worker never touches the session of its parent.
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import functools
 import operator
 import os
 import random
+import secrets
 import tarfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from ..errors import needs_extra
 
 with needs_extra("torch", "AxonDataset and AxonShards", "torch"):
     import torch.distributed
-    from torch.utils.data import Dataset, IterableDataset, get_worker_info
+    from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, Sampler, get_worker_info
+    from torch.utils.data import RandomSampler, SequentialSampler
 
 from ..batchclient.errors import FetchError
 from ..batchclient.refusal import error_object
@@ -35,13 +43,15 @@ from ..batchclient.transport import RoundTrip
 from ..fsspec import AxonFileSystem
 from ..fsspec.errors import error_for
 from ..signing import mint_token
+from .ahead import Ahead, PlannedBatch
 
-__all__ = ["AxonDataset", "AxonShards"]
+__all__ = ["AheadBatchSampler", "AxonDataset", "AxonShards"]
 
 #: ``decode(path, data)``: a file's bytes to a sample; ``path`` is ``host:port/dir/file``.
 Decode = Callable[[str, bytes], Any]
 
 TOKEN_LIFETIME = 3600  # seconds a bearer token minted for one shard request stays valid
+AHEAD = 4  # batches a process reads beyond the one asked for, by default
 
 
 def _strip(path: str) -> str:
@@ -56,67 +66,165 @@ def _strip(path: str) -> str:
 
 
 class _PerProcess:
-    """The filesystem for these options, built once in each process that reads.
+    """The filesystem for these options, and the reads ahead on it, built once in each process
+    that reads.
 
     A forked ``DataLoader`` worker inherits the parent's filesystem object, whose event loop and
     aiohttp session belong to the parent (fsspec refuses it: "not fork-safe"); the process id
     tells that the object is not ours, and a new one is built. Pickling drops it altogether.
+    The filesystem is this dataset's own (not fsspec's cached instance), so closing it closes
+    this dataset's connections and no one else's.
     """
 
-    def __init__(self, storage_options: dict[str, Any]) -> None:
+    def __init__(self, storage_options: dict[str, Any], ahead: int) -> None:
         self.storage_options = storage_options
+        self.limit = ahead
         self._fs: AxonFileSystem | None = None
+        self._ahead = Ahead(ahead)
         self._pid: int | None = None
 
-    def get(self) -> AxonFileSystem:
+    def get(self) -> tuple[AxonFileSystem, Ahead]:
         if self._fs is None or self._pid != os.getpid():
-            # fsspec keeps one instance per options and process, shared by every dataset here.
-            self._fs = AxonFileSystem(**self.storage_options)
+            self._fs = AxonFileSystem(skip_instance_cache=True, **self.storage_options)
+            self._ahead = Ahead(self.limit)
             self._pid = os.getpid()
-        return self._fs
+        return self._fs, self._ahead
+
+    def close(self) -> None:
+        """Cancel this process's reads ahead and close its connections (a later read opens new ones)."""
+        if self._fs is not None and self._pid == os.getpid():
+            self._ahead.cancel()
+            self._fs.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"storage_options": self.storage_options}
+        return {"storage_options": self.storage_options, "ahead": self.limit}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["storage_options"])
+        self.__init__(state["storage_options"], state["ahead"])
 
 
 class AxonDataset(Dataset):
     """Map-style: sample ``i`` is ``decode(paths[i], bytes of paths[i])`` (the bytes if no hook).
 
     ``DataLoader(AxonDataset(paths), batch_size=64)`` reads each batch of 64 files in one request.
+    ``dataset.loader(batch_size=64, num_workers=...)`` does too, and reads each process's next
+    batches while the current one is used: at most ``ahead`` batches (default 4) beyond the one
+    asked for, per process, each still one request. ``close()`` (or leaving ``with dataset:``)
+    cancels the reads ahead and closes the connections; a later read opens new ones.
     ``storage_options`` go to :class:`~axon.fsspec.AxonFileSystem` (``secret``, ``scheme``, ...).
-    A file the server lacks raises ``FileNotFoundError`` (other refusals as ``axon://`` raises them).
-    For ``spawn`` workers the hook must pickle (a module-level function, not a lambda).
+    A file the server lacks raises ``FileNotFoundError`` (other refusals as ``axon://`` raises
+    them), on the batch that names it. For ``spawn`` workers the hook must pickle (a
+    module-level function, not a lambda).
     """
 
     def __init__(self, paths: Sequence[str], decode: Decode | None = None, *,
-                 storage_options: dict[str, Any] | None = None) -> None:
+                 storage_options: dict[str, Any] | None = None, ahead: int = AHEAD) -> None:
         if isinstance(paths, str):
             raise TypeError("paths is a list of paths, not one string")
         self.paths = [_strip(p) for p in paths]
         self.decode = decode
-        self._fs = _PerProcess(dict(storage_options or {}))
+        Ahead(ahead)  # refuse a bad bound now, not in a worker
+        self._fs = _PerProcess(dict(storage_options or {}), ahead)
 
     def __len__(self) -> int:
         return len(self.paths)
 
     def __getitem__(self, index: int) -> Any:
         path = self.paths[operator.index(index)]  # IndexError past the end, as a list's
-        return self._sample(path, self._fs.get().cat_file(path))
+        return self._sample(path, self._fs.get()[0].cat_file(path))
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        paths = [self.paths[operator.index(i)] for i in indices]
-        if not paths:
-            return []
+        """The samples of a sampler's batch; a :class:`~.ahead.PlannedBatch` also starts the
+        reads of the batches planned after it (up to the bound) before this one is waited for."""
+        fs, ahead = self._fs.get()
+        key = getattr(indices, "key", None)
+        read = None if key is None else ahead.take(key)
+        if read is None:
+            read = self._start(fs, indices)
+        if key is not None:
+            ahead.plan(indices.ahead, functools.partial(self._start, fs))
+        contents = read.result()
+        return [self._sample(self.paths[i], data) for i, data in zip(indices, contents)]
+
+    def _start(self, fs: AxonFileSystem, indices: Sequence[int]) -> Future:
+        """The read of these files, started on the filesystem's loop; an index past the end is
+        the future's IndexError, raised on the batch that holds it."""
+        try:
+            paths = [self.paths[operator.index(i)] for i in indices]
+        except (IndexError, TypeError) as exc:
+            failed: Future = Future()
+            failed.set_exception(exc)
+            return failed
         # cat_ranges, not cat: cat reads "[", "*" and "?" in a name as a glob, and would ask the
         # server's listing; whole files (None, None) are sent as one batch all the same.
-        contents = self._fs.get().cat_ranges(paths, None, None, on_error="raise")
-        return [self._sample(path, data) for path, data in zip(paths, contents)]
+        return asyncio.run_coroutine_threadsafe(fs._cat_ranges(paths, None, None, on_error="raise"), fs.loop)
 
     def _sample(self, path: str, data: bytes) -> Any:
         return data if self.decode is None else self.decode(path, data)
+
+    def loader(self, batch_size: int = 1, *, shuffle: bool = False, drop_last: bool = False, num_workers: int = 0,
+               generator: torch.Generator | None = None, **kwargs: Any) -> DataLoader:
+        """A ``DataLoader`` over this dataset whose batches are read ahead (see the class). The
+        arguments are ``DataLoader``'s; leaving the loop, or closing its iterator, cancels the
+        reads ahead of this process (workers end with their iterator)."""
+        if kwargs.get("in_order") is False:
+            raise ValueError("reading ahead plans which worker gets which batch: in_order=False would undo it")
+        sampler = RandomSampler(self, generator=generator) if shuffle else SequentialSampler(self)
+        batches = AheadBatchSampler(sampler, batch_size, drop_last, num_workers=num_workers, ahead=self._fs.limit)
+        return _AheadLoader(self, batch_sampler=batches, num_workers=num_workers, **kwargs)
+
+    def close(self) -> None:
+        self._fs.close()
+
+    def __enter__(self) -> AxonDataset:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class AheadBatchSampler(BatchSampler):
+    """``BatchSampler``'s batches, each a :class:`~.ahead.PlannedBatch` naming the ``ahead``
+    batches the same process gets next: ``DataLoader`` deals batches to its ``num_workers``
+    workers in turn (batch ``k`` to worker ``k % num_workers``), so those are ``k + num_workers``,
+    ``k + 2 * num_workers``... (``k + 1``, ``k + 2``... without workers). Give it the
+    ``DataLoader``'s ``num_workers``; a plan that turns out wrong costs a cancelled read, never
+    a wrong sample. Each pass over the sampler is a new plan."""
+
+    def __init__(self, sampler: Sampler[int] | Sequence[int], batch_size: int, drop_last: bool = False, *,
+                 num_workers: int = 0, ahead: int = AHEAD) -> None:
+        super().__init__(sampler, batch_size, drop_last)
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"num_workers is a count >= 0, not {num_workers!r}")
+        Ahead(ahead)
+        self.num_workers, self.ahead = num_workers, ahead
+
+    def __iter__(self) -> Iterator[list[int]]:
+        token = secrets.token_hex(8)
+        stride = max(self.num_workers, 1)
+        window: collections.deque[tuple[int, list[int]]] = collections.deque()
+
+        def planned() -> PlannedBatch:
+            k, indices = window.popleft()
+            next_here = list(window)[stride - 1 :: stride]
+            return PlannedBatch(indices, (token, k), [((token, j), batch) for j, batch in next_here])
+
+        for item in enumerate(super().__iter__()):
+            window.append(item)
+            if len(window) > stride * self.ahead:
+                yield planned()
+        while window:
+            yield planned()
+
+
+class _AheadLoader(DataLoader):
+    """A ``DataLoader`` whose iterator, once left or closed, cancels the reads ahead of this process."""
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            yield from super().__iter__()
+        finally:
+            self.dataset._fs.get()[1].cancel()
 
 
 class AxonShards(IterableDataset):

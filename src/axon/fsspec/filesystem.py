@@ -39,7 +39,7 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
-from fsspec.asyn import AsyncFileSystem
+from fsspec.asyn import AsyncFileSystem, sync
 from fsspec.callbacks import DEFAULT_CALLBACK
 from fsspec.implementations.http import HTTPFileSystem
 
@@ -113,6 +113,14 @@ class AxonFileSystem(AsyncFileSystem):
             if not self.asynchronous:
                 weakref.finalize(self, HTTPFileSystem.close_session, self.loop, self._session)
         return self._session
+
+    def close(self) -> None:
+        """Close the connections this filesystem keeps (its aiohttp session); the next request
+        opens new ones. For a filesystem of one's own (``skip_instance_cache=True``): fsspec
+        hands its cached instance to every caller with the same options."""
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            sync(self.loop, session.close)
 
     @classmethod
     def _strip_protocol(cls, path):
