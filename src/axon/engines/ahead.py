@@ -2,7 +2,7 @@
 batch's place in the sampler's order, so the round trip of the next batch overlaps the work on
 this one.
 
-A sampler that knows its order (:class:`~.torch_dataset.AheadBatchSampler`) hands each batch
+A sampler that knows its order (:class:`~.torch_ahead.AheadBatchSampler`) hands each batch
 out as a :class:`PlannedBatch`: its indices, its :data:`Key` (which pass over the data, which
 batch of it), and the batches the same process will be asked for next. The dataset then keeps an
 :class:`Ahead`: the reads of those next batches started now, at most ``limit`` of them, each
@@ -20,7 +20,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-__all__ = ["Ahead", "Key", "PlannedBatch"]
+__all__ = ["AHEAD", "Ahead", "Key", "PlannedBatch"]
+
+AHEAD = 4  # batches a process reads beyond the one asked for, by default
 
 #: ``(pass, position)``: a pass over the data (a random token drawn as the sampler starts one)
 #: and the batch's position in it.

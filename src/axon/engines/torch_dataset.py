@@ -22,7 +22,6 @@ import functools
 import operator
 import os
 import random
-import secrets
 import tarfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,17 +32,18 @@ from ..errors import needs_extra
 
 with needs_extra("torch", "AxonDataset and AxonShards", "torch"):
     import torch.distributed
-    from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, Sampler, get_worker_info
-    from torch.utils.data import RandomSampler, SequentialSampler
+    from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler, get_worker_info
 
 from ..batchclient.errors import FetchError
 from ..batchclient.refusal import error_object
-from ..batchclient.request import build_request
-from ..batchclient.transport import RoundTrip
+from ..batchclient.request import BatchRequest, build_request
+from ..batchclient.tar_reader import tar_files
+from ..batchclient.transport import Connections, RoundTrip
 from ..fsspec import AxonFileSystem
 from ..fsspec.errors import error_for
 from ..signing import mint_token
-from .ahead import Ahead, PlannedBatch
+from .ahead import AHEAD, Ahead
+from .torch_ahead import AheadBatchSampler, AheadLoader
 
 __all__ = ["AheadBatchSampler", "AxonDataset", "AxonShards"]
 
@@ -51,7 +51,6 @@ __all__ = ["AheadBatchSampler", "AxonDataset", "AxonShards"]
 Decode = Callable[[str, bytes], Any]
 
 TOKEN_LIFETIME = 3600  # seconds a bearer token minted for one shard request stays valid
-AHEAD = 4  # batches a process reads beyond the one asked for, by default
 
 
 def _strip(path: str) -> str:
@@ -171,7 +170,11 @@ class AxonDataset(Dataset):
             raise ValueError("reading ahead plans which worker gets which batch: in_order=False would undo it")
         sampler = RandomSampler(self, generator=generator) if shuffle else SequentialSampler(self)
         batches = AheadBatchSampler(sampler, batch_size, drop_last, num_workers=num_workers, ahead=self._fs.limit)
-        return _AheadLoader(self, batch_sampler=batches, num_workers=num_workers, **kwargs)
+        return AheadLoader(self, batch_sampler=batches, num_workers=num_workers, **kwargs)
+
+    def stop_reading_ahead(self) -> None:
+        """Cancel the reads ahead this process has in flight (the loader does, as it is left)."""
+        self._fs.get()[1].cancel()
 
     def close(self) -> None:
         self._fs.close()
@@ -183,55 +186,14 @@ class AxonDataset(Dataset):
         self.close()
 
 
-class AheadBatchSampler(BatchSampler):
-    """``BatchSampler``'s batches, each a :class:`~.ahead.PlannedBatch` naming the ``ahead``
-    batches the same process gets next: ``DataLoader`` deals batches to its ``num_workers``
-    workers in turn (batch ``k`` to worker ``k % num_workers``), so those are ``k + num_workers``,
-    ``k + 2 * num_workers``... (``k + 1``, ``k + 2``... without workers). Give it the
-    ``DataLoader``'s ``num_workers``; a plan that turns out wrong costs a cancelled read, never
-    a wrong sample. Each pass over the sampler is a new plan."""
-
-    def __init__(self, sampler: Sampler[int] | Sequence[int], batch_size: int, drop_last: bool = False, *,
-                 num_workers: int = 0, ahead: int = AHEAD) -> None:
-        super().__init__(sampler, batch_size, drop_last)
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(f"num_workers is a count >= 0, not {num_workers!r}")
-        Ahead(ahead)
-        self.num_workers, self.ahead = num_workers, ahead
-
-    def __iter__(self) -> Iterator[list[int]]:
-        token = secrets.token_hex(8)
-        stride = max(self.num_workers, 1)
-        window: collections.deque[tuple[int, list[int]]] = collections.deque()
-
-        def planned() -> PlannedBatch:
-            k, indices = window.popleft()
-            next_here = list(window)[stride - 1 :: stride]
-            return PlannedBatch(indices, (token, k), [((token, j), batch) for j, batch in next_here])
-
-        for item in enumerate(super().__iter__()):
-            window.append(item)
-            if len(window) > stride * self.ahead:
-                yield planned()
-        while window:
-            yield planned()
-
-
-class _AheadLoader(DataLoader):
-    """A ``DataLoader`` whose iterator, once left or closed, cancels the reads ahead of this process."""
-
-    def __iter__(self) -> Iterator[Any]:
-        try:
-            yield from super().__iter__()
-        finally:
-            self.dataset._fs.get()[1].cancel()
-
-
 class AxonShards(IterableDataset):
     """Iterable over shards: each shard a list of files on one server, read as one tar.
 
     Yields ``decode(path, data)`` for every file of every shard this process's worker gets, in
-    the shard's order (``(path, data)`` with no hook). Shard ``k`` goes to worker slot
+    the shard's order (``(path, data)`` with no hook); ``data`` is a ``bytearray`` of the file's
+    size, filled from the socket. While one shard is read the next ``ahead`` (default 1, at
+    most that many) are asked for, each on a connection kept from shard to shard; leaving the
+    loop (or closing its iterator) closes them. Shard ``k`` goes to worker slot
     ``k % (world_size * num_workers)``, the slot of worker ``w`` of rank ``r`` being
     ``r * num_workers + w``; ``rank`` and ``world_size`` are ``torch.distributed``'s when it is
     initialised, unless given. With ``shuffle=True`` the shard order is a permutation drawn from
@@ -242,7 +204,7 @@ class AxonShards(IterableDataset):
 
     def __init__(self, shards: Sequence[Sequence[str]], decode: Decode | None = None, *,
                  rank: int | None = None, world_size: int | None = None, shuffle: bool = False, seed: int = 0,
-                 storage_options: dict[str, Any] | None = None, timeout: float = 60.0) -> None:
+                 storage_options: dict[str, Any] | None = None, timeout: float = 60.0, ahead: int = 1) -> None:
         shards = [shards] if isinstance(shards, str) else list(shards)
         if any(isinstance(shard, str) for shard in shards):
             raise TypeError("shards is a list of shards, each a list of paths")
@@ -256,6 +218,8 @@ class AxonShards(IterableDataset):
         self.shuffle, self.seed, self.epoch = shuffle, seed, 0
         self.storage_options = dict(storage_options or {})
         self.timeout = timeout
+        Ahead(ahead)  # the same bound's check
+        self.ahead = ahead
 
     @classmethod
     def from_paths(cls, paths: Sequence[str], files_per_shard: int, decode: Decode | None = None,
@@ -271,10 +235,33 @@ class AxonShards(IterableDataset):
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[Any]:
-        for shard in self.my_shards():
-            netloc = shard[0].partition("/")[0]
-            for path, data in self._read_tar(netloc, [p.partition("/")[2] for p in shard]):
-                yield (path, data) if self.decode is None else self.decode(path, data)
+        """The files of this worker's shards, the next ``ahead`` shards asked for while one is
+        read, each on a connection kept from shard to shard; leaving the loop closes them all."""
+        pool = Connections(self.timeout)
+        trips: collections.deque[tuple[str, list[str], RoundTrip]] = collections.deque()
+        following = iter(self.my_shards())
+
+        def ask_next() -> None:
+            shard = next(following, None)
+            if shard is not None:
+                netloc = shard[0].partition("/")[0]
+                rels = [p.partition("/")[2] for p in shard]
+                trip = RoundTrip(self._request(netloc, rels), self.timeout, pool=pool)
+                trip.send()  # a failure is raised when this shard's turn comes
+                trips.append((netloc, rels, trip))
+
+        try:
+            for _ in range(1 + self.ahead):
+                ask_next()
+            while trips:
+                netloc, rels, trip = trips[0]
+                for path, data in self._read_tar(netloc, rels, trip):
+                    yield (path, data) if self.decode is None else self.decode(path, data)
+                trips.popleft()
+                trip.close()  # its connection, read to the end, carries a later shard
+                ask_next()
+        finally:
+            pool.close()
 
     def my_shards(self) -> list[list[str]]:
         """The shards this rank's worker reads (all of them in a single process)."""
@@ -293,30 +280,34 @@ class AxonShards(IterableDataset):
             return torch.distributed.get_rank(), torch.distributed.get_world_size()
         return 0, 1
 
-    def _read_tar(self, netloc: str, rels: list[str]) -> Iterator[tuple[str, bytes]]:
-        """Each file of one tar batch as it arrives: ``("host:port/dir/file", bytes)``.
+    def _request(self, netloc: str, rels: list[str]) -> BatchRequest:
+        """The batch client's tar request for one shard (:mod:`axon.batchclient.request`), on a
+        kept connection. No redirect is followed (the bearer token goes to this server only) and
+        no proxy of the environment is used, as for ``axon://``."""
+        scheme = self.storage_options.get("scheme", "http")
+        headers = {"Connection": "keep-alive", **self._auth()}
+        return build_request(f"{scheme}://{netloc}/", rels, method="POST", fmt="tar", headers=headers)
 
-        The request is the batch client's (:mod:`axon.batchclient.request`), sent by its blocking
-        transport (:class:`~axon.batchclient.transport.RoundTrip`) on a connection of its own:
-        nothing outlives the iteration, so nothing is shared across a fork; no redirect is
-        followed (the bearer token goes to this server only) and no proxy of the environment is
-        used, as for ``axon://``. The server refuses the whole batch before its first byte if any
-        file is missing; a cut answer ends in ``tarfile.ReadError``.
+    def _read_tar(self, netloc: str, rels: list[str], trip: RoundTrip) -> Iterator[tuple[str, bytearray]]:
+        """Each file of one tar batch as it arrives: ``("host:port/dir/file", bytes)``, the bytes
+        in a ``bytearray`` filled from the socket (:mod:`axon.batchclient.tar_reader`).
+
+        The server refuses the whole batch before its first byte if any file is missing; a cut
+        answer ends in ``tarfile.ReadError``.
         """
         scheme = self.storage_options.get("scheme", "http")
-        request = build_request(f"{scheme}://{netloc}/", rels, method="POST", fmt="tar", headers=self._auth())
-        with RoundTrip(request, self.timeout) as trip:
-            try:
-                head = trip.start()
-            except FetchError as exc:  # as axon:// says it: the server named by host and port
-                kind = TimeoutError if isinstance(exc.__cause__, TimeoutError) else ConnectionError
-                raise kind(f"{scheme}://{netloc} failed for a shard: {exc}") from exc
-            if head.status != 200:
-                raise _refusal(head.status, head.reason, trip.error_body(), netloc, rels)
-            with tarfile.open(fileobj=trip, mode="r|") as archive:
-                for member in archive:
-                    if member.isfile():
-                        yield f"{netloc}/{member.name}", archive.extractfile(member).read()
+        try:
+            head = trip.start()
+        except FetchError as exc:  # as axon:// says it: the server named by host and port
+            kind = TimeoutError if isinstance(exc.__cause__, TimeoutError) else ConnectionError
+            raise kind(f"{scheme}://{netloc} failed for a shard: {exc}") from exc
+        if head.status != 200:
+            raise _refusal(head.status, head.reason, trip.error_body(), netloc, rels)
+        try:
+            for name, data in tar_files(trip.readinto):
+                yield f"{netloc}/{name}", data
+        except FetchError as exc:
+            raise tarfile.ReadError(f"{scheme}://{netloc}: the shard's tar was cut short: {exc}") from exc
 
     def _auth(self) -> dict[str, str]:
         secret, token = self.storage_options.get("secret"), self.storage_options.get("token")
