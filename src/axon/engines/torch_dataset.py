@@ -156,7 +156,8 @@ class AxonDataset(Dataset):
             return failed
         # cat_ranges, not cat: cat reads "[", "*" and "?" in a name as a glob, and would ask the
         # server's listing; whole files (None, None) are sent as one batch all the same.
-        return asyncio.run_coroutine_threadsafe(fs._cat_ranges(paths, None, None, on_error="raise"), fs.loop)
+        read = fs._cat_ranges(paths, None, None, on_error="raise", one_batch=True)
+        return asyncio.run_coroutine_threadsafe(read, fs.loop)
 
     def _sample(self, path: str, data: bytes) -> Any:
         return data if self.decode is None else self.decode(path, data)
