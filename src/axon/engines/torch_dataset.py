@@ -89,10 +89,15 @@ class _PerProcess:
             self._pid = os.getpid()
         return self._fs, self._ahead
 
-    def close(self) -> None:
-        """Cancel this process's reads ahead and close its connections (a later read opens new ones)."""
+    def cancel_ahead(self) -> None:
+        """Cancel this process's reads ahead, if it read at all (nothing is built to say so)."""
         if self._fs is not None and self._pid == os.getpid():
             self._ahead.cancel()
+
+    def close(self) -> None:
+        """Cancel this process's reads ahead and close its connections (a later read opens new ones)."""
+        self.cancel_ahead()
+        if self._fs is not None and self._pid == os.getpid():
             self._fs.close()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -175,7 +180,7 @@ class AxonDataset(Dataset):
 
     def stop_reading_ahead(self) -> None:
         """Cancel the reads ahead this process has in flight (the loader does, as it is left)."""
-        self._fs.get()[1].cancel()
+        self._fs.cancel_ahead()
 
     def close(self) -> None:
         self._fs.close()
