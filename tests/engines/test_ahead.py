@@ -173,7 +173,7 @@ def test_shards_are_asked_ahead_on_kept_connections(slow):
     got = [data for _, data in shards]
     took = time.monotonic() - began
     seen = served.requests_since(mark)
-    assert got == expected(served, RELS) and all(type(data) is bytearray for data in got)
+    assert got == expected(served, RELS)
     assert len([r for r in seen if r["path"] == "/api/stream-files.tar"]) == 10 == len(seen), seen
     assert took < 10 * ROUND_TRIP * FLOOR_SHARE, took  # one by one, ten round trips take 1 s at least
     local_ports: set[int] = set()
@@ -199,3 +199,10 @@ def test_a_refused_shard_fails_on_its_turn_and_leaving_early_closes_the_connecti
     assert kept_connections(port) == 3  # the shard under way and two asked ahead
     files.close()
     assert kept_connections(port) == 0
+
+
+def test_shard_files_reach_a_loaders_workers_as_bytes(served):
+    shards = AxonShards.from_paths([served.url(rel) for rel in RELS[:60]], 20)
+    got = list(DataLoader(shards, batch_size=None, num_workers=2, multiprocessing_context="fork"))
+    assert sorted(data for _, data in got) == sorted(expected(served, RELS[:60]))
+    assert all(type(data) is bytes for _, data in got)

@@ -1,9 +1,12 @@
-"""A tar answer read as it arrives, each file's bytes put straight into a buffer of its size.
+"""A tar answer read as it arrives, each file's bytes read into one ``bytes`` object of its size.
 
 ``tarfile`` reads the headers (ustar, pax, GNU: its rules, not a copy of them) from a file that
-only goes forward; each member's data is then read by the caller's ``readinto`` into a
-``bytearray`` made for it, which is what the reader hands out: no chunk is copied into another
-on the way (``tarfile``'s own stream mode joins and slices its buffers for every read).
+only goes forward; each member's data is then asked for at once, ``read(size)``, which the
+transport answers with ``http.client``'s buffered reader: it makes the ``bytes`` object and has
+the socket fill it, so no chunk is copied into another on the way (``tarfile``'s own stream mode
+reads 10 KiB at a time and joins and slices its buffers for every read). ``bytes``, not a
+buffer of our own: what a reader of a file expects (hashable, pickled as they are between a
+``DataLoader``'s processes, where a ``bytearray`` goes as a latin-1 string).
 """
 
 from __future__ import annotations
@@ -14,28 +17,26 @@ from collections.abc import Callable, Iterator
 
 __all__ = ["tar_files"]
 
-ReadInto = Callable[[memoryview], int]  # fills the view from the body; fewer bytes only at its end
+Read = Callable[[int], bytes]  # up to n bytes of the body: n unless it ended
 _SKIP = 64 * 1024
 
 
-class _Forward(io.RawIOBase):
+class _Forward:
     """The body as a file that ``tarfile`` may read, tell and seek forward in."""
 
-    def __init__(self, readinto: ReadInto) -> None:
-        self._readinto = readinto
+    def __init__(self, read: Read) -> None:
+        self._read = read
         self.position = 0
         self.ended = False  # a read found the body's end
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
-        view = memoryview(buffer).cast("B")
-        count = self._readinto(view)
-        self.position += count
-        if count < len(view):
+    def read(self, size: int = -1) -> bytes:
+        if size < 0:
+            raise io.UnsupportedOperation("a tar answer is read by the size of what comes next")
+        data = self._read(size)
+        self.position += len(data)
+        if len(data) < size:
             self.ended = True
-        return count
+        return data
 
     def tell(self) -> int:
         return self.position
@@ -43,34 +44,27 @@ class _Forward(io.RawIOBase):
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         if whence != io.SEEK_SET or offset < self.position:
             raise io.UnsupportedOperation("a tar answer is read forward only")
-        scratch = memoryview(bytearray(min(_SKIP, offset - self.position)))
-        while self.position < offset:
-            if not self.readinto(scratch[: offset - self.position]):
-                break  # the end: tarfile's next read says the data ended early
+        while self.position < offset and self.read(min(_SKIP, offset - self.position)):
+            pass  # at the end: tarfile's next read says the data ended early
         return self.position
 
-    def fill(self, buffer: bytearray) -> int:
-        return self.readinto(memoryview(buffer))
-
     def drain(self) -> None:
-        scratch = memoryview(bytearray(_SKIP))
-        while self.readinto(scratch):
+        while self.read(_SKIP):
             pass
 
 
-def tar_files(readinto: ReadInto) -> Iterator[tuple[str, bytearray]]:
-    """Each regular file of the tar body that ``readinto`` reads: its name and its bytes, in a
-    ``bytearray`` of its own. The body is read to its end (what follows the archive too, so that
-    its connection can carry the next request); a cut or malformed one is ``tarfile.ReadError``,
-    one cut between two files too."""
-    body = _Forward(readinto)
+def tar_files(read: Read) -> Iterator[tuple[str, bytes]]:
+    """Each regular file of the tar body that ``read`` reads: its name and its bytes. The body is
+    read to its end (what follows the archive too, so that its connection can carry the next
+    request); a cut or malformed one is ``tarfile.ReadError``, one cut between two files too."""
+    body = _Forward(read)
     archive = tarfile.TarFile(fileobj=body, mode="r")
     while (member := archive.next()) is not None:
         if not member.isfile():
             continue
         body.seek(member.offset_data)
-        data = bytearray(member.size)
-        if body.fill(data) != member.size:
+        data = body.read(member.size)
+        if len(data) != member.size:
             raise tarfile.ReadError(f"unexpected end of data in {member.name!r}")
         archive.members.clear()  # tarfile keeps every header it read; one at a time is enough here
         yield member.name, data

@@ -83,7 +83,7 @@ class Connections:
 
 class RoundTrip:
     """``with RoundTrip(request, timeout) as trip: head = trip.start()``, then
-    ``trip.chunks(size)``, ``trip.readinto(buffer)`` or ``trip.error_body()``; the connection
+    ``trip.chunks(size)``, ``trip.read_exactly(size)`` or ``trip.error_body()``; the connection
     closes on leaving, or goes back to ``pool`` if the answer was read to its end.
 
     ``send()`` sends the request without waiting for the answer (a reader asks for its next
@@ -176,22 +176,17 @@ class RoundTrip:
         with self._errors("reading the error response"):
             return self._response.read(MAX_ERROR_BODY)
 
-    def readinto(self, buffer: memoryview) -> int:
-        """Fill ``buffer`` from the body, straight from the socket (no copy between); the bytes
-        read, fewer only where the body ended."""
+    def read_exactly(self, size: int) -> bytes:
+        """``size`` bytes of the body (fewer only where it ended, after its Content-Length: a
+        shorter one is a FetchError), in one ``bytes`` object that http.client's buffered reader
+        has the socket fill: no chunk is copied into another."""
         response = self._response
         assert response is not None
-        filled = 0
         with self._errors("receiving the response"):
-            while filled < len(buffer):
-                count = response.readinto(buffer[filled:])
-                if not count:
-                    if response.length:  # http.client ends a short body quietly
-                        raise FetchError(f"{self.request.origin}: the body ended {response.length} bytes short "
-                                         "of its Content-Length")
-                    break
-                filled += count
-        return filled
+            data = response.read(size)
+        if len(data) < size and response.length:  # http.client ends a short body quietly
+            raise FetchError(f"{self.request.origin}: the body ended {response.length} bytes short of its Content-Length")
+        return data
 
     def read(self, size: int) -> bytes:
         """At most ``size`` bytes of the body, ``b""`` at its end (a body cut short simply ends:

@@ -196,8 +196,8 @@ class AxonShards(IterableDataset):
     """Iterable over shards: each shard a list of files on one server, read as one tar.
 
     Yields ``decode(path, data)`` for every file of every shard this process's worker gets, in
-    the shard's order (``(path, data)`` with no hook); ``data`` is a ``bytearray`` of the file's
-    size, filled from the socket. While one shard is read the next ``ahead`` (default 1, at
+    the shard's order (``(path, data)`` with no hook); each file's ``bytes`` are read from the
+    socket into one object, never joined from chunks. While one shard is read the next ``ahead`` (default 1, at
     most that many) are asked for, each on a connection kept from shard to shard; leaving the
     loop (or closing its iterator) closes them. Shard ``k`` goes to worker slot
     ``k % (world_size * num_workers)``, the slot of worker ``w`` of rank ``r`` being
@@ -294,9 +294,9 @@ class AxonShards(IterableDataset):
         headers = {"Connection": "keep-alive", **self._auth()}
         return build_request(f"{scheme}://{netloc}/", rels, method="POST", fmt="tar", headers=headers)
 
-    def _read_tar(self, netloc: str, rels: list[str], trip: RoundTrip) -> Iterator[tuple[str, bytearray]]:
-        """Each file of one tar batch as it arrives: ``("host:port/dir/file", bytes)``, the bytes
-        in a ``bytearray`` filled from the socket (:mod:`axon.batchclient.tar_reader`).
+    def _read_tar(self, netloc: str, rels: list[str], trip: RoundTrip) -> Iterator[tuple[str, bytes]]:
+        """Each file of one tar batch as it arrives: ``("host:port/dir/file", bytes)``, each
+        file's bytes read from the socket into one object (:mod:`axon.batchclient.tar_reader`).
 
         The server refuses the whole batch before its first byte if any file is missing; a cut
         answer ends in ``tarfile.ReadError``.
@@ -310,7 +310,7 @@ class AxonShards(IterableDataset):
         if head.status != 200:
             raise _refusal(head.status, head.reason, trip.error_body(), netloc, rels)
         try:
-            for name, data in tar_files(trip.readinto):
+            for name, data in tar_files(trip.read_exactly):
                 yield f"{netloc}/{name}", data
         except FetchError as exc:
             raise tarfile.ReadError(f"{scheme}://{netloc}: the shard's tar was cut short: {exc}") from exc
