@@ -1,6 +1,7 @@
 """A real HTTP server on loopback for the transports' tests, answering by path:
 ``/api/stream-files`` with ``BODY`` (in chunks, or cut short), a JSON refusal, a server that
-closes at once. What it received is kept in ``seen``."""
+closes at once, one that closes its kept connection after answering without saying so. What it
+received is kept in ``seen``, and the client port of each request in ``ports``."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self.server.seen.append((self.command, self.path, dict(self.headers)))  # type: ignore[attr-defined]
+        self.server.ports.append(self.client_address[1])  # type: ignore[attr-defined]
         query = self.path.partition("?")[2]
         if "gone" in query:
             body = json.dumps(REFUSAL).encode()
@@ -46,12 +48,15 @@ class Handler(BaseHTTPRequestHandler):
             for at in range(0, len(BODY), 7_000):
                 self.wfile.write(BODY[at : at + 7_000])
                 self.wfile.flush()
+            if "hangup" in query:  # a kept connection the server then closes, as an idle timeout does
+                self.close_connection = True
 
 
 @contextmanager
 def http_peer() -> Iterator[ThreadingHTTPServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.seen = []  # type: ignore[attr-defined]
+    server.ports = []  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:

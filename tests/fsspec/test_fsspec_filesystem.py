@@ -42,6 +42,36 @@ def test_batches_are_sized_by_files_per_batch_and_results_keep_order(served: Ser
     assert seen.count(("POST", "/api/stream-files")) == -(-SMALL_FILES // 7)
 
 
+def test_a_long_list_is_spread_over_connections_unless_one_batch_is_asked(served: Served):
+    import aiohttp
+
+    from axon.fsspec.transfer import SPREAD_FLOOR
+
+    connections: list[int] = []
+
+    async def on_connect(session, context, params):
+        connections.append(1)
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(on_connect)
+    fs = AxonFileSystem(skip_instance_cache=True, batch_concurrency=4, client_kwargs={"trace_configs": [trace]})
+    count = 4 * SPREAD_FLOOR + 100  # more than four batches' floor: four batches, side by side
+    rels = [SMALL[i % len(SMALL)] for i in range(count)]
+    got = fs.cat_ranges([served.path(rel) for rel in rels], None, None)
+    assert got == [served.local(rel) for rel in rels]
+    assert len(connections) >= 4, connections  # one a batch in flight (the limits' connection among them)
+    connections.clear()
+    fs, seen = counting_fs(batch_concurrency=4)
+    fs.cat_ranges([served.path(rel) for rel in rels], None, None)
+    assert seen.count(("POST", "/api/stream-files")) == 4
+    fs, seen = counting_fs(batch_concurrency=4)
+    fs.cat_ranges([served.path(rel) for rel in rels], None, None, one_batch=True)
+    assert seen.count(("POST", "/api/stream-files")) == 2  # as the server's max_files (1000) cuts it
+    fs, seen = counting_fs(batch_concurrency=4)
+    fs.cat_ranges([served.path(rel) for rel in rels[:SPREAD_FLOOR]], None, None)
+    assert seen.count(("POST", "/api/stream-files")) == 1  # up to the floor, a list is one batch
+
+
 def test_cat_of_full_urls_and_a_glob(served: Served, fs: AxonFileSystem):
     got = fs.cat(served.url("data/small/f00*.bin"))
     assert got == {served.path(f"data/small/f00{i}.bin"): served.local(f"data/small/f00{i}.bin") for i in range(10)}

@@ -75,4 +75,4 @@ def read_group(files: Sequence[str], storage_options: Mapping[str, Any] | None) 
     """
     fs = axon_filesystem(storage_options)
     n = len(files)
-    return fs.cat_ranges(list(files), [None] * n, [None] * n, on_error="raise")
+    return fs.cat_ranges(list(files), [None] * n, [None] * n, on_error="raise", one_batch=True)

@@ -2,7 +2,9 @@
 
 - :class:`AxonDataset` is map-style over a list of files. ``DataLoader`` calls its
   ``__getitems__`` with a sampler's whole batch, which is read as one ``POST /api/stream-files``
-  (several when the batch passes the server's ``max_files``).
+  (several when the batch passes the server's ``max_files``). Its :meth:`~AxonDataset.loader`
+  (or a ``DataLoader`` given an :class:`AheadBatchSampler`) tells each process which batches it
+  reads next, and the dataset reads them while the current one is used (:mod:`.ahead`).
 - :class:`AxonShards` is iterable over shards, each a list of files the server sends as one tar
   (``POST /api/stream-files.tar``), read as it arrives. Shards are dealt out to the ranks of a
   ``torch.distributed`` job and, within a rank, to the ``DataLoader``'s workers.
@@ -14,30 +16,37 @@ time it reads: a forked worker never touches the session of its parent.
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import functools
 import operator
 import os
 import random
 import tarfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from ..errors import needs_extra
 
 with needs_extra("torch", "AxonDataset and AxonShards", "torch"):
     import torch.distributed
-    from torch.utils.data import Dataset, IterableDataset, get_worker_info
+    from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler, get_worker_info
 
 from ..batchclient.errors import FetchError
 from ..batchclient.refusal import error_object
-from ..batchclient.request import build_request
-from ..batchclient.transport import RoundTrip
+from ..batchclient.request import BatchRequest, build_request
+from ..batchclient.tar_reader import tar_files
+from ..batchclient.transport import Connections, RoundTrip
 from ..fsspec import AxonFileSystem
 from ..fsspec.errors import error_for
 from ..signing import mint_token
+from .ahead import AHEAD, Ahead
 from .file_groups import axon_filesystem
+from .torch_ahead import AheadBatchSampler, AheadLoader
 
-__all__ = ["AxonDataset", "AxonShards"]
+__all__ = ["AheadBatchSampler", "AxonDataset", "AxonShards"]
 
 #: ``decode(path, data)``: a file's bytes to a sample; ``path`` is ``host:port/dir/file``.
 Decode = Callable[[str, bytes], Any]
@@ -57,74 +66,141 @@ def _strip(path: str) -> str:
 
 
 class _PerProcess:
-    """The filesystem for these options, built once in each process that reads.
+    """The filesystem for these options, and the reads ahead on it, built once in each process
+    that reads.
 
     A forked ``DataLoader`` worker inherits the parent's filesystem object, whose event loop and
     aiohttp session belong to the parent (fsspec refuses it: "not fork-safe"); the process id
     tells that the object is not ours, and a new one is built. Pickling drops it altogether.
+    The filesystem is this dataset's own (not fsspec's cached instance), so closing it closes
+    this dataset's connections and no one else's.
     """
 
-    def __init__(self, storage_options: dict[str, Any]) -> None:
+    def __init__(self, storage_options: dict[str, Any], ahead: int) -> None:
         self.storage_options = storage_options
+        self.limit = ahead
         self._fs: AxonFileSystem | None = None
+        self._ahead = Ahead(ahead)
         self._pid: int | None = None
 
-    def get(self) -> AxonFileSystem:
+    def get(self) -> tuple[AxonFileSystem, Ahead]:
         if self._fs is None or self._pid != os.getpid():
-            # fsspec keeps one instance per options and process, shared by every dataset here.
-            self._fs = AxonFileSystem(**self.storage_options)
+            self._fs = AxonFileSystem(skip_instance_cache=True, **self.storage_options)
+            self._ahead = Ahead(self.limit)
             self._pid = os.getpid()
-        return self._fs
+        return self._fs, self._ahead
+
+    def cancel_ahead(self) -> None:
+        """Cancel this process's reads ahead, if it read at all (nothing is built to say so)."""
+        if self._fs is not None and self._pid == os.getpid():
+            self._ahead.cancel()
+
+    def close(self) -> None:
+        """Cancel this process's reads ahead and close its connections (a later read opens new ones)."""
+        self.cancel_ahead()
+        if self._fs is not None and self._pid == os.getpid():
+            self._fs.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"storage_options": self.storage_options}
+        return {"storage_options": self.storage_options, "ahead": self.limit}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["storage_options"])
+        self.__init__(state["storage_options"], state["ahead"])
 
 
 class AxonDataset(Dataset):
     """Map-style: sample ``i`` is ``decode(paths[i], bytes of paths[i])`` (the bytes if no hook).
 
     ``DataLoader(AxonDataset(paths), batch_size=64)`` reads each batch of 64 files in one request.
+    ``dataset.loader(batch_size=64, num_workers=...)`` does too, and reads each process's next
+    batches while the current one is used: at most ``ahead`` batches (default 4) beyond the one
+    asked for, per process, each still one request. ``close()`` (or leaving ``with dataset:``)
+    cancels the reads ahead and closes the connections; a later read opens new ones.
     ``storage_options`` go to :class:`~axon.fsspec.AxonFileSystem` (``secret``, ``scheme``, ...).
-    A file the server lacks raises ``FileNotFoundError`` (other refusals as ``axon://`` raises them).
-    For ``spawn`` workers the hook must pickle (a module-level function, not a lambda).
+    A file the server lacks raises ``FileNotFoundError`` (other refusals as ``axon://`` raises
+    them), on the batch that names it. For ``spawn`` workers the hook must pickle (a
+    module-level function, not a lambda).
     """
 
     def __init__(self, paths: Sequence[str], decode: Decode | None = None, *,
-                 storage_options: dict[str, Any] | None = None) -> None:
+                 storage_options: dict[str, Any] | None = None, ahead: int = AHEAD) -> None:
         if isinstance(paths, str):
             raise TypeError("paths is a list of paths, not one string")
         self.paths = [_strip(p) for p in paths]
         self.decode = decode
-        self._fs = _PerProcess(dict(storage_options or {}))
+        Ahead(ahead)  # refuse a bad bound now, not in a worker
+        self._fs = _PerProcess(dict(storage_options or {}), ahead)
 
     def __len__(self) -> int:
         return len(self.paths)
 
     def __getitem__(self, index: int) -> Any:
         path = self.paths[operator.index(index)]  # IndexError past the end, as a list's
-        return self._sample(path, self._fs.get().cat_file(path))
+        return self._sample(path, self._fs.get()[0].cat_file(path))
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        paths = [self.paths[operator.index(i)] for i in indices]
-        if not paths:
-            return []
+        """The samples of a sampler's batch; a :class:`~.ahead.PlannedBatch` also starts the
+        reads of the batches planned after it (up to the bound) before this one is waited for."""
+        fs, ahead = self._fs.get()
+        key = getattr(indices, "key", None)
+        read = None if key is None else ahead.take(key)
+        if read is None:
+            read = self._start(fs, indices)
+        if key is not None:
+            ahead.plan(indices.ahead, functools.partial(self._start, fs))
+        contents = read.result()
+        return [self._sample(self.paths[i], data) for i, data in zip(indices, contents)]
+
+    def _start(self, fs: AxonFileSystem, indices: Sequence[int]) -> Future:
+        """The read of these files, started on the filesystem's loop; an index past the end is
+        the future's IndexError, raised on the batch that holds it."""
+        try:
+            paths = [self.paths[operator.index(i)] for i in indices]
+        except (IndexError, TypeError) as exc:
+            failed: Future = Future()
+            failed.set_exception(exc)
+            return failed
         # cat_ranges, not cat: cat reads "[", "*" and "?" in a name as a glob, and would ask the
         # server's listing; whole files (None, None) are sent as one batch all the same.
-        contents = self._fs.get().cat_ranges(paths, None, None, on_error="raise")
-        return [self._sample(path, data) for path, data in zip(paths, contents)]
+        read = fs._cat_ranges(paths, None, None, on_error="raise", one_batch=True)
+        return asyncio.run_coroutine_threadsafe(read, fs.loop)
 
     def _sample(self, path: str, data: bytes) -> Any:
         return data if self.decode is None else self.decode(path, data)
+
+    def loader(self, batch_size: int = 1, *, shuffle: bool = False, drop_last: bool = False, num_workers: int = 0,
+               generator: torch.Generator | None = None, **kwargs: Any) -> DataLoader:
+        """A ``DataLoader`` over this dataset whose batches are read ahead (see the class). The
+        arguments are ``DataLoader``'s; leaving the loop, or closing its iterator, cancels the
+        reads ahead of this process (workers end with their iterator)."""
+        if kwargs.get("in_order") is False:
+            raise ValueError("reading ahead plans which worker gets which batch: in_order=False would undo it")
+        sampler = RandomSampler(self, generator=generator) if shuffle else SequentialSampler(self)
+        batches = AheadBatchSampler(sampler, batch_size, drop_last, num_workers=num_workers, ahead=self._fs.limit)
+        return AheadLoader(self, batch_sampler=batches, num_workers=num_workers, **kwargs)
+
+    def stop_reading_ahead(self) -> None:
+        """Cancel the reads ahead this process has in flight (the loader does, as it is left)."""
+        self._fs.cancel_ahead()
+
+    def close(self) -> None:
+        self._fs.close()
+
+    def __enter__(self) -> AxonDataset:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class AxonShards(IterableDataset):
     """Iterable over shards: each shard a list of files on one server, read as one tar.
 
     Yields ``decode(path, data)`` for every file of every shard this process's worker gets, in
-    the shard's order (``(path, data)`` with no hook). Shard ``k`` goes to worker slot
+    the shard's order (``(path, data)`` with no hook); each file's ``bytes`` are read from the
+    socket into one object, never joined from chunks. While one shard is read the next ``ahead`` (default 1, at
+    most that many) are asked for, each on a connection kept from shard to shard; leaving the
+    loop (or closing its iterator) closes them. Shard ``k`` goes to worker slot
     ``k % (world_size * num_workers)``, the slot of worker ``w`` of rank ``r`` being
     ``r * num_workers + w``; ``rank`` and ``world_size`` are ``torch.distributed``'s when it is
     initialised, unless given. With ``shuffle=True`` the shard order is a permutation drawn from
@@ -135,7 +211,7 @@ class AxonShards(IterableDataset):
 
     def __init__(self, shards: Sequence[Sequence[str]], decode: Decode | None = None, *,
                  rank: int | None = None, world_size: int | None = None, shuffle: bool = False, seed: int = 0,
-                 storage_options: dict[str, Any] | None = None, timeout: float = 60.0) -> None:
+                 storage_options: dict[str, Any] | None = None, timeout: float = 60.0, ahead: int = 1) -> None:
         shards = [shards] if isinstance(shards, str) else list(shards)
         if any(isinstance(shard, str) for shard in shards):
             raise TypeError("shards is a list of shards, each a list of paths")
@@ -149,6 +225,8 @@ class AxonShards(IterableDataset):
         self.shuffle, self.seed, self.epoch = shuffle, seed, 0
         self.storage_options = dict(storage_options or {})
         self.timeout = timeout
+        Ahead(ahead)  # the same bound's check
+        self.ahead = ahead
 
     @classmethod
     def from_paths(cls, paths: Sequence[str], files_per_shard: int, decode: Decode | None = None,
@@ -164,10 +242,33 @@ class AxonShards(IterableDataset):
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[Any]:
-        for shard in self.my_shards():
-            netloc = shard[0].partition("/")[0]
-            for path, data in self._read_tar(netloc, [p.partition("/")[2] for p in shard]):
-                yield (path, data) if self.decode is None else self.decode(path, data)
+        """The files of this worker's shards, the next ``ahead`` shards asked for while one is
+        read, each on a connection kept from shard to shard; leaving the loop closes them all."""
+        pool = Connections(self.timeout)
+        trips: collections.deque[tuple[str, list[str], RoundTrip]] = collections.deque()
+        following = iter(self.my_shards())
+
+        def ask_next() -> None:
+            shard = next(following, None)
+            if shard is not None:
+                netloc = shard[0].partition("/")[0]
+                rels = [p.partition("/")[2] for p in shard]
+                trip = RoundTrip(self._request(netloc, rels), self.timeout, pool=pool)
+                trip.send()  # a failure is raised when this shard's turn comes
+                trips.append((netloc, rels, trip))
+
+        try:
+            for _ in range(1 + self.ahead):
+                ask_next()
+            while trips:
+                netloc, rels, trip = trips[0]
+                for path, data in self._read_tar(netloc, rels, trip):
+                    yield (path, data) if self.decode is None else self.decode(path, data)
+                trips.popleft()
+                trip.close()  # its connection, read to the end, carries a later shard
+                ask_next()
+        finally:
+            pool.close()
 
     def my_shards(self) -> list[list[str]]:
         """The shards this rank's worker reads (all of them in a single process)."""
@@ -186,35 +287,39 @@ class AxonShards(IterableDataset):
             return torch.distributed.get_rank(), torch.distributed.get_world_size()
         return 0, 1
 
-    def _read_tar(self, netloc: str, rels: list[str]) -> Iterator[tuple[str, bytes]]:
-        """Each file of one tar batch as it arrives: ``("host:port/dir/file", bytes)``.
+    def _request(self, netloc: str, rels: list[str]) -> BatchRequest:
+        """The batch client's tar request for one shard (:mod:`axon.batchclient.request`), on a
+        kept connection. No redirect is followed (the bearer token goes to this server only) and
+        no proxy of the environment is used, as for ``axon://``."""
+        scheme = self.storage_options.get("scheme", "http")
+        headers = {"Connection": "keep-alive", **self._auth()}
+        return build_request(f"{scheme}://{netloc}/", rels, method="POST", fmt="tar", headers=headers)
 
-        The request is the batch client's (:mod:`axon.batchclient.request`), sent by its blocking
-        transport (:class:`~axon.batchclient.transport.RoundTrip`) on a connection of its own:
-        nothing outlives the iteration, so nothing is shared across a fork; no redirect is
-        followed (the bearer token goes to this server only) and no proxy of the environment is
-        used, as for ``axon://``. The server refuses the whole batch before its first byte if any
-        file is missing; a cut answer ends in ``tarfile.ReadError``. A refusal that is not Axon's
-        JSON error has the server's ``/api/limits`` asked, as ``axon://`` does: another kind of
-        server is :class:`~axon.fsspec.errors.NotAxonServer`, not a missing file.
+    def _read_tar(self, netloc: str, rels: list[str], trip: RoundTrip) -> Iterator[tuple[str, bytes]]:
+        """Each file of one tar batch as it arrives: ``("host:port/dir/file", bytes)``, each
+        file's bytes read from the socket into one object (:mod:`axon.batchclient.tar_reader`).
+
+        The server refuses the whole batch before its first byte if any file is missing; a cut
+        answer ends in ``tarfile.ReadError``. A refusal that is not Axon's JSON error has the
+        server's ``/api/limits`` asked, as ``axon://`` does: another kind of server is
+        :class:`~axon.fsspec.errors.NotAxonServer`, not a missing file.
         """
         scheme = self.storage_options.get("scheme", "http")
-        request = build_request(f"{scheme}://{netloc}/", rels, method="POST", fmt="tar", headers=self._auth())
-        with RoundTrip(request, self.timeout) as trip:
-            try:
-                head = trip.start()
-            except FetchError as exc:  # as axon:// says it: the server named by host and port
-                kind = TimeoutError if isinstance(exc.__cause__, TimeoutError) else ConnectionError
-                raise kind(f"{scheme}://{netloc} failed for a shard: {exc}") from exc
-            if head.status != 200:
-                body = trip.error_body()
-                if error_object(body) is None:  # not Axon's JSON error: NotAxonServer if no Axon is there
-                    axon_filesystem(self.storage_options).server_limits(netloc)
-                raise _refusal(head.status, head.reason, body, netloc, rels)
-            with tarfile.open(fileobj=trip, mode="r|") as archive:
-                for member in archive:
-                    if member.isfile():
-                        yield f"{netloc}/{member.name}", archive.extractfile(member).read()
+        try:
+            head = trip.start()
+        except FetchError as exc:  # as axon:// says it: the server named by host and port
+            kind = TimeoutError if isinstance(exc.__cause__, TimeoutError) else ConnectionError
+            raise kind(f"{scheme}://{netloc} failed for a shard: {exc}") from exc
+        if head.status != 200:
+            body = trip.error_body()
+            if error_object(body) is None:  # not Axon's JSON error: NotAxonServer if no Axon is there
+                axon_filesystem(self.storage_options).server_limits(netloc)
+            raise _refusal(head.status, head.reason, body, netloc, rels)
+        try:
+            for name, data in tar_files(trip.read_exactly):
+                yield f"{netloc}/{name}", data
+        except FetchError as exc:
+            raise tarfile.ReadError(f"{scheme}://{netloc}: the shard's tar was cut short: {exc}") from exc
 
     def _auth(self) -> dict[str, str]:
         secret, token = self.storage_options.get("secret"), self.storage_options.get("token")

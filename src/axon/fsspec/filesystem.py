@@ -114,6 +114,14 @@ class AxonFileSystem(AsyncFileSystem):
                 weakref.finalize(self, HTTPFileSystem.close_session, self.loop, self._session)
         return self._session
 
+    def close(self) -> None:
+        """Close the connections this filesystem keeps (its aiohttp session); the next request
+        opens new ones. For a filesystem of one's own (``skip_instance_cache=True``): fsspec
+        hands its cached instance to every caller with the same options."""
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            sync(self.loop, session.close)
+
     @classmethod
     def _strip_protocol(cls, path):
         # fsspec's own, without its generic steps for a plain string naming no protocol (they cost
@@ -146,14 +154,17 @@ class AxonFileSystem(AsyncFileSystem):
             return {p: r for p, r in zip(paths, out) if on_error != "omit" or not isinstance(r, BaseException)}
         return out[0]
 
-    async def _cat_ranges(self, paths, starts, ends, max_gap=None, on_error="return", **kwargs):
+    async def _cat_ranges(self, paths, starts, ends, max_gap=None, on_error="return", one_batch=False, **kwargs):
+        """fsspec's ``cat_ranges``; ``one_batch=True`` sends the list in as few batches as the
+        server's limits allow, never spread over connections (a reader's batch is one request)."""
         if not isinstance(paths, list):
             raise TypeError("paths is a list")
         starts = starts if isinstance(starts, (list, tuple)) else [starts] * len(paths)
         ends = ends if isinstance(ends, (list, tuple)) else [ends] * len(paths)
         if len(starts) != len(paths) or len(ends) != len(paths):
             raise ValueError("paths, starts and ends differ in length")
-        out = await self._read_many([Want(*self._split(p), s, e) for p, s, e in zip(paths, starts, ends)])
+        out = await self._read_many([Want(*self._split(p), s, e) for p, s, e in zip(paths, starts, ends)],
+                                    spread=not one_batch)
         if on_error != "return":
             raise_first(out)
         return out
@@ -182,7 +193,7 @@ class AxonFileSystem(AsyncFileSystem):
             return
         raise_first(await self._get_many([(rpath, lpath)], callback))
 
-    async def _read_many(self, wants: list[Want]) -> list[Any]:
+    async def _read_many(self, wants: list[Want], spread: bool = True) -> list[Any]:
         """The bytes each want asks for, or the exception that stands for it, in order."""
         out: list[Any] = [None] * len(wants)
 
@@ -192,7 +203,7 @@ class AxonFileSystem(AsyncFileSystem):
         def empty(index: int) -> None:
             out[index] = b""
 
-        for index, error in enumerate(await self._transfer(wants, sink, empty).run()):
+        for index, error in enumerate(await self._transfer(wants, sink, empty, spread).run()):
             if error is not None:
                 out[index] = error
         return out
@@ -208,10 +219,11 @@ class AxonFileSystem(AsyncFileSystem):
 
         return await self._transfer(wants, sink, empty).run()
 
-    def _transfer(self, wants: list[Want], sink: SinkFactory, empty: Callable[[int], None]) -> Transfer:
+    def _transfer(self, wants: list[Want], sink: SinkFactory, empty: Callable[[int], None],
+                  spread: bool = True) -> Transfer:
         """One call's reads, handed what they need of the filesystem and nothing else."""
-        return Transfer(self._servers, wants, sink, empty,
-                        concurrency=self.batch_concurrency, files_per_batch=self.files_per_batch)
+        return Transfer(self._servers, wants, sink, empty, concurrency=self.batch_concurrency,
+                        files_per_batch=self.files_per_batch, spread=spread)
 
 
     async def _cat_file(self, path, start=None, end=None, **kwargs):

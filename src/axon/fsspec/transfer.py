@@ -38,6 +38,9 @@ from .slices import EMPTY, Slice, plan
 __all__ = ["Collect", "FileSink", "SinkFactory", "Transfer", "Want", "raise_first"]
 
 _TOO_LARGE = 413
+#: A long list is spread over the batches in flight, but no batch is cut below this many items:
+#: a batch of a few hundred small files is one request, whatever the concurrency.
+SPREAD_FLOOR = 256
 
 
 class Want(NamedTuple):
@@ -66,7 +69,15 @@ SinkFactory = Callable[[int, Slice, int], PartSink]
 
 class Transfer:
     """One call's reads. ``run()`` returns each want's exception, or None once its sink finished
-    (or ``empty(index)`` was called: a range that holds no bytes whatever the file)."""
+    (or ``empty(index)`` was called: a range that holds no bytes whatever the file).
+
+    A server's wants go in batches as large as its limits and ``files_per_batch`` allow; with
+    ``spread``, a list of more than :data:`SPREAD_FLOOR` items is also cut into as many as
+    ``concurrency`` batches (none below the floor), which travel side by side on as many
+    connections: large files do not queue on one. The sizes are not known before the answers,
+    so the list is spread by count. Without ``spread`` (a reader whose batch must stay one
+    request), only the limits cut a list.
+    """
 
     def __init__(
         self,
@@ -77,9 +88,11 @@ class Transfer:
         *,
         concurrency: int,
         files_per_batch: int | None = None,
+        spread: bool = True,
     ) -> None:
         self.servers, self.wants, self.sink, self.empty = servers, wants, sink, empty
         self.files_per_batch = files_per_batch
+        self.concurrency, self.spread = concurrency, spread
         self.errors: list[BaseException | None] = [None] * len(wants)
         self.slots = asyncio.Semaphore(concurrency)
 
@@ -104,6 +117,8 @@ class Transfer:
             else:
                 batched.append((index, chosen))
         per_batch = min(server.max_files, self.files_per_batch or server.max_files)
+        if self.spread:  # a long list of large files goes over several connections, not one
+            per_batch = min(per_batch, max(SPREAD_FLOOR, -(-len(batched) // self.concurrency)))
         groups = pack([chosen.item for _, chosen in batched], per_batch, server.max_body_bytes)
         await run_all([
             *(self._batch(netloc, [batched[k] for k in group]) for group in groups),

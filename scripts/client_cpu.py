@@ -1,0 +1,141 @@
+"""The client's CPU per byte, reading the same large files from a local ``axon serve``:
+
+    python scripts/client_cpu.py [--files 1000] [--kib 256] [--repeat 3]
+
+writes ``--files`` files of ``--kib`` KiB into a temporary directory, serves it (one worker),
+and reads them all to memory with each reader below, checking the bytes. It prints the client's
+CPU time (``time.process_time``: this process and its threads, not the server) per MB read, the
+best of ``--repeat`` runs, and the wall time beside it. The readers:
+
+- ``axon:// cat``: ``AxonFileSystem.cat`` of the paths (multipart batches, aiohttp);
+- ``AxonShards``: the files as one tar shard (``axon.engines.torch_dataset``);
+- ``tarfile``: the same tar batch read by ``tarfile`` in stream mode over ``http.client``;
+- ``aiohttp GET``: one ``GET /files/<path>`` a file, four at once, ``await response.read()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def serve(root: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    argv = [sys.executable, "-m", "axon.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+            "--workers", "1", "--log-level", "warning", str(root)]
+    proc = subprocess.Popen(argv)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=2) as answer:
+                answer.read()
+            return proc, f"127.0.0.1:{port}"
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise SystemExit("axon serve did not start")
+            time.sleep(0.1)
+
+
+def axon_cat(address: str, rels: list[str]) -> list[bytes]:
+    from axon.fsspec import AxonFileSystem
+
+    fs = AxonFileSystem(skip_instance_cache=True)
+    paths = [f"{address}/{rel}" for rel in rels]
+    try:
+        out = fs.cat(paths)
+        return [out[p] for p in paths]
+    finally:
+        fs.close()
+
+
+def axon_shards(address: str, rels: list[str]) -> list[bytes]:
+    from axon.engines.torch_dataset import AxonShards
+
+    return [data for _, data in AxonShards([[f"{address}/{rel}" for rel in rels]])]
+
+
+def plain_tarfile(address: str, rels: list[str]) -> list[bytes]:
+    host, _, port = address.partition(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    body = json.dumps({"files": rels})
+    connection.request("POST", "/api/stream-files.tar", body, {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    with tarfile.open(fileobj=response, mode="r|") as archive:
+        out = [archive.extractfile(member).read() for member in archive if member.isfile()]
+    connection.close()
+    return out
+
+
+def aiohttp_get(address: str, rels: list[str]) -> list[bytes]:
+    import aiohttp
+
+    async def run() -> list[bytes]:
+        slots = asyncio.Semaphore(4)
+        async with aiohttp.ClientSession(auto_decompress=False) as session:
+            async def one(rel: str) -> bytes:
+                async with slots, session.get(f"http://{address}/files/{rel}") as response:
+                    return await response.read()
+
+            return await asyncio.gather(*(one(rel) for rel in rels))
+
+    return asyncio.run(run())
+
+
+READERS: dict[str, Callable[[str, list[str]], list[bytes]]] = {
+    "axon:// cat": axon_cat, "AxonShards": axon_shards, "tarfile": plain_tarfile, "aiohttp GET": aiohttp_get,
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int, default=1000)
+    parser.add_argument("--kib", type=int, default=256)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        rels = [f"f/{i:05}.bin" for i in range(args.files)]
+        (root / "f").mkdir()
+        for rel in rels:
+            (root / rel).write_bytes(os.urandom(args.kib * 1024))
+        want = [(root / rel).read_bytes() for rel in rels]
+        megabytes = args.files * args.kib / 1024
+        proc, address = serve(root)
+        try:
+            print(f"{args.files} files of {args.kib} KiB ({megabytes:.0f} MB), client CPU per MB, best of {args.repeat}")
+            for name, read in READERS.items():
+                runs = []
+                for _ in range(args.repeat):
+                    cpu, wall = time.process_time(), time.perf_counter()
+                    got = read(address, rels)
+                    runs.append((time.process_time() - cpu, time.perf_counter() - wall))
+                    if got != want:
+                        raise SystemExit(f"{name} read other bytes")
+                cpu, wall = min(runs)
+                print(f"{name:14} {cpu / megabytes * 1000:6.2f} ms CPU/MB  ({cpu:.2f} s CPU, {wall:.2f} s wall)")
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+if __name__ == "__main__":
+    main()

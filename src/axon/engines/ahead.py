@@ -1,0 +1,76 @@
+"""Batches read before they are asked for: a bounded set of reads in flight, each known by its
+batch's place in the sampler's order, so the round trip of the next batch overlaps the work on
+this one.
+
+A sampler that knows its order (:class:`~.torch_ahead.AheadBatchSampler`) hands each batch
+out as a :class:`PlannedBatch`: its indices, its :data:`Key` (which pass over the data, which
+batch of it), and the batches the same process will be asked for next. The dataset then keeps an
+:class:`Ahead`: the reads of those next batches started now, at most ``limit`` of them, each
+taken by the batch it was started for. A read ahead that no batch takes (the caller stopped
+early, a worker got another batch than planned) is cancelled as soon as a later batch comes, or
+on :meth:`Ahead.cancel`; nothing reads beyond the bound, and a failed read raises on the batch
+that asked for it, not before.
+
+Torch-free: the futures are ``concurrent.futures``' (the reads run on fsspec's IO loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+__all__ = ["AHEAD", "Ahead", "Key", "PlannedBatch"]
+
+AHEAD = 4  # batches a process reads beyond the one asked for, by default
+
+#: ``(pass, position)``: a pass over the data (a random token drawn as the sampler starts one)
+#: and the batch's position in it.
+Key = tuple[str, int]
+
+
+class PlannedBatch(list):
+    """A batch's indices (a list, as ``DataLoader`` expects), with its :data:`Key` and
+    ``ahead``: ``(key, indices)`` of the batches this process reads next, in order. It pickles
+    as it is into a worker's queue."""
+
+    def __init__(self, indices: Sequence[int], key: Key, ahead: Sequence[tuple[Key, list[int]]] = ()) -> None:
+        super().__init__(indices)
+        self.key = key
+        self.ahead = list(ahead)
+
+
+class Ahead:
+    """The reads in flight for batches not asked for yet: at most ``limit``, by key."""
+
+    def __init__(self, limit: int) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"the batches read ahead are a count >= 0, not {limit!r}")
+        self.limit = limit
+        self._reads: dict[Key, Future] = {}
+
+    def __len__(self) -> int:
+        return len(self._reads)
+
+    def take(self, key: Key) -> Future | None:
+        """The read started for ``key``, if one was; reads planned before ``key`` (older passes,
+        earlier positions) will never be asked for now, and are cancelled."""
+        read = self._reads.pop(key, None)
+        for stale in [k for k in self._reads if k[0] != key[0] or k[1] < key[1]]:
+            self._reads.pop(stale).cancel()
+        return read
+
+    def plan(self, batches: Sequence[tuple[Key, Any]], start: Callable[[Any], Future]) -> None:
+        """Start ``start(indices)`` for the first of ``batches`` not already under way, while
+        fewer than ``limit`` reads are in flight."""
+        for key, indices in batches:
+            if len(self._reads) >= self.limit:
+                return
+            if key not in self._reads:
+                self._reads[key] = start(indices)
+
+    def cancel(self) -> None:
+        """Cancel every read still in flight (their connections close with them)."""
+        reads, self._reads = self._reads, {}
+        for read in reads.values():
+            read.cancel()
