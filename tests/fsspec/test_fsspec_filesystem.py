@@ -335,3 +335,31 @@ def test_one_cat_reads_from_two_servers(served: Served, signed_server: str, corp
     fs = AxonFileSystem(skip_instance_cache=True, secret="fsspec-secret")
     paths = [served.path(p) for p in SMALL[:7]] + [f"{signed_server}/{p}" for p in SMALL[3:12]]
     assert fs.cat(paths) == {p: (corpus / p.split("/", 1)[1]).read_bytes() for p in paths}
+
+
+def test_a_forked_child_dropping_the_filesystem_leaves_the_parents_connections(served: Served):
+    # A DataLoader worker forked after the parent read drops the inherited filesystem when it
+    # builds its own, and collects garbage. The parent's kept connection must still answer its
+    # next read: the child shares the parent's epoll set, and a session closed or an aiohttp
+    # transport collected there took the parent's connection (or one with the same descriptor
+    # number) off it.
+    import gc
+    import threading
+
+    fs = AxonFileSystem(skip_instance_cache=True)
+    path = served.path(SMALL[0])
+    assert fs.cat_file(path) == served.local(SMALL[0])  # a kept connection, idle in the pool
+    pid = os.fork()
+    if pid == 0:  # the child: drop the filesystem as a worker does, and leave without cleanup
+        try:
+            del fs
+            gc.collect()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fs.cat_file(path)), daemon=True)
+    reader.start()
+    reader.join(10)
+    assert got == [served.local(SMALL[0])], "the parent's read on its kept connection never ended"
+    fs.close()

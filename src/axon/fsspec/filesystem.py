@@ -110,8 +110,10 @@ class AxonFileSystem(AsyncFileSystem):
         if self._session is None:
             # Bytes as sent: a file is served as it is, never re-encoded on the way.
             self._session = aiohttp.ClientSession(auto_decompress=False, **self.client_kwargs)
+            _WITH_SESSIONS.add(self)
+            _LOOPS.add(self.loop)
             if not self.asynchronous:
-                weakref.finalize(self, HTTPFileSystem.close_session, self.loop, self._session)
+                weakref.finalize(self, _close_session, os.getpid(), self.loop, self._session)
         return self._session
 
     def close(self) -> None:
@@ -403,3 +405,41 @@ class AxonFileSystem(AsyncFileSystem):
         netloc, rel = self._split(path)
         url = f"{self.scheme}://{netloc}{Servers.file_target(rel)}"
         return sign_url(url, self.secret, int(time.time() + expiration))
+
+
+#: Filesystems that opened a session, the event loops they run on, and, in a forked child (a
+#: ``DataLoader`` worker), the sessions it inherited. A child shares its parent's sockets and the
+#: epoll set of the parent's loop: an inherited session closed there (or any aiohttp connection
+#: collected there, whose transport takes its descriptor off the loop) would take the parent's
+#: kept connections off that set, and the parent's next read on one of them would wait for ever.
+_WITH_SESSIONS: weakref.WeakSet = weakref.WeakSet()
+_LOOPS: set = set()
+_INHERITED: list = []
+
+
+def _after_fork_in_child() -> None:
+    """The child keeps what it inherited, untouched, for its life; its own reads open their own
+    (fsspec gives a forked process a new loop). The parent's loops' epoll descriptors are made
+    ``/dev/null`` in the child, so a cleanup there cannot reach the parent's epoll set (asyncio
+    ignores the error a selector gets then)."""
+    for fs in list(_WITH_SESSIONS):
+        if fs._session is not None:
+            _INHERITED.append(fs._session)
+            fs._session = None
+    for loop in _LOOPS:
+        selector = getattr(loop, "_selector", None)  # asyncio's selector loops (fsspec's own)
+        if selector is not None and not loop.is_closed():
+            devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            os.dup2(devnull, selector.fileno())
+            os.close(devnull)
+    _LOOPS.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _close_session(pid: int, loop: Any, session: aiohttp.ClientSession) -> None:
+    """fsspec's closing of a dropped filesystem's session, in the process that opened it only
+    (see :data:`_INHERITED`)."""
+    if os.getpid() == pid:
+        HTTPFileSystem.close_session(loop, session)
