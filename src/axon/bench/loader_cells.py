@@ -172,14 +172,22 @@ def axon_cat(spec: Spec, warm: bool) -> Result:
     return Result([sha(out[fs._strip_protocol(url)]) for url in urls], "one `fs.cat(urls)`, axon://'s defaults")
 
 
-def axon_dataset(batch: int, workers: int) -> Callable[[Spec, bool], Result]:
+def axon_dataset(batch: int, workers: int, ahead: bool = False) -> Callable[[Spec, bool], Result]:
+    """AxonDataset in a plain ``DataLoader``, or (``ahead``) in its own ``.loader``, which reads
+    each process's next batches while one is used."""
     def read(spec: Spec, warm: bool) -> Result:
         from ..engines.torch_dataset import AxonDataset
 
         rels = spec.rels(warm)
-        loader = _loader(AxonDataset([spec.axon_url(rel) for rel in rels]), batch, workers)
-        return Result([sha(data) for items in loader for data in items],
-                      f"DataLoader batch {batch}, {workers} workers", math.ceil(len(rels) / batch))
+        with AxonDataset([spec.axon_url(rel) for rel in rels]) as dataset:
+            if ahead:
+                loader = dataset.loader(batch, num_workers=workers, collate_fn=list)
+                how = f"`dataset.loader(batch_size={batch}, num_workers={workers})`, reading ahead"
+            else:
+                loader = _loader(dataset, batch, workers)
+                how = f"DataLoader batch {batch}, {workers} workers"
+            digests = [sha(data) for items in loader for data in items]
+        return Result(digests, how, math.ceil(len(rels) / batch))
 
     return read
 
@@ -212,6 +220,9 @@ READERS = {
     "s3-floor": Reader("s3fs on SeaweedFS, one file after another", "floor", "s3", s3_floor),
     "axon-cat": Reader("`fs.cat` over axon://", "axon", "axon", axon_cat),
     **{f"dataset-{b}-{w}": Reader(f"AxonDataset, batch {b}, {w} workers", "axon", "axon", axon_dataset(b, w))
+       for b in (64, 256) for w in (0, 4)},
+    **{f"ahead-{b}-{w}": Reader(f"AxonDataset.loader, batch {b}, {w} workers (reads ahead)", "axon", "axon",
+                                axon_dataset(b, w, ahead=True))
        for b in (64, 256) for w in (0, 4)},
     "shards": Reader("AxonShards, 4 workers", "axon", "axon", axon_shards),
 }
