@@ -363,3 +363,16 @@ def test_a_forked_child_dropping_the_filesystem_leaves_the_parents_connections(s
     reader.join(10)
     assert got == [served.local(SMALL[0])], "the parent's read on its kept connection never ended"
     fs.close()
+
+
+def test_reads_that_start_together_ask_the_limits_once(served: Served):
+    # Reading ahead starts several batches at once on a new filesystem: one GET /api/limits.
+    fs, seen = counting_fs()
+
+    async def together():
+        return await asyncio.gather(*[fs._cat([served.path(p)]) for p in SMALL[:6]])
+
+    out = asyncio.run_coroutine_threadsafe(together(), fs.loop).result(30)
+    assert [list(o.values())[0] for o in out] == [served.local(p) for p in SMALL[:6]]
+    assert seen.count(("GET", "/api/limits")) == 1, seen
+    fs.close()

@@ -6,6 +6,7 @@ handed this object; none of them reaches into another's private state.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import time
 from collections.abc import Awaitable, Callable
@@ -57,6 +58,7 @@ class Servers:
         self.token = token
         self.session = session
         self._limits: dict[str, ServerLimits] = {}
+        self._asking: dict[str, asyncio.Future] = {}  # a server's limits being asked now
         self._minted: tuple[str, float] | None = None
 
     def base_url(self, netloc: str) -> str:
@@ -87,9 +89,18 @@ class Servers:
         return self._minted[0]
 
     async def limits(self, netloc: str) -> ServerLimits:
+        """What ``netloc`` takes, asked once: reads that start together (reading ahead) wait
+        for the one request in flight."""
         known = self._limits.get(netloc)
         if known is not None:
             return known
+        asking = self._asking.get(netloc)
+        if asking is None:
+            asking = self._asking[netloc] = asyncio.ensure_future(self._ask_limits(netloc))
+            asking.add_done_callback(lambda _: self._asking.pop(netloc, None))
+        return await asyncio.shield(asking)
+
+    async def _ask_limits(self, netloc: str) -> ServerLimits:
         session = await self.session()
         url = self.url(netloc, "/api/limits")
         async with session.get(url, headers=self.headers()) as response:
