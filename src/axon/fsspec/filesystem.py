@@ -39,6 +39,7 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import fsspec.asyn
 from fsspec.asyn import AsyncFileSystem, sync
 from fsspec.callbacks import DEFAULT_CALLBACK
 from fsspec.implementations.http import HTTPFileSystem
@@ -111,7 +112,8 @@ class AxonFileSystem(AsyncFileSystem):
             # Bytes as sent: a file is served as it is, never re-encoded on the way.
             self._session = aiohttp.ClientSession(auto_decompress=False, **self.client_kwargs)
             _WITH_SESSIONS.add(self)
-            _LOOPS.add(self.loop)
+            if self.loop is fsspec.asyn.loop[0]:  # fsspec's own loop, run by its IO thread
+                _LOOPS.add(self.loop)
             if not self.asynchronous:
                 weakref.finalize(self, _close_session, os.getpid(), self.loop, self._session)
         return self._session
@@ -421,16 +423,18 @@ def _after_fork_in_child() -> None:
     """The child keeps what it inherited, untouched, for its life; its own reads open their own
     (fsspec gives a forked process a new loop). The parent's loops' epoll descriptors are made
     ``/dev/null`` in the child, so a cleanup there cannot reach the parent's epoll set (asyncio
-    ignores the error a selector gets then)."""
+    ignores the error a selector gets then). Only fsspec's own loop is: its thread is not in the
+    child, so nothing there runs it; a loop of the user's may still run in the child."""
     for fs in list(_WITH_SESSIONS):
         if fs._session is not None:
             _INHERITED.append(fs._session)
             fs._session = None
+        fs._servers.forget_asking()
     for loop in _LOOPS:
         selector = getattr(loop, "_selector", None)  # asyncio's selector loops (fsspec's own)
         if selector is not None and not loop.is_closed():
             devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-            os.dup2(devnull, selector.fileno())
+            os.dup2(devnull, selector.fileno(), inheritable=False)
             os.close(devnull)
     _LOOPS.clear()
 

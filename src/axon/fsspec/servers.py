@@ -100,6 +100,10 @@ class Servers:
             asking.add_done_callback(lambda _: self._asking.pop(netloc, None))
         return await asyncio.shield(asking)
 
+    def forget_asking(self) -> None:
+        """Drop the asks in flight (a forked child: they belong to its parent's loop)."""
+        self._asking.clear()
+
     async def _ask_limits(self, netloc: str) -> ServerLimits:
         session = await self.session()
         url = self.url(netloc, "/api/limits")

@@ -289,7 +289,8 @@ class HTTPProtocol(RequestReading, asyncio.Protocol):
 
     async def _close_once_sent(self) -> None:
         try:
-            await self.flow.drain()  # type: ignore[union-attr]
+            if self.flow.paused:  # type: ignore[union-attr]  # (it may have emptied before this ran)
+                await self.flow.drain()  # type: ignore[union-attr]
         except ClientGone:
             return
         self._close()
