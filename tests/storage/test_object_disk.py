@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from axon.storage import object_disk
 from axon.storage.object_disk import DiskTier, md5_of_etag
 from axon.storage.object_disk_space import LOW_WATER, TEMP
 
@@ -260,3 +261,22 @@ def test_a_directory_that_fails_is_a_fill_failure_not_an_error(tmp_path, caplog)
     with caplog.at_level(logging.WARNING, "axon.storage"):
         assert fetch(tier, "k", data) is None
     assert tier.counts()["object_disk_fill_failures"] == 1 and "not kept" in caplog.text
+
+
+def test_writes_of_fetched_bytes_in_flight_are_bounded(tmp_path, monkeypatch):
+    # Small objects fetched whole are written by threads; past KEEPS_IN_FLIGHT at once the rest
+    # are not kept this time (their bytes are not queued in memory behind the disk).
+    monkeypatch.setattr(object_disk, "KEEPS_IN_FLIGHT", 2)
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    data = {f"k{i}": os.urandom(4 * KiB) for i in range(5)}
+
+    async def flood() -> int:
+        for key, body in data.items():
+            tier.keep_later(key, etag_of(body), body)
+        in_flight = len(tier._flights)
+        await asyncio.gather(*list(tier._flights.values()))
+        return in_flight
+
+    assert asyncio.run(flood()) == 2
+    kept = [key for key, body in data.items() if tier.open(key, etag_of(body), len(body)) is not None]
+    assert kept == ["k0", "k1"]

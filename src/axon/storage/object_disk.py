@@ -36,6 +36,9 @@ log = logging.getLogger("axon.storage")
 
 #: Seconds a hit leaves a file's mtime (its last use, for the LRU) before setting it again.
 TOUCH = 1.0
+#: Small objects being written from bytes already fetched, at most, per process (each holds its
+#: bytes, at most the opening read's, until written): past it an object is not kept this time.
+KEEPS_IN_FLIGHT = 32
 #: Large objects filled at once per process (each holds a few pieces in memory).
 LARGE_FILLS = 2
 #: Seconds between polls of a fill that another process holds.
@@ -83,6 +86,7 @@ class DiskTier:
     def forked(self) -> None:
         """This process's own counts and fills (a worker forked after the tier was made)."""
         self._flights: dict[str, asyncio.Future[None]] = {}
+        self._keeping = 0  # keep_later's writes in flight
         #: Fills by ranged GETs this process makes at once (object_tiered): their pieces are in memory.
         self.large_fills = asyncio.Semaphore(LARGE_FILLS)
         self._logged = float("-inf")
@@ -235,10 +239,16 @@ class DiskTier:
         """:meth:`keep` in a thread, from the store's loop: a fill in flight until it is done, so
         that a batch right behind this one waits for the file rather than fetch the object again."""
         path = self.path_of(key, etag)
-        if path in self._flights or not self.fits(len(data)):
+        if path in self._flights or not self.fits(len(data)) or self._keeping >= KEEPS_IN_FLIGHT:
             return
+        self._keeping += 1
         flight = self._flights[path] = asyncio.get_running_loop().run_in_executor(None, self.keep, key, etag, data)
-        flight.add_done_callback(lambda _: self._flights.pop(path, None))
+
+        def done(_: object) -> None:
+            self._keeping -= 1
+            self._flights.pop(path, None)
+
+        flight.add_done_callback(done)
 
     def keep(self, key: str, etag: str, data: bytes) -> None:
         """Keep ``data``, the whole of ``key`` at ``etag``, fetched already (in a thread: it may

@@ -75,17 +75,22 @@ class TieredSource:
             return found
         if found.size <= OPEN_READ:
             return found  # opening brought it whole (_open keeps it on disk)
-        fd = await tier.fetch(found.key, found.etag, found.size, lambda fd, md5: self._fill(found, fd, md5))
+        fill = lambda fd, md5: self._fill(found, fd, md5)  # noqa: E731
+        if found.size <= FILL_PIECE:
+            fd = await tier.fetch(found.key, found.etag, found.size, fill)
+        else:  # filled by ranged GETs: its room is made only once its turn to fill comes
+            fd = await tier.lookup(found.key, found.etag, found.size)
+            if fd is None:
+                async with tier.large_fills:
+                    fd = await tier.fetch(found.key, found.etag, found.size, fill)
         return found if fd is None else TierFile(found, fd)
 
     async def _fill(self, f: ObjectFile, fd: int, md5: Any) -> int:
         """Write ``f``'s bytes into ``fd``: one GET with ``If-Match`` on its ETag, or for a large
         object ranged GETs of :data:`FILL_PIECE`, :data:`FILL_AHEAD` at once, written in order
         (the MD5 is of the bytes in order); the bytes written."""
-        if f.size > FILL_PIECE:
-            assert self.tier is not None
-            async with self.tier.large_fills:
-                return await self._fill_ranges(f, fd, md5)
+        if f.size > FILL_PIECE:  # (under the tier's large_fills: _through_tier)
+            return await self._fill_ranges(f, fd, md5)
         result = await obstore.get_async(self._store, f.key, options={"if_match": f.etag})
         if result.meta.get("e_tag") != f.etag or result.meta["size"] != f.size:
             raise FillFailed("the store answered with another version")
