@@ -5,6 +5,7 @@ reader; without aiohttp, the import names the ``pip install`` that brings it."""
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -15,7 +16,7 @@ import pytest
 from live_server import dead_netloc, nginx_static, says_not_axon
 
 from axon.fsspec import AxonFileSystem
-from axon.fsspec.errors import NotAxonServer
+from axon.fsspec.errors import NotAxonServer, ServerDown
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +54,20 @@ def test_a_server_that_is_down_is_named_by_every_reader():
     netloc = dead_netloc()
     fs = AxonFileSystem(skip_instance_cache=True)
     for name, read in _readers(fs, netloc).items():
-        with pytest.raises(OSError) as caught:
+        with pytest.raises(ServerDown) as caught:
             read()
         assert netloc in str(caught.value), (name, caught.value)
+
+
+def test_a_server_that_is_down_pickles_as_itself():
+    """What a Ray or Dask worker sends its driver: the same type and text (aiohttp's own error
+    does not survive the trip)."""
+    netloc = dead_netloc()
+    with pytest.raises(ServerDown) as caught:
+        AxonFileSystem(skip_instance_cache=True).cat_file(f"{netloc}/data/small/f001.bin")
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert type(again) is ServerDown and isinstance(again, ConnectionError)
+    assert str(again) == str(caught.value) and netloc in str(again)
 
 
 def test_without_aiohttp_the_import_names_the_pip_install():

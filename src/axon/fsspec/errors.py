@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import aiohttp
 
 from ..batchclient.refusal import MAX_ERROR_BODY, error_object
 
-__all__ = ["ListingOff", "NotAxonServer", "error_body", "error_for", "listing_off", "not_axon", "status_error"]
+__all__ = ["ListingOff", "NotAxonServer", "ServerDown", "error_body", "error_for", "listing_off", "not_axon", "reaching",
+           "status_error"]
 
 # Statuses that say "not now" rather than "not this": worth trying again later.
 _UNAVAILABLE = {429: errno.EAGAIN, 502: errno.ECONNREFUSED, 503: errno.EAGAIN}
@@ -25,6 +28,23 @@ class NotAxonServer(OSError):
     """The server answers, but not as Axon does: its ``/api/limits`` is missing (a static file
     server, another application, the wrong port). Raised for every read from it, never read as
     a missing file with the other server's page as its reason."""
+
+
+class ServerDown(ConnectionError):
+    """No server answers at the host and port of an ``axon://`` path (refused, unknown host, no
+    route). Its message and ``filename`` name them. Unlike aiohttp's ``ClientConnectorError``,
+    which it stands for, it pickles, so it reaches a Ray or Dask driver from a worker as itself."""
+
+
+@contextmanager
+def reaching(url: str) -> Iterator[None]:
+    """A failure to connect inside the block (aiohttp's) becomes :class:`ServerDown` for ``url``."""
+    try:
+        yield
+    except aiohttp.ClientConnectorError as exc:
+        code = exc.os_error.errno or errno.ECONNREFUSED
+        detail = exc.os_error.strerror or str(exc.os_error) or type(exc.os_error).__name__
+        raise ServerDown(code, f"no server answers at {url}: {detail}", url) from exc
 
 
 def not_axon(url: str, response: aiohttp.ClientResponse) -> NotAxonServer:

@@ -277,9 +277,8 @@ class AxonFileSystem(AsyncFileSystem):
         cached = self._ls_from_cache(path)  # FileNotFoundError if the parent's listing lacks it
         if cached:
             return cached[0]
-        session = await self.set_session()
-        async with session.head(self._servers.url(netloc, Servers.file_target(rel)), headers=self._servers.headers(),
-                                allow_redirects=False) as response:
+        async with self._servers.request("HEAD", netloc, Servers.file_target(rel), headers=self._servers.headers(),
+                                         allow_redirects=False) as response:
             if response.status == 200:
                 return {"name": path, "size": int(response.headers["Content-Length"]), "type": "file",
                         "ETag": response.headers.get("ETag"), "Last-Modified": response.headers.get("Last-Modified")}
@@ -298,10 +297,9 @@ class AxonFileSystem(AsyncFileSystem):
     async def _refusal(self, netloc: str, rel: str, path: str) -> tuple[Exception, str | None]:
         """Why the server does not serve ``rel`` as a file: the exception, and the error's code.
         A GET, since the answer to a HEAD has no body to say it ("Forbidden" alone says nothing)."""
-        session = await self.set_session()
         headers = self._servers.headers(Range="bytes=0-0")  # a file made since the HEAD: one byte of it, not all
-        async with session.get(self._servers.url(netloc, Servers.file_target(rel)), headers=headers,
-                               allow_redirects=False) as response:
+        async with self._servers.request("GET", netloc, Servers.file_target(rel), headers=headers,
+                                         allow_redirects=False) as response:
             if response.status < 400:
                 return FileNotFoundError(errno.ENOENT, "no such file (one appeared as it was looked up)", path), None
             error = await error_body(response)
@@ -359,9 +357,8 @@ class AxonFileSystem(AsyncFileSystem):
         if (await self._servers.limits(netloc)).browse is False:
             raise listing_off(netloc, path)  # without asking: its /api/limits said "browse": null
         target = "/browse/" + (quote(rel, safe="/") + "/" if rel else "")
-        session = await self.set_session()
         headers = self._servers.headers(Accept="application/json")
-        async with session.get(self._servers.url(netloc, target), headers=headers, allow_redirects=False) as response:
+        async with self._servers.request("GET", netloc, target, headers=headers, allow_redirects=False) as response:
             if 300 <= response.status < 400:
                 raise NotADirectoryError(errno.ENOTDIR, "not a directory", path)
             if response.status == 404:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -21,7 +22,7 @@ from ..limits import DEFAULT_LIMITS
 from ..signing import mint_token
 from ..batchclient.parts import check_slice, item_path
 from ..batchclient.refusal import MAX_ERROR_BODY, error_object
-from .errors import error_body, error_for, not_axon, status_error
+from .errors import error_body, error_for, not_axon, reaching, status_error
 from .slices import Slice
 
 __all__ = ["ServerLimits", "Servers"]
@@ -72,6 +73,15 @@ class Servers:
     def file_target(rel: str) -> str:
         return "/files/" + quote(rel, safe="/")
 
+    @asynccontextmanager
+    async def request(self, method: str, netloc: str, target: str, **kwargs) -> AsyncIterator[aiohttp.ClientResponse]:
+        """``method`` on ``target`` of the server at ``netloc``, on the session, released on
+        leaving; a server that cannot be reached is :class:`~.errors.ServerDown`, naming it."""
+        session = await self.session()
+        with reaching(self.base_url(netloc)):
+            async with session.request(method, self.url(netloc, target), **kwargs) as response:
+                yield response
+
     def headers(self, **extra: str) -> dict[str, str]:
         headers = {"Accept-Encoding": "identity", **extra}
         token = self._bearer()
@@ -105,9 +115,8 @@ class Servers:
         self._asking.clear()
 
     async def _ask_limits(self, netloc: str) -> ServerLimits:
-        session = await self.session()
         url = self.url(netloc, "/api/limits")
-        async with session.get(url, headers=self.headers()) as response:
+        async with self.request("GET", netloc, "/api/limits", headers=self.headers()) as response:
             if response.status == 404:
                 # An Axon server from before /api/limits (and slices) says so in its JSON; any
                 # other 404 (an HTML page) is another kind of server.
@@ -153,8 +162,7 @@ class Servers:
             last = "" if offset < 0 or length is None else str(offset + length - 1)
             headers["Range"] = f"bytes={offset}-{last}" if offset >= 0 else f"bytes={offset}"
         rel = item_path(item)
-        session = await self.session()
-        async with session.get(self.url(netloc, self.file_target(rel)), headers=headers) as response:
+        async with self.request("GET", netloc, self.file_target(rel), headers=headers) as response:
             if response.status == 416:  # a range past the end holds nothing, as a Python slice
                 return b"", 0
             if response.status == 412:
