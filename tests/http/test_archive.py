@@ -4,6 +4,7 @@ count 16), and the same layouts zipfile reads."""
 from __future__ import annotations
 
 import struct
+import tarfile
 import zipfile
 
 import pytest
@@ -87,6 +88,17 @@ def test_dates_clamped_to_what_dos_holds():
     assert zip_entry("a", 0, 0, 0).date_time == (1980, 1, 1, 0, 0, 0)
     assert zip_entry("a", 0, 10**19, 0).date_time == (2107, 12, 31, 23, 59, 58)
     assert zip_entry("a", 0, 1_700_000_000_123_456_789, 0).date_time == (2023, 11, 14, 22, 13, 20)
+
+
+@pytest.mark.parametrize("name, size, mtime", [
+    ("a/b.txt", 5, 1_700_000_000), ("x" * 100, 0, 0), ("x" * 101, 1, 1), ("d/" * 49 + "ab", 8**11 - 1, 8**11 - 1),
+    ("big", 8**11, 0), ("late", 1, 8**11), ("ü.txt", 1, 0), ("a b\tc~!.bin", 3, 12345), ("", 0, 0),
+])
+def test_tar_header_is_the_one_tarfile_writes(name, size, mtime):
+    """Byte for byte what ``TarInfo.tobuf`` gives, the plain ustar blocks built without it too."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = size, mtime, 0o644
+    assert tar_header(name, size, mtime * 10**9 + 999_999_999) == info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
 
 
 def test_tar_header_is_ustar_unless_a_name_needs_pax():
