@@ -112,3 +112,14 @@ def test_a_batch_of_a_thousand_cold_files_lets_another_connection_be_answered_me
             resp = batch.response("POST")
             assert resp.status == 200 and resp.body.count(b"Content-Length: 4096\r\n") == 1000
     assert sum(counts) >= 10, counts
+
+
+def test_a_worker_without_traffic_shows_its_lag(spawn, tmp_path) -> None:
+    # Each worker publishes its counts to a file of the metrics directory, which /metrics sums:
+    # a worker that has answered nothing publishes its loop's lag all the same.
+    directory = tmp_path / "metrics"
+    spawn("--workers", "2", "--metrics", env={"AXON_METRICS_DIR": str(directory)}, wait_health=False)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(list(directory.glob("*.metrics"))) < 2:
+        time.sleep(0.05)
+    assert len(list(directory.glob("*.metrics"))) == 2  # no request yet, both workers there
