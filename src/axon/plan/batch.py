@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from itertools import repeat
+from typing import Any
 
 from ..errors import (
     BadRequest, FileChanged, HTTPError, PayloadTooLarge, PreconditionFailed, ServiceUnavailable, WouldBlock,
@@ -136,31 +137,16 @@ def combine(failures: list[HTTPError], total: int) -> HTTPError:
     )
 
 
-def plan_batch(
-    store: Source,
-    paths: list[str],
-    limits: Limits,
-    *,
-    boundary: str | None = None,
-    key: bytes | None = None,
-    headers: dict[str, str] | None = None,
-    method: str = "GET",
-    fmt: Format = multipart_mixed,
-    slices: list[Slice | None] | None = None,
-    on_loop: bool = False,
-) -> Response:
-    """The batch of ``paths`` in the format ``fmt``; with ``key``, with its identity and honouring
-    ``headers``' preconditions, ``Range`` and ``If-Range`` (lower-case names, as
-    :class:`~axon.app.Request` has them) for the request ``method``. ``slices`` (one per path,
-    None for a whole file) serves parts of files. ``on_loop``: called where nothing may block;
-    :class:`~axon.errors.WouldBlock` rather than a long read, and rather than planning more than
-    ``INLINE_FILES`` files in one go (its ``steps`` plan them a slice at a time)."""
+def plan_batch(store: Source, paths: list[str], limits: Limits, *, on_loop: bool = False, **options: Any) -> Response:
+    """The batch of ``paths``, as :func:`plan_steps` plans it with ``options``, planned now.
+    ``on_loop``: called where nothing may block; :class:`~axon.errors.WouldBlock` rather than a
+    long read, and rather than planning more than ``INLINE_FILES`` files in one go (its
+    ``steps`` plan them a slice at a time)."""
     sliced = on_loop and len(paths) > INLINE_FILES
-    steps = plan_steps(store, paths, limits, boundary=boundary, key=key, headers=headers, method=method, fmt=fmt,
-                       slices=slices, on_loop=on_loop, every=SLICE_FILES if sliced else len(paths) or 1)
+    steps = plan_steps(store, paths, limits, on_loop=on_loop, every=SLICE_FILES if sliced else len(paths) or 1, **options)
     if sliced:
         raise WouldBlock(f"{len(paths)} files to plan", steps=steps, of=paths)
-    return finish(steps)
+    return finish(steps)  # type: ignore[return-value]
 
 
 def finish(steps: Generator[None, None, object]) -> object:
@@ -187,7 +173,11 @@ def plan_steps(
     every: int,
     _retries: int = CHANGE_RETRIES,
 ) -> Steps:
-    """:func:`plan_batch`'s plan, stopping after every ``every`` files opened, and framed."""
+    """The batch of ``paths`` in the format ``fmt``; with ``key``, with its identity and honouring
+    ``headers``' preconditions, ``Range`` and ``If-Range`` (lower-case names, as
+    :class:`~axon.app.Request` has them) for the request ``method``. ``slices`` (one per path,
+    None for a whole file) serves parts of files. A generator that stops after every ``every``
+    files opened, and framed; its value is the Response. ``on_loop``: see :func:`plan_batch`."""
     check_count(paths, limits)
     if slices is not None and fmt is not multipart_mixed and any(slices):
         raise BadRequest("slices of files are served as multipart/mixed only", code="slices_need_multipart")
