@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import deque
-from itertools import count
 from time import perf_counter
 
 #: Seconds of batch work a loop turn may run before what asks next waits for a later turn.
@@ -33,16 +32,15 @@ class Pace:
     """The work of the current loop turn, measured from its first ask (:meth:`spent`), and the
     tasks waiting for a turn with budget left (:meth:`wait`), oldest first."""
 
-    __slots__ = ("_loop", "budget", "since", "waiting", "_tickets", "_new_turn")
+    __slots__ = ("_loop", "budget", "since", "waiting", "_new_turn")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, budget: float = BUDGET) -> None:
         self._loop = loop
         self.budget = budget
         #: When this turn's asked-for work began (``perf_counter``), or None: none yet.
         self.since: float | None = None
-        #: The tickets of the tasks waiting (:meth:`wait`), in the order they began to wait.
-        self.waiting: deque[int] = deque()
-        self._tickets = count()
+        #: The tasks waiting (:meth:`wait`), each by a future, in the order they began to wait.
+        self.waiting: deque[asyncio.Future] = deque()
         self._new_turn = self._next_turn  # one bound method, not one a turn
 
     def spent(self) -> bool:
@@ -59,16 +57,21 @@ class Pace:
 
     async def wait(self) -> None:
         """Until this task's turn: a loop turn with budget left, once every task that began to
-        wait before it had its own. What waits goes round the loop once per turn (its timers and
-        sockets run between two) and asks again; only the oldest asks the clock."""
+        wait before it had its own. Only the first in line goes round the loop (one trip a
+        turn, its timers and sockets between two) and asks the clock; the next is woken when
+        it leaves."""
         waiting = self.waiting
-        ticket = next(self._tickets)
-        waiting.append(ticket)
+        me = self._loop.create_future()
+        waiting.append(me)
         try:
-            while waiting[0] != ticket or self.spent():
+            if waiting[0] is not me:
+                await me
+            while self.spent():
                 await asyncio.sleep(0)
         finally:
-            waiting.remove(ticket)  # the first, unless the task was cancelled while it waited
+            waiting.remove(me)  # the first, unless the task was cancelled while it waited
+            if waiting and not waiting[0].done():
+                waiting[0].set_result(None)
 
 
 _PACES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Pace] = weakref.WeakKeyDictionary()

@@ -97,7 +97,7 @@ def test_a_batch_of_a_thousand_cold_files_lets_another_connection_be_answered_me
     body = json.dumps({"files": [f"f{i:04d}.bin" for i in range(1000)]}).encode()
     counts = []
     with Client(server.port, timeout=30) as batch, Client(server.port) as probe:
-        for _ in range(3):
+        for _ in range(6):
             batch.send(b"POST /api/stream-files HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
                        b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
             # Health probes on the other connection, one after the other, until the batch's
@@ -111,7 +111,8 @@ def test_a_batch_of_a_thousand_cold_files_lets_another_connection_be_answered_me
             counts.append(answered)
             resp = batch.response("POST")
             assert resp.status == 200 and resp.body.count(b"Content-Length: 4096\r\n") == 1000
-    assert sum(counts) >= 10, counts
+    # In one go about one a batch, when the loop read it first; a few to a dozen each now.
+    assert sum(counts) >= 16, counts
 
 
 def test_a_worker_without_traffic_shows_its_lag(spawn, tmp_path) -> None:
