@@ -24,8 +24,11 @@ import weakref
 from collections import deque
 from time import perf_counter
 
-#: Seconds of batch work a loop turn may run before what asks next waits for a later turn.
-BUDGET = 0.001
+from .config import environment
+
+#: Seconds of batch work a loop turn may run before what asks next waits for a later turn
+#: (``AXON_TURN_BUDGET``).
+BUDGET = environment().turn_budget
 
 
 class Pace:
