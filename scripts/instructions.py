@@ -108,6 +108,9 @@ def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] 
     # The loop-lag timer fires 50 times a wall-clock second, whatever the traffic: under
     # callgrind's slowdown (and a busy machine's) its fires would be counted as the requests'.
     env["AXON_NO_LOOP_LAG"] = "1"
+    # A loop turn's budget of batch work is wall-clock time too: callgrind's slowdown would
+    # make a request yield turns it does not yield outside it (axon.pace).
+    env["AXON_TURN_BUDGET"] = "0.1"
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -489,6 +489,53 @@ def test_a_handler_that_would_block_on_the_loop_runs_again_in_the_pool(root, cap
         app.close()
 
 
+@pytest.mark.parametrize("runtime", ["asgi", "native"])
+def test_a_large_batch_called_on_the_loop_is_planned_between_turns_to_the_same_answer(root, render, runtime):
+    from axon.pace import pace_of
+    from axon.plan.batch import SLICE_FILES
+
+    names = [f"many/{i:03d}.bin" for i in range(100)]
+    (root / "many").mkdir()
+    for i, name in enumerate(names):
+        (root / name).write_bytes(bytes([i]) * 100)
+    app = App(root)
+    query = "&".join(f"f={name}" for name in names)
+    turns = []
+
+    async def serve(query: str) -> Response:
+        request = Request("GET", "/api/stream-files", query)
+        if runtime == "asgi":  # as axon.asgi calls it
+            return await app.handle_async(request)
+        answer = app.handle_on_loop(request)  # as axon serve calls it
+        return await answer if asyncio.iscoroutine(answer) else answer
+
+    async def counted(query: str) -> Response:
+        async def tick() -> None:  # counts the loop's turns while the batch is planned
+            while True:
+                turns.append(1)
+                await asyncio.sleep(0)
+
+        # A budget of nothing: each slice of the plan waits for a turn of its own.
+        pace_of(asyncio.get_running_loop()).budget = 0.0
+        ticker = asyncio.ensure_future(tick())
+        try:
+            return await serve(query)
+        finally:
+            ticker.cancel()
+
+    try:
+        at_once = app.handle(Request("GET", "/api/stream-files", query))  # WSGI: in one go
+        between = asyncio.run(counted(query))
+        assert between.status == at_once.status == 200
+        assert between.headers == at_once.headers  # the same ETag, boundary and Vary
+        assert render(between.body) == render(at_once.body)
+        assert len(turns) >= 2 * 100 // SLICE_FILES  # the loop ran between two slices of the plan
+        refused = asyncio.run(serve(query + "&f=missing.bin"))
+        assert refused.status == 404 and ("Vary", "Accept") in refused.headers
+    finally:
+        app.close()
+
+
 # -- portable identities (several nodes serving copies of one tree) ---------------------------
 
 

@@ -38,6 +38,7 @@ from .endpoints import BuiltinEndpoints
 from .errors import HTTPError, URITooLong, WouldBlock
 from .limits import Limits
 from .log import logger
+from .pace import pace_of
 from .plan.batch import plan_batch
 from .plan.formats import FORMATS
 from .plan.single_file import plan_file
@@ -193,8 +194,8 @@ class App(Router):
             response = _to_response(route.handler(request))
             if route.repeatable and self.verifier is None:  # as in handle
                 response.repeatable = True
-        except WouldBlock:
-            return self._in_pool(request, route, started)
+        except WouldBlock as exc:
+            return self._elsewhere(request, route, started, exc)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON response
             response = _failure(exc, request)
         return self._finish(request, response, started)
@@ -225,9 +226,41 @@ class App(Router):
             if not request.on_loop:
                 response = _failure(exc, request)  # raised where it may block: a handler's bug
             else:
-                return await self._in_pool(request, route, started)
+                return await self._elsewhere(request, route, started, exc)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON response
             response = _failure(exc, request)
+        return self._finish(request, response, started)
+
+    def _elsewhere(self, request: Request, route: Route, started: float, exc: WouldBlock) -> Coroutine[Any, Any, Response]:
+        """The rest of a request whose handler, called on the loop, would have blocked (in the
+        thread pool) or worked long (its ``steps``, between the loop's other work)."""
+        if exc.steps is not None:
+            return self._in_steps(request, route, started, exc.steps, exc.of)
+        return self._in_pool(request, route, started)
+
+    async def _in_steps(self, request: Request, route: Route, started: float, steps: Any, of: Any) -> Response:
+        """Step a long plan a slice at a time, each when the loop's turn has budget for it
+        (axon.pace), then run the handler again with its outcome (``Request.planned``)."""
+        pace = pace_of(asyncio.get_running_loop())
+        try:
+            while True:
+                if pace.spent():
+                    await pace.wait()
+                next(steps)
+        except StopIteration as done:
+            request.planned = (of, done.value, None)
+        except Exception as exc:  # noqa: BLE001 - raised again where the handler asks for the plan
+            request.planned = (of, None, exc)
+        finally:
+            steps.close()  # cancelled midway: the files opened so far are closed
+        try:
+            response = _to_response(route.handler(request))
+        except WouldBlock as exc:
+            return await self._elsewhere(request, route, started, exc)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON response
+            response = _failure(exc, request)
+        finally:
+            _drop_unused(request)
         return self._finish(request, response, started)
 
     async def _in_pool(self, request: Request, route: Route, started: float) -> Response:
@@ -328,6 +361,12 @@ class App(Router):
         (``multipart/mixed``), ``"zip"`` or ``"tar"``. ``slices`` (one per path, None for the
         whole file; multipart only) serves byte ranges of files, each part with its
         ``Content-Range``."""
+        planned = request.planned
+        if planned is not None and planned[0] == paths:  # planned in steps (WouldBlock's), for this call
+            request.planned = None
+            if planned[2] is not None:
+                raise planned[2]
+            return self.cacheable(planned[1])
         store = self.store if self._for_batch is None else self._for_batch(paths)
         response = plan_batch(
             store, paths, self.limits, key=self.batch_key, headers=request.headers, method=request.method,
@@ -346,6 +385,13 @@ class App(Router):
         if self.cache_control:
             response.headers.append(("Cache-Control", self.cache_control))
         return response
+
+
+def _drop_unused(request: Request) -> None:
+    """Close a plan made in steps that the handler, run again, did not ask for."""
+    planned, request.planned = request.planned, None
+    if planned is not None and planned[1] is not None:
+        planned[1].close()
 
 
 def _to_response(result: Any) -> Response:

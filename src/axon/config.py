@@ -122,6 +122,10 @@ class Environment:
     #: turns the timer off: ``scripts/instructions.py`` does, since under callgrind its fires,
     #: paced by the wall clock, would count as the requests' instructions).
     loop_lag: bool = True
+    #: Seconds of batch work one turn of an event loop may run (:mod:`axon.pace`;
+    #: ``AXON_TURN_BUDGET``): ``scripts/instructions.py`` raises it by what callgrind slows the
+    #: clock, so that a request takes the turns it would take outside callgrind.
+    turn_budget: float = 0.001
 
 
 def environment(environ: Mapping[str, str] | None = None) -> Environment:
@@ -145,6 +149,7 @@ def environment(environ: Mapping[str, str] | None = None) -> Environment:
         portable_identity=flag("AXON_PORTABLE_IDENTITY", env),
         pure_python=flag("AXON_PURE_PYTHON", env),
         loop_lag=not flag("AXON_NO_LOOP_LAG", env),
+        turn_budget=number("AXON_TURN_BUDGET", 0.001, env, positive=True),
     )
 
 

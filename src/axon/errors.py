@@ -7,9 +7,9 @@ so a client always gets either a complete success or one JSON 4xx that says what
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 
 @contextmanager
@@ -30,7 +30,15 @@ def needs_extra(extra: str, what: str, *modules: str) -> Iterator[None]:
 class WouldBlock(Exception):
     """Raised by work that was asked not to block (``Request.on_loop``: its handler runs on an
     event loop's thread) and would: a zip whose CRC-32s must first be read from disk. Not an
-    HTTP answer: the App catches it and runs the handler again in its thread pool."""
+    HTTP answer: the App catches it and runs the handler again in its thread pool. With
+    ``steps`` (a generator whose value is the work's result), the work is long rather than
+    blocking (a large batch's plan): the App steps it on the loop between other work, then runs
+    the handler again with its result (``Request.planned``), for the work named ``of``."""
+
+    def __init__(self, message: str = "", steps: Generator[None, None, Any] | None = None, of: Any = None) -> None:
+        super().__init__(message)
+        self.steps = steps
+        self.of = of
 
 
 class HTTPError(Exception):

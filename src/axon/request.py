@@ -23,9 +23,11 @@ class Request:
     ``on_loop`` is true while its handler runs on an event loop's thread, where a long read would
     hold every other connection: work that would block raises :class:`~axon.errors.WouldBlock`
     there, and the App runs the handler again in its thread pool (``on_loop`` false). ``client``
-    is the address of the peer, as the runtime gives it (None where it gives none); for the logs."""
+    is the address of the peer, as the runtime gives it (None where it gives none); for the logs.
+    ``planned``: a batch planned over several turns of the loop (WouldBlock's ``steps``), for the
+    handler run again: ``(paths, response or None, error or None)``."""
 
-    __slots__ = ("method", "path", "query_string", "headers", "body", "client", "params", "on_loop", "_query")
+    __slots__ = ("method", "path", "query_string", "headers", "body", "client", "params", "on_loop", "planned", "_query")
 
     def __init__(
         self,
@@ -44,6 +46,7 @@ class Request:
         self.client = client
         self.params: dict[str, str] = {}
         self.on_loop = False
+        self.planned: tuple | None = None
         self._query: list[tuple[str, str]] | None = None
 
     @property

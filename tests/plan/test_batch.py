@@ -520,3 +520,41 @@ def test_file_signature_builds_each_field_by_its_name() -> None:
         name="a.txt", span=None,
     )._asdict()
     assert Signature._fields == ("path", "content_type", "device", "inode", "size", "mtime_ns", "ctime_ns", "name", "span")
+
+
+def test_a_large_batch_planned_on_a_loop_is_planned_in_steps_to_the_same_bytes(root, store, render, open_fds):
+    from axon.errors import WouldBlock
+    from axon.plan.batch import INLINE_FILES, SLICE_FILES
+
+    names = [f"many/{i:03d}.bin" for i in range(100)]
+    (root / "many").mkdir()
+    for i, name in enumerate(names):
+        (root / name).write_bytes(bytes([i]) * (i + 1))
+    paths = names + names[:3]  # named twice: one file, two parts
+    before = open_fds()
+    at_once = plan_batch(store, paths, LIMITS, key=b"k" * 32)
+    with pytest.raises(WouldBlock) as caught:
+        plan_batch(store, paths, LIMITS, key=b"k" * 32, on_loop=True)
+    steps, stops = caught.value.steps, 0
+    assert caught.value.of is paths
+    try:
+        while True:
+            next(steps)
+            stops += 1
+    except StopIteration as done:
+        in_steps = done.value
+    assert stops >= 2 * (len(names) // SLICE_FILES)  # opened, then framed, a slice at a time
+    assert in_steps.headers == at_once.headers and render(in_steps.body) == render(at_once.body)
+    in_steps.close()
+    at_once.close()
+    # A missing file: the same refusal, before any part.
+    with pytest.raises(WouldBlock) as caught:
+        plan_batch(store, [*names, "missing.bin"], LIMITS, on_loop=True)
+    with pytest.raises(NotFound):
+        for _ in caught.value.steps:
+            pass
+    # Few files: planned at once, on the loop too.
+    small = plan_batch(store, names[:INLINE_FILES], LIMITS, on_loop=True)
+    assert small.status == 200
+    small.close()
+    assert open_fds() <= before

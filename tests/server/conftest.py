@@ -534,13 +534,15 @@ class Harness:
 
         from axon.server.config import ServerConfig
         from axon.server.outbox import Outbox
+        from axon.pace import pace_of
         from axon.server.protocol import HTTPProtocol
         from axon.server.worker import Worker
 
         self.loop = asyncio.new_event_loop()
         self.worker = Worker(app, ServerConfig(sendfile=False))
         self.worker.loop = self.loop
-        self.worker.outbox = Outbox(self.loop)  # as serve() makes it
+        self.worker.outbox = Outbox(self.loop)
+        self.worker.pace = pace_of(self.loop)  # as serve() makes it
         self.worker._set_deadlines(self.loop.time())
         self.proto = HTTPProtocol(self.worker)
         self.transport = FakeTransport()

@@ -13,6 +13,7 @@ from axon.app import App
 from axon.server.config import ServerConfig
 from axon.server.loops import new_event_loop
 from axon.server.outbox import Outbox
+from axon.pace import pace_of
 from axon.server.protocol import HTTPProtocol
 from axon.server.worker import Worker
 
@@ -25,6 +26,7 @@ class Live(Reader):
         self.worker = Worker(app, ServerConfig(**config))
         self.worker.loop = self.loop
         self.worker.outbox = Outbox(self.loop)
+        self.worker.pace = pace_of(self.loop)
         self.worker._set_deadlines(self.loop.time())
         listener = socket.create_server(("127.0.0.1", 0))
         self.client = socket.socket()

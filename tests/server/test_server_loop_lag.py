@@ -1,14 +1,17 @@
 """``axon serve`` times its own event loop: a real server whose loop a handler holds up shows the
-stall in ``/metrics``, an idle one shows none; the bench's app shows the lag without --metrics."""
+stall in ``/metrics``, an idle one shows none; the bench's app shows the lag without --metrics.
+And a batch of a thousand files does not hold the loop: it is planned and written in slices."""
 
 from __future__ import annotations
 
+import json
+import select
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from conftest import get
+from conftest import Client, get
 
 pytestmark = pytest.mark.slow  # a server process each
 
@@ -77,3 +80,47 @@ def test_the_timer_can_be_turned_off(spawn) -> None:
     server = spawn("--workers", "1", "--metrics", env={"AXON_NO_LOOP_LAG": "1"})
     text = get(server.port, "/metrics").body.decode()
     assert "axon_requests_total" in text and "axon_event_loop_lag_seconds" not in text
+
+
+@pytest.fixture
+def thousand_files(tmp_path: Path) -> Path:
+    root = tmp_path / "many"
+    root.mkdir()
+    for i in range(1000):
+        (root / f"f{i:04d}.bin").write_bytes(i.to_bytes(2, "big") * 2048)
+    return root
+
+
+def test_a_batch_of_a_thousand_cold_files_lets_another_connection_be_answered_meanwhile(spawn, thousand_files) -> None:
+    # No open-file cache: each of the thousand files is opened and fstat-ed for the request.
+    server = spawn("--workers", "1", "--file-cache", "0", serve_root=thousand_files)
+    body = json.dumps({"files": [f"f{i:04d}.bin" for i in range(1000)]}).encode()
+    counts = []
+    with Client(server.port, timeout=30) as batch, Client(server.port) as probe:
+        for _ in range(6):
+            batch.send(b"POST /api/stream-files HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            # Health probes on the other connection, one after the other, until the batch's
+            # answer begins: counted by order, not by time, so that a busy machine cannot make
+            # it pass or fail. Planned in one go, the batch held the loop from its request to
+            # its answer: no probe came between, but one the loop read before the batch's request.
+            answered = 0
+            while not select.select([batch.sock], [], [], 0)[0]:
+                assert probe.get("/api/health").status == 200
+                answered += 1
+            counts.append(answered)
+            resp = batch.response("POST")
+            assert resp.status == 200 and resp.body.count(b"Content-Length: 4096\r\n") == 1000
+    # In one go about one a batch, when the loop read it first; a few to a dozen each now.
+    assert sum(counts) >= 16, counts
+
+
+def test_a_worker_without_traffic_shows_its_lag(spawn, tmp_path) -> None:
+    # Each worker publishes its counts to a file of the metrics directory, which /metrics sums:
+    # a worker that has answered nothing publishes its loop's lag all the same.
+    directory = tmp_path / "metrics"
+    spawn("--workers", "2", "--metrics", env={"AXON_METRICS_DIR": str(directory)}, wait_health=False)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(list(directory.glob("*.metrics"))) < 2:
+        time.sleep(0.05)
+    assert len(list(directory.glob("*.metrics"))) == 2  # no request yet, both workers there

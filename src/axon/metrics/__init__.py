@@ -114,6 +114,8 @@ class Metrics:
         # a Metrics dropped is not kept for the hook's sake.
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: (metrics := ref()) is not None and metrics._reset())
+        # A worker whose loop is timed publishes its lags at once, before it counts a request.
+        LAG.on_timed(lambda: (metrics := ref()) is not None and metrics._publish_from_now())
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
 
@@ -230,6 +232,11 @@ class Metrics:
             if self._store is None:
                 self._store = Slots(self.directory / f"{os.getpid()}.metrics")
             self._store.write(values)
+
+    def _publish_from_now(self) -> None:
+        with self._lock:
+            if self.directory is not None and self._publisher is None:
+                self._start_publisher()
 
     def _start_publisher(self) -> None:
         def publish_forever() -> None:

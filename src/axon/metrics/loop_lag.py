@@ -4,14 +4,19 @@ A worker of ``axon serve`` does everything on one thread. A callback that runs l
 batch planned inline, a user's handler that blocks though declared not to, a garbage collection)
 holds up every connection of the worker, and a closed-loop benchmark hides it: its clients simply
 wait. So each worker sets a timer every :data:`INTERVAL` seconds and records how late it ran
-(``actual - scheduled`` on the monotonic clock) in this process's :data:`LAG`, which
-``/metrics`` exposes as ``axon_event_loop_lag_seconds``.
+in this process's :data:`LAG`, which ``/metrics`` exposes as ``axon_event_loop_lag_seconds``.
+
+How late is read on the loop's own clock: the moment the timer was due (its handle's ``when()``)
+against the loop's time when it runs. The loop fires a timer by that clock, which uvloop reads
+once at the start of each turn; timed on another clock, a timer could seem to fire early by as
+much of a stall as that turn had run, and the stall would be missed. On uvloop the clock counts
+whole milliseconds, so a lag is exact to a millisecond (0 is "under a millisecond").
 
 What the timer sees of a stall is what was left of it when the timer fell due: a stall shorter
 than the interval is caught when a due moment falls inside it, so under steady traffic stalls
-show in proportion to their length, and a one-off short stall may not show at all. uvloop's
-timers wake on libuv's millisecond clock, so a timer fires up to a millisecond early or late by
-itself: lateness under a millisecond is that clock's grain, not a stall (early counts as none).
+show in proportion to their length, and a one-off short stall may not show at all. A worker that
+is timed publishes its lags from then on, whether or not it has counted a request
+(:meth:`LagHistogram.on_timed`).
 
 What it costs: one ``call_later`` and a bucket lookup per interval and worker, whatever the
 traffic; nothing per request.
@@ -23,7 +28,7 @@ import asyncio
 import bisect
 import os
 import threading
-import time
+from collections.abc import Callable
 
 __all__ = ["BUCKETS", "INTERVAL", "LAG", "LagHistogram", "LoopLag"]
 
@@ -44,6 +49,8 @@ class LagHistogram:
     Thread-safe: a test runs servers on loops of their own threads."""
 
     def __init__(self) -> None:
+        #: Called when a loop of this process begins to be timed (kept across a fork).
+        self._on_timed: list[Callable[[], object]] = []
         self._reset()
 
     def _reset(self) -> None:
@@ -52,6 +59,16 @@ class LagHistogram:
         #: Whether a loop of this process was ever timed (else there is no lag to show).
         self.timed = False
         self._lock = threading.Lock()  # a lock held by another thread at fork() stays held
+
+    def on_timed(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` whenever a loop of this process begins to be timed (:meth:`LoopLag.start`):
+        the metrics of a worker then publish its lags before it counts a request."""
+        self._on_timed.append(callback)
+
+    def start_timing(self) -> None:
+        self.timed = True
+        for callback in list(self._on_timed):
+            callback()
 
     def add(self, lag: float) -> None:
         with self._lock:
@@ -81,12 +98,11 @@ class LoopLag:
         self.loop = loop
         self.into = into
         self.interval = interval
-        self._due = 0.0
         self._handle: asyncio.TimerHandle | None = None
 
     def start(self) -> LoopLag:
-        self.into.timed = True
-        self._arm(time.perf_counter())
+        self._arm()
+        self.into.start_timing()
         return self
 
     def stop(self) -> None:
@@ -94,12 +110,11 @@ class LoopLag:
             self._handle.cancel()
             self._handle = None
 
-    def _arm(self, now: float) -> None:
-        self._due = now + self.interval
+    def _arm(self) -> None:
         self._handle = self.loop.call_later(self.interval, self._fire)
 
     def _fire(self) -> None:
-        now = time.perf_counter()
-        lag = now - self._due
+        # Both on the loop's clock (see the module): when it was due, and now.
+        lag = self.loop.time() - self._handle.when()  # type: ignore[union-attr]
         self.into.add(lag if lag > 0.0 else 0.0)
-        self._arm(now)
+        self._arm()

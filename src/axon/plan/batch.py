@@ -28,11 +28,16 @@ Planned ``on_loop`` (an event loop's thread, where other connections wait meanwh
 whose unknown CRCs would mean reading more than ``INLINE_READ_BYTES`` raises
 :class:`~axon.errors.WouldBlock` before reading any, and the App plans it again in its thread
 pool; a small read stays inline, as the native server reads small slices inline to send them.
+A batch of more than ``INLINE_FILES`` files is not planned in one go there either: the plan is a
+generator (:func:`plan_steps`) that stops after every ``SLICE_FILES`` files opened or framed,
+handed to the App in a WouldBlock, which steps it between the loop's other work (axon.pace).
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from itertools import repeat
+from typing import Any
 
 from ..errors import (
     BadRequest, FileChanged, HTTPError, PayloadTooLarge, PreconditionFailed, ServiceUnavailable, WouldBlock,
@@ -44,7 +49,7 @@ from ..http.batch_identity import Signature, plain_signature
 from ..http.conditional import evaluate, if_range_allows
 from ..http.ranges import Span, content_range, parse_range
 from ..http.segments import Segment, slice_segments
-from .formats import NEEDS_CRC, Format, Layout, multipart_mixed
+from .formats import NEEDS_CRC, Format, Layout, multipart_mixed, prepare_steps
 from .slices import Slice, resolve_all
 
 #: How many times a batch is opened again when a file changes while its CRC-32 is read.
@@ -52,6 +57,13 @@ CHANGE_RETRIES = 3
 #: The most bytes read for CRC-32s on an event loop's thread; more goes to the thread pool. The
 #: native server's one-write path reads as much inline (``server/writer.py``).
 INLINE_READ_BYTES = 64 * 1024
+#: The most files a batch planned on an event loop's thread is planned of in one go; a larger
+#: one is planned ``SLICE_FILES`` at a time, the loop's other work between two slices.
+INLINE_FILES = 32
+SLICE_FILES = 16
+
+#: A plan in steps: each ``next()`` does a slice of the work; its value is the Response.
+Steps = Generator[None, None, Response]
 
 
 def check_count(paths: list[str], limits: Limits) -> None:
@@ -66,23 +78,32 @@ def check_count(paths: list[str], limits: Limits) -> None:
 
 def open_all(store: Source, paths: list[str]) -> dict[str, File]:
     """Every distinct path opened, or one error that names each path that failed."""
+    return finish(open_steps(store, paths, len(paths)))
+
+
+def open_steps(store: Source, paths: list[str], every: int) -> Generator[None, None, dict[str, File]]:
+    """:func:`open_all`, stopping after every ``every`` paths."""
     opened: dict[str, File] = {}
     failures: list[HTTPError] = []
     # A source that keeps files ready to send (the server's, sharing its open files) gives a
-    # batch's in one call: each is what opening it would give, and None is opened here.
+    # slice's in one call: each is what opening it would give, and None is opened here.
     ready = store.ready_files
-    found = ready(paths) if ready is not None else repeat(None)
     try:
-        for path, f in zip(paths, found):
-            if path in opened:
-                continue
-            if f is not None:
-                opened[path] = f
-                continue
-            try:
-                opened[path] = store.open(path)
-            except HTTPError as exc:
-                failures.append(exc)
+        for start in range(0, len(paths), every):
+            if start:
+                yield
+            part = paths[start:start + every]
+            found = ready(part) if ready is not None else repeat(None)
+            for path, f in zip(part, found):
+                if path in opened:
+                    continue
+                if f is not None:
+                    opened[path] = f
+                    continue
+                try:
+                    opened[path] = store.open(path)
+                except HTTPError as exc:
+                    failures.append(exc)
         if failures:
             raise combine(failures, len(paths))
     except BaseException:
@@ -116,7 +137,28 @@ def combine(failures: list[HTTPError], total: int) -> HTTPError:
     )
 
 
-def plan_batch(
+def plan_batch(store: Source, paths: list[str], limits: Limits, *, on_loop: bool = False, **options: Any) -> Response:
+    """The batch of ``paths``, as :func:`plan_steps` plans it with ``options``, planned now.
+    ``on_loop``: called where nothing may block; :class:`~axon.errors.WouldBlock` rather than a
+    long read, and rather than planning more than ``INLINE_FILES`` files in one go (its
+    ``steps`` plan them a slice at a time)."""
+    sliced = on_loop and len(paths) > INLINE_FILES
+    steps = plan_steps(store, paths, limits, on_loop=on_loop, every=SLICE_FILES if sliced else len(paths) or 1, **options)
+    if sliced:
+        raise WouldBlock(f"{len(paths)} files to plan", steps=steps, of=paths)
+    return finish(steps)  # type: ignore[return-value]
+
+
+def finish(steps: Generator[None, None, object]) -> object:
+    """What ``steps`` come to, stepped to the end at once."""
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return done.value
+
+
+def plan_steps(
     store: Source,
     paths: list[str],
     limits: Limits,
@@ -128,17 +170,18 @@ def plan_batch(
     fmt: Format = multipart_mixed,
     slices: list[Slice | None] | None = None,
     on_loop: bool = False,
+    every: int,
     _retries: int = CHANGE_RETRIES,
-) -> Response:
+) -> Steps:
     """The batch of ``paths`` in the format ``fmt``; with ``key``, with its identity and honouring
     ``headers``' preconditions, ``Range`` and ``If-Range`` (lower-case names, as
     :class:`~axon.app.Request` has them) for the request ``method``. ``slices`` (one per path,
-    None for a whole file) serves parts of files. ``on_loop``: called where nothing may block;
-    :class:`~axon.errors.WouldBlock` rather than a long read."""
+    None for a whole file) serves parts of files. A generator that stops after every ``every``
+    files opened, and framed; its value is the Response. ``on_loop``: see :func:`plan_batch`."""
     check_count(paths, limits)
     if slices is not None and fmt is not multipart_mixed and any(slices):
         raise BadRequest("slices of files are served as multipart/mixed only", code="slices_need_multipart")
-    opened = open_all(store, paths)
+    opened = yield from open_steps(store, paths, every)
     files = list(opened.values())
     try:
         chosen = [opened[p] for p in paths]
@@ -172,9 +215,11 @@ def plan_batch(
                         code="file_changing", paths=[str(exc)], headers=[("Retry-After", "1")],
                     ) from None
                 # Opened again, the batch is planned from the file as it is now.
-                return plan_batch(store, paths, limits, boundary=boundary, key=key, headers=headers,
-                                  method=method, fmt=fmt, slices=slices, on_loop=on_loop,
-                                  _retries=_retries - 1)
+                return (yield from plan_steps(store, paths, limits, boundary=boundary, key=key, headers=headers,
+                                              method=method, fmt=fmt, slices=slices, on_loop=on_loop,
+                                              every=every, _retries=_retries - 1))
+        if every < len(signatures):
+            yield from prepare_steps(fmt, signatures, every)
         etag, content_type, filename, blocks = fmt(key, boundary, signatures, crcs)
         # The body is the format's blocks with the files (or their spans) between them: its length
         # without a pass over its segments, whose objects are cold in a batch of random files.

@@ -23,6 +23,7 @@ asks before overwriting), so the layout of a batch is always one entry per reque
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Callable, Optional
 
 from ..http.archive import (
@@ -70,10 +71,7 @@ def multipart_mixed(
 def _whole_files(key: bytes | None, boundary: str | None, signatures: tuple[Signature, ...]) -> Layout:
     """``multipart_mixed`` of whole files, the common case, from what is kept per file version
     (:func:`_piece`): the bytes :func:`~axon.http.multipart.frame` would make, in one pass."""
-    # A hit is one lookup, no call of ours: the common case of a busy pool. A kept signature (a
-    # trusted file's) is found in _KEPT by identity, a plain one in _PIECES by its facts.
-    kept, known = _KEPT.get, _PIECES.get
-    pieces = [(kept(s) if type(s) is KeptSignature else known(s)) or _piece(s) for s in signatures]
+    pieces = _pieces(signatures)
     if key is None:
         etag, boundary = None, boundary or new_boundary()
     else:
@@ -84,6 +82,25 @@ def _whole_files(key: bytes | None, boundary: str | None, signatures: tuple[Sign
     blocks[0] = blocks[0][2:]  # the first delimiter has no CRLF before it
     blocks.append(f"\r\n--{boundary}--\r\n".encode("ascii"))
     return etag, f"multipart/mixed; boundary={boundary}", "batch.multipart", tuple(blocks)
+
+
+def _pieces(signatures: tuple[Signature, ...]) -> list[tuple[bytes, bytes]]:
+    """Each whole file's piece (:func:`_piece`), kept for its version when it can be."""
+    # A hit is one lookup, no call of ours: the common case of a busy pool. A kept signature (a
+    # trusted file's) is found in _KEPT by identity, a plain one in _PIECES by its facts.
+    kept, known = _KEPT.get, _PIECES.get
+    return [(kept(s) if type(s) is KeptSignature else known(s)) or _piece(s) for s in signatures]
+
+
+def prepare_steps(fmt: Format, signatures: tuple[Signature, ...], every: int) -> Iterator[None]:
+    """Make what ``fmt`` keeps per file version for ``signatures``, ``every`` files at a time,
+    stopping after each slice: the format then frames the batch at a lookup a file. (Only
+    ``multipart/mixed`` of whole files keeps anything; an archive is framed in one go.)"""
+    if fmt is not multipart_mixed or has_slices(signatures):
+        return
+    for start in range(0, len(signatures), every):
+        _pieces(signatures[start:start + every])
+        yield
 
 
 def _piece_of(s: Signature) -> tuple[bytes, bytes]:

@@ -53,7 +53,7 @@ class Connection(Protocol):
 class RequestCycle:
     """Runs the App for one connection's requests and writes each answer with its writer."""
 
-    __slots__ = ("conn", "loop", "task", "_answering", "_handle", "_shortcuts", "_respond_now", "_respond")
+    __slots__ = ("conn", "loop", "task", "_answering", "_handle", "_shortcuts", "_respond_now", "_respond", "_pace")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -64,6 +64,7 @@ class RequestCycle:
         self._answering: Exchange | None = None  # the request the task answers
         self._handle = worker.app.handle_on_loop
         self._shortcuts = worker.shortcuts
+        self._pace = worker.pace
         writer = conn.writer
         self._respond_now = writer.respond_now  # type: ignore[union-attr]
         self._respond = writer.respond  # type: ignore[union-attr]
@@ -74,6 +75,10 @@ class RequestCycle:
         request = ex.request
         if request is None:
             self._answer(ex, error_response(ex.refusal))  # type: ignore[arg-type]
+        elif self._pace.since is not None and (self._pace.waiting or self._pace.spent()):
+            # This turn has run its budget of batch work, or batches wait for their turn
+            # (axon.pace): answered in a later turn, in order.
+            self._start(self._run_later(ex), ex)
         else:
             try:
                 answer = self._handle(request)
@@ -122,6 +127,14 @@ class RequestCycle:
             conn.crashed(exc)
             return
         conn.answered(task.result(), later=True)
+
+    async def _run_later(self, ex: Exchange) -> bool:
+        """:meth:`run`'s work, in a task, once a loop turn has budget for it."""
+        await self._pace.wait()
+        answer = self._handle(ex.request)
+        if type(answer) is CoroutineType:
+            return await self._respond_later(ex, answer)
+        return await self._respond(answer, ex)
 
     async def _respond_later(self, ex: Exchange, answer: Awaitable[Response]) -> bool:
         response = await answer

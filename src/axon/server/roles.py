@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ..limits import Limits
     from .config import ServerConfig
     from .outbox import Outbox
+    from ..pace import Pace
     from .served import ServedApp
     from .shortcuts import Shortcuts
     from .simplehead import SimpleHeadParser
@@ -38,6 +39,8 @@ class WorkerView(Protocol):
     use_sendfile: bool
     #: Whole answers held to the end of the loop's turn (:mod:`.outbox`).
     outbox: Outbox
+    #: The loop turn's budget of batch work (:mod:`axon.pace`), shared with the App's plans.
+    pace: Pace
     #: ``Date`` and ``Server`` header lines, rebuilt at each second boundary.
     date_line: bytes
     #: Deadlines for a phase starting now (:data:`.state.CLOCKS` names them), rebuilt by each sweep.

@@ -24,6 +24,7 @@ from typing import Any
 from ..config import environment
 from ..errors import ServiceUnavailable
 from ..metrics.loop_lag import LoopLag
+from ..pace import pace_of
 from ..response import error_response
 from .accept import SHARED_BURST, Acceptor, bind
 from .config import ServerConfig
@@ -82,6 +83,7 @@ class Worker:
         """Serve on ``sock`` until :meth:`stop`; then shut down gracefully."""
         loop = self.loop = asyncio.get_running_loop()
         self.outbox = Outbox(loop)
+        self.pace = pace_of(loop)
         self._stop = loop.create_future()
         self._set_deadlines(loop.time())
         try:

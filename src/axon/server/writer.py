@@ -82,6 +82,8 @@ class ResponseWriter:
         # one Limits.chunk_size at a time where everything is copied (TLS, no sendfile).
         self._chunk = worker.config.write_chunk if sock_fd >= 0 else worker.limits.chunk_size
         self._outbox = worker.outbox
+        #: The loop turn's budget: a body written by the waiting path asks it before each chunk.
+        self._pace = worker.pace
         #: Whole answers of this turn of the loop, not yet handed to the transport (:mod:`.outbox`).
         self._held: list[bytes] | None = None
         self._held_bytes = 0
@@ -326,10 +328,13 @@ class ResponseWriter:
             return
         body = list(body)  # _gather leaves a slice's rest in it
         chunk = self._chunk
+        pace = self._pace
         out: list = [head]
         size = len(head)
         i, end = 0, len(body)
         while True:
+            if pace.spent():  # this loop turn has done its share of batch work (axon.pace)
+                await pace.wait()
             i, size = self._gather(out, size, body, i, chunk)
             if i == end:
                 if out:
