@@ -13,6 +13,7 @@ import math
 from ..metrics.loop_lag import INTERVAL as LAG_INTERVAL
 from .results import METRICS, RSS_LABEL, Result, ResultSet, ratio, value
 from .scenarios import Scenario
+from .wrk import HELD
 
 PHASE_TITLES = {
     "burst": "burst",
@@ -180,19 +181,30 @@ def tails_table(rs: ResultSet) -> str:
         paced = measured[0].wrk.paced_rate  # type: ignore[union-attr]
         cells = [fmt("count", None if paced is None else paced / measured[0].per_batch)]
         for r in found.values():
-            if r is None or not r.ok:
-                cells.append("–" if r is None else r.status)
-            else:
-                cells.append(" / ".join(fmt("ms", value(r, key)) for key in ("p50", "p99", "p999")))
-        cells += [fmt("count", None if r is None else value(r, "rps", per_batch=True)) for r in found.values()]
+            cells.append(_tails(r))
+        cells += [fmt("count", None if r is None else value(r, "sent", per_batch=True)) for r in found.values()]
         cells += [_lag(found[t]) for t in lagged]
         lines.append(_row([f"{s.name} ({s.label})", *cells]))
     return "\n".join(lines)
 
 
+def _tails(r: Result | None) -> str:
+    """p50 / p99 / p99.9 of a constant-rate phase, or why there are none."""
+    if r is None or not r.ok:
+        return "–" if r is None else r.status
+    w = r.wrk
+    assert w is not None
+    if not w.held:
+        share = (w.sent_rate or 0.0) / w.paced_rate if w.paced_rate else 0.0
+        return f"not valid: sent {share:.0%} of the rate"
+    return " / ".join(fmt("ms", value(r, key)) for key in ("p50", "p99", "p999"))
+
+
 TAILS_NOTE = ("Every target offered the same batches per second, each request's latency counted from when it was"
-              " due (no coordinated omission); nginx's are per file. Loop lag: how late the server's event loop"
-              " ran its own timer during the phase, each figure the upper bound of its histogram bucket.")
+              " due (no coordinated omission); nginx's are per file. A row the load generator did not send at"
+              f" {HELD:.0%} of the rate asked or more is not valid: its requests queued in the generator, so it"
+              " has no tails. Loop lag: how late the server's event loop ran its own timer during the phase, each"
+              " figure the upper bound of its histogram bucket.")
 
 
 def lag_table(rs: ResultSet) -> str:

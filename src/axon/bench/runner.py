@@ -171,8 +171,14 @@ def _line(r: Result) -> str:
     status = f", {w.errors.get('status', 0)} non-2xx" if w.errors.get("status") else ""
     lag_max, lag_p99 = value(r, "lag_max"), value(r, "lag_p99")
     lag = "" if lag_max is None else f", loop lag max {lag_max:.2f} ms, p99 {lag_p99:.2f} ms"
+    paced = ""
+    if w.paced_rate is not None:
+        paced = f", sent {w.sent_rate:.0f} of {w.paced_rate:.0f} req/s asked"
+        if not w.held:
+            paced += " (not valid: the generator fell short, its latencies are its own queue)"
     return (f"[{r.target}] {r.scenario} {r.phase}: {w.rps:.0f} req/s, {w.transfer / 2**20:.1f} MB/s, "
-            f"avg {w.latency.mean:.2f} ms, p99 {w.latency.percentiles.get('99', 0):.2f} ms{errors}{status}{rss}{lag}")
+            f"avg {w.latency.mean:.2f} ms, p99 {w.latency.percentiles.get('99', 0):.2f} ms{errors}{status}{rss}{lag}"
+            f"{paced}")
 
 
 def closed_loop_capacity(results: list[Result], target: str, scenario: str) -> float | None:
