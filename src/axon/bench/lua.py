@@ -20,7 +20,7 @@ answers when they do not (a stall answers them together). A request lost with it
 (a socket error) would shift the pairing, so the queue never holds more sends than the thread
 has connections. The clock is CLOCK_MONOTONIC through LuaJIT's FFI (Debian's wrk is built on
 LuaJIT). wrk's timers tick in milliseconds, so a send that is on schedule goes out within a
-tick of when it was due and is measured from when it went out: the generator's own granularity
+tick before it was due and is measured from when it went out: the generator's own granularity
 is not charged to the server. A send that is behind schedule is measured from when it was due.
 
 One connection per thread would need no pairing, but then a core runs one thread per connection
@@ -142,7 +142,9 @@ function delay()
   local wait, ms = next_at - now, 0
   due_last = due_last + 1
   if wait > 0 then
-    ms = math.ceil(wait / 1000)
+    -- Whole ticks only: the send goes out up to a tick before it is due rather than after, so a
+    -- thread whose next sends are close together sends them without a timer (a wake-up each).
+    ms = math.floor(wait / 1000)
     due[due_last] = false           -- on schedule: measured from the send, see request()
   else
     due[due_last] = next_at         -- behind schedule: the wait so far counts
@@ -152,8 +154,8 @@ function delay()
 end
 
 function request()
-  -- On schedule, the send goes out on a 1 ms timer tick, a little before or after it was due:
-  -- the generator's granularity, not the server's doing, so it is not charged.
+  -- On schedule, the send goes out on a 1 ms timer tick, a little before it was due: the
+  -- generator's granularity, not the server's doing, so it is not charged.
   local from = false
   if due_first <= due_last then
     from = due[due_first]
