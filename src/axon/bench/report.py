@@ -225,6 +225,28 @@ LAG_NOTE = (f"How late the server's event loop ran a timer it sets every {LAG_IN
             " each the upper bound of its bucket.")
 
 
+def workers_table(rs: ResultSet) -> str:
+    """Each phase's requests per server worker beside the load generator's count; "" when no
+    target counted them (one worker)."""
+    rows = [r for r in rs.results if r.ok and r.per_worker is not None]
+    if not rows:
+        return ""
+    lines = _header("Target", ["scenario", "phase", "per worker", "sum", "load generator", "sum / generator"])
+    for r in rows:
+        assert r.wrk is not None and r.per_worker is not None
+        total = sum(r.per_worker.values())
+        share = f"{total / r.wrk.requests:.3f}" if r.wrk.requests else "–"
+        lines.append(_row([r.target, r.scenario, r.phase, " + ".join(str(n) for n in r.per_worker.values()),
+                           str(total), str(r.wrk.requests), share]))
+    return "\n".join(lines)
+
+
+WORKERS_NOTE = ("Requests each worker process answered in the phase, as the server counted them (Axon's workers"
+                " in their metrics files, nginx's in a log line per request naming the worker), beside the requests"
+                " the load generator counted answered. The sum can pass the generator's by the requests still in"
+                " flight when it stopped (at most one a connection).")
+
+
 REAL_NOTE = ("Files drawn at random from a pool of 4 KiB files for every request, and requests whose"
              " headers differ every time (`~`): no two requests alike. Files/s are requests/s for the"
              " scenarios without a file (health). In parentheses: the ratio to the reference, same"
@@ -300,6 +322,9 @@ def render(rs: ResultSet, references: tuple[str, ...] = (), descriptions: dict[s
     table = lag_table(rs)
     if table:
         out += ["## Event loop lag", "", LAG_NOTE, "", table, ""]
+    table = workers_table(rs)
+    if table:
+        out += ["## Requests per worker", "", WORKERS_NOTE, "", table, ""]
     for target in rs.targets:
         for phase in rs.phases:
             table = formats_table(rs, target, phase)

@@ -31,6 +31,7 @@ class Result:
     wrk: WrkResult | None = None
     peak_rss: int | None = None  # bytes, summed over the server's processes
     loop_lag: loop_lag.Histogram | None = None  # the server's event-loop lag over the phase, if it shows one
+    per_worker: dict[str, int] | None = None  # requests each server worker counted in the phase (pid -> n)
 
     @property
     def ok(self) -> bool:

@@ -45,7 +45,20 @@ class Context:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"AXON_ROOT": str(self.root)}
+        env = {"AXON_ROOT": str(self.root)}
+        if self.workers > 1:
+            env["AXON_METRICS_DIR"] = str(self.metrics_dir)
+        return env
+
+    @property
+    def metrics_dir(self) -> Path:
+        """Where Axon's workers keep their counts, one file each (with more than one worker)."""
+        return self.workdir / "metrics"
+
+    @property
+    def worker_log(self) -> Path:
+        """nginx's line per request naming its worker (with more than one worker)."""
+        return self.workdir / "nginx" / "workers.log"
 
     def app(self, spec: str) -> str:
         """``module:name`` of the bench app to serve: ``spec``, or its ``cold_`` twin."""
@@ -61,6 +74,16 @@ class Target:
     commands: Callable[[Context], list[Command]]  # started in order; the last one takes the port
     requires: tuple[str, ...] = ()  # executables ("nginx") or modules ("py:gunicorn") it needs
 
+    def describe(self, workers: int = 1) -> str:
+        """The description, with the number of worker processes ``--workers`` gives it."""
+        if workers == 1:
+            return self.description
+        if ", 1 worker" in self.description:  # the event-loop servers
+            return self.description.replace(", 1 worker", f", {workers} workers (SO_REUSEPORT)")
+        if self.name == "nginx":
+            return f"{self.description}, {workers} workers (reuseport)"
+        return self.description  # the threaded servers keep their own 2x16
+
     def missing(self) -> list[str]:
         """What this machine lacks to run the target (empty when it can)."""
         out = []
@@ -74,7 +97,9 @@ class Target:
 
 
 def _nginx(ctx: Context) -> list[Command]:
-    return [nginx.static_command(ctx.workdir / "nginx", ctx.port, ctx.root)]
+    several = ctx.workers > 1  # then each worker's requests are counted (per_worker)
+    return [nginx.static_command(ctx.workdir / "nginx", ctx.port, ctx.root, workers=ctx.workers,
+                                 worker_log=ctx.worker_log if several else None)]
 
 
 def _original(ctx: Context) -> list[Command]:
@@ -134,13 +159,17 @@ def _axon_serve(ctx: Context) -> list[Command]:
     argv = [sys.executable, "-m", "axon.cli", "serve", str(ctx.root), "--host", ctx.host,
             "--port", str(ctx.port), "--workers", str(ctx.workers), "--app", ctx.app("axon.bench.echo_app:app"),
             "--log-level", "warning"]
+    if ctx.workers > 1:
+        # A listening socket per worker, as nginx's reuseport; and each worker's requests counted
+        # (in ctx.metrics_dir, per_worker), which --metrics does.
+        argv += ["--reuse-port", "--metrics"]
     return [Command(argv, "axon-serve", ctx.env)]
 
 
 def _axon_observed(ctx: Context) -> list[Command]:
     # As deployed with deploy/: Prometheus metrics and a JSON access log (to the target's log file).
     (command,) = _axon_serve(ctx)
-    argv = [*command.argv, "--metrics", "--access-log", "--json-logs"]
+    argv = [*(a for a in command.argv if a != "--metrics"), "--metrics", "--access-log", "--json-logs"]
     return [Command(argv, "axon-observed", ctx.env)]
 
 
