@@ -171,6 +171,7 @@ def test_tails_at_a_constant_rate_and_the_loop_lag_side_by_side():
     for phase in ("sustained", "rate"):
         add("nginx", "R32", phase, per_batch=32)
         add("axon", "R32", phase, loop_lag=lag)
+    rs.find("axon", "R32", "rate").wrk.send_lag = {"99": 0.2, "max": 1.5}
     rs.add(Result("axon", "health~", "rate", "skipped", "no closed-loop figure of nginx"))
     add("nginx", "F1", "rate", sent=700)
     add("axon", "F1", "rate", sent=660)  # 94% of the rate: it queued in the generator
@@ -183,12 +184,13 @@ def test_tails_at_a_constant_rate_and_the_loop_lag_side_by_side():
     assert value(rs.find("nginx", "R32", "rate"), "lag_max") is None  # nginx shows no lag
     rows = report.tails_table(rs).splitlines()
     assert rows[0] == ("| Scenario | batches/s asked | nginx p50 / p99 / p99.9 (ms) | axon p50 / p99 / p99.9 (ms)"
-                       " | nginx batches/s sent | axon batches/s sent | axon loop lag max / p99 (ms) |")
+                       " | nginx batches/s sent | axon batches/s sent | nginx wrk's own lag p99 / max (ms)"
+                       " | axon wrk's own lag p99 / max (ms) | axon loop lag max / p99 (ms) |")
     # nginx was asked 32 requests per batch: the same 700 batches/s.
     assert rows[2] == ("| R32 (32x4KB random of 10,000) | 700 | 0.50 / 2.00 / 4.00 | 0.50 / 2.00 / 4.00"
-                       " | 700 | 700 | 10.00 / 5.00 |")
+                       " | 700 | 700 | – | 0.20 / 1.50 | 10.00 / 5.00 |")
     assert rows[3] == ("| F1 (/files/ 4KB random of 10,000) | 700 | 0.50 / 2.00 / 4.00 | not valid: sent 94% of the rate"
-                       " | 700 | 660 | – |")
+                       " | 700 | 660 | – | – | – |")
     assert len(rows) == 4  # health~ has no measured rate phase
     lags = report.lag_table(rs).splitlines()
     assert lags[0] == "| Scenario | axon sustained | axon rate |"

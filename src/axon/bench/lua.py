@@ -125,11 +125,18 @@ end
 -- In each thread's Lua state: the thread's schedule, and its sends waiting for their answers.
 local LOG_STEP = math.log(AXON_STEP)
 local interval_us, next_at
--- Due times handed out by delay(), in order, with whether the send was on schedule; then the
--- times each sent request is measured from, in the order sent. Each a queue: items, first, last.
+-- Due times handed out by delay(), in order (negated for a send on schedule); then the times
+-- each sent request is measured from, in the order sent. Each a queue: items, first, last.
 local due, due_first, due_last = {}, 1, 0
 local sent, sent_first, sent_last = {}, 1, 0
 axon_hist, axon_count, axon_sum, axon_sumsq, axon_max, axon_sent = {}, 0, 0, 0, 0, 0
+-- How late the generator itself sent what it could send on time: its own lag, by bucket.
+axon_late, axon_late_max = {}, 0
+
+local function bucket(v)
+  if v < 1 then v = 1 end
+  return math.floor(math.log(v) / LOG_STEP) + 1
+end
 
 function init(args)
   axon_prepare()
@@ -145,7 +152,7 @@ function delay()
     -- Whole ticks only: the send goes out up to a tick before it is due rather than after, so a
     -- thread whose next sends are close together sends them without a timer (a wake-up each).
     ms = math.floor(wait / 1000)
-    due[due_last] = false           -- on schedule: measured from the send, see request()
+    due[due_last] = -next_at        -- on schedule: measured from the send, see request()
   else
     due[due_last] = next_at         -- behind schedule: the wait so far counts
   end
@@ -156,14 +163,23 @@ end
 function request()
   -- On schedule, the send goes out on a 1 ms timer tick, a little before it was due: the
   -- generator's granularity, not the server's doing, so it is not charged.
-  local from = false
+  local now, from = now_us(), nil
   if due_first <= due_last then
     from = due[due_first]
     due[due_first] = nil
     due_first = due_first + 1
   end
+  if from and from < 0 then
+    -- A connection was free in time: any lateness past the slot is the generator's own (its
+    -- thread woke late), counted apart and not charged to the server.
+    local late = now + from
+    local b = bucket(late)
+    axon_late[b] = (axon_late[b] or 0) + 1
+    if late > axon_late_max then axon_late_max = late end
+    from = nil
+  end
   sent_last = sent_last + 1
-  sent[sent_last] = from or now_us()
+  sent[sent_last] = from or now
   axon_sent = axon_sent + 1
   -- One request in flight a connection: more unanswered sends than connections are lost ones.
   while sent_last - sent_first + 1 > AXON_PER_THREAD do
@@ -179,7 +195,7 @@ function response(status, headers, body)
   sent[sent_first] = nil
   sent_first = sent_first + 1
   if v < 1 then v = 1 end
-  local b = math.floor(math.log(v) / LOG_STEP) + 1
+  local b = bucket(v)
   axon_hist[b] = (axon_hist[b] or 0) + 1
   axon_count = axon_count + 1
   axon_sum = axon_sum + v
@@ -188,9 +204,12 @@ function response(status, headers, body)
 end
 
 function axon_paced_json()
-  local buckets, count, sum, sumsq, max, sent = {}, 0, 0, 0, 0, 0
+  local buckets, count, sum, sumsq, max, sent, late, late_max = {}, 0, 0, 0, 0, 0, {}, 0
   for _, t in ipairs(threads) do
     for b, c in pairs(t:get("axon_hist")) do buckets[b] = (buckets[b] or 0) + c end
+    for b, c in pairs(t:get("axon_late")) do late[b] = (late[b] or 0) + c end
+    local lm = t:get("axon_late_max")
+    if lm > late_max then late_max = lm end
     count = count + t:get("axon_count")
     sent = sent + t:get("axon_sent")
     sum = sum + t:get("axon_sum")
@@ -198,11 +217,12 @@ function axon_paced_json()
     local m = t:get("axon_max")
     if m > max then max = m end
   end
-  local parts = {}
+  local parts, late_parts = {}, {}
   for b, c in pairs(buckets) do parts[#parts + 1] = string.format('"%d":%d', b, c) end
-  return string.format('{"rate":%s,"connections":%d,"step":%s,"count":%d,"sent":%d,"sum_us":%s,"sumsq_us":%s,"max_us":%s,"buckets":{%s}}',
+  for b, c in pairs(late) do late_parts[#late_parts + 1] = string.format('"%d":%d', b, c) end
+  return string.format('{"rate":%s,"connections":%d,"step":%s,"count":%d,"sent":%d,"sum_us":%s,"sumsq_us":%s,"max_us":%s,"buckets":{%s},"late_max_us":%s,"late_buckets":{%s}}',
                        num(AXON_RATE), AXON_CONNECTIONS, num(AXON_STEP), count, sent, num(sum), num(sumsq), num(max),
-                       table.concat(parts, ","))
+                       table.concat(parts, ","), num(late_max), table.concat(late_parts, ","))
 end
 """
 

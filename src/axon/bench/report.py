@@ -171,6 +171,7 @@ def tails_table(rs: ResultSet) -> str:
     columns = ["batches/s asked"]
     columns += [f"{t} p50 / p99 / p99.9 (ms)" for t in rs.targets]
     columns += [f"{t} batches/s sent" for t in rs.targets]
+    columns += [f"{t} wrk's own lag p99 / max (ms)" for t in rs.targets]
     columns += [f"{t} loop lag max / p99 (ms)" for t in lagged]
     lines = _header("Scenario", columns)
     for s in rs.scenarios():
@@ -183,6 +184,7 @@ def tails_table(rs: ResultSet) -> str:
         for r in found.values():
             cells.append(_tails(r))
         cells += [fmt("count", None if r is None else value(r, "sent", per_batch=True)) for r in found.values()]
+        cells += [_send_lag(r) for r in found.values()]
         cells += [_lag(found[t]) for t in lagged]
         lines.append(_row([f"{s.name} ({s.label})", *cells]))
     return "\n".join(lines)
@@ -200,10 +202,17 @@ def _tails(r: Result | None) -> str:
     return " / ".join(fmt("ms", value(r, key)) for key in ("p50", "p99", "p999"))
 
 
+def _send_lag(r: Result | None) -> str:
+    lag = None if r is None or not r.ok or r.wrk is None else r.wrk.send_lag
+    return "–" if lag is None else f"{fmt('ms', lag['99'])} / {fmt('ms', lag['max'])}"
+
+
 TAILS_NOTE = ("Every target offered the same batches per second, each request's latency counted from when it was"
               " due (no coordinated omission); nginx's are per file. A row the load generator did not send at"
               f" {HELD:.0%} of the rate asked or more is not valid: its requests queued in the generator, so it"
-              " has no tails. Loop lag: how late the server's event loop ran its own timer during the phase, each"
+              " has no tails. wrk's own lag: how late wrk sent what a free connection could send on time (its"
+              " thread woke late), charged to no latency; where it is near the tails, the host held the"
+              " generator up and the tails are the host's as much as the server's. Loop lag: how late the server's event loop ran its own timer during the phase, each"
               " figure the upper bound of its histogram bucket.")
 
 

@@ -65,6 +65,9 @@ class WrkResult:
     paced_rate: float | None = None  # the rate asked for, in a constant-rate run
     raw: str = ""  # wrk's output as printed
     sent: int | None = None  # requests sent, in a constant-rate run (requests counts those answered)
+    # In a constant-rate run: how late the generator sent what it could send on time (its own
+    # lag, ms: "99" and "max"), which no latency is charged with.
+    send_lag: dict[str, float] | None = None
 
     @property
     def rps(self) -> float:
@@ -153,6 +156,7 @@ def parse(output: str) -> WrkResult:
         errors={k: int(v) for k, v in data["errors"].items()}, latency=latency, thread_rps=thread_rps,
         paced_rate=None if paced is None else float(paced["rate"]), raw=output,
         sent=None if paced is None or "sent" not in paced else int(paced["sent"]),
+        send_lag=None if paced is None or "late_buckets" not in paced else send_lag(paced),
     )
 
 
@@ -169,6 +173,16 @@ def paced_latency(paced: dict) -> Stats:
         _pkey(p): _ms(min(histogram_percentile(buckets, step, p), paced["max_us"])) for p in lua.PERCENTILES
     }
     return Stats(mean=_ms(mean), stdev=_ms(math.sqrt(variance)), max=_ms(paced["max_us"]), percentiles=percentiles)
+
+
+def send_lag(paced: dict) -> dict[str, float]:
+    """The generator's own lag (ms), its 99th percentile and maximum, from the paced script's
+    histogram of how late it sent what it could send on time."""
+    buckets = {int(b): int(c) for b, c in paced["late_buckets"].items()}
+    if not buckets:
+        return {"99": 0.0, "max": 0.0}
+    p99 = min(histogram_percentile(buckets, float(paced["step"]), 99), paced["late_max_us"])
+    return {"99": _ms(p99), "max": _ms(paced["late_max_us"])}
 
 
 def histogram_percentile(buckets: dict[int, int], step: float, p: float) -> float:
