@@ -19,8 +19,9 @@ from axon.bench import cli, nginx, per_worker, scenarios, targets
 from axon.metrics.files import Slots
 
 
-def _ctx(tmp_path: Path, workers: int) -> targets.Context:
-    return targets.Context(tmp_path / "root", tmp_path / "work", 8123, tmp_path / "cache", workers=workers)
+def _ctx(tmp_path: Path, workers: int, count: bool = True) -> targets.Context:
+    return targets.Context(tmp_path / "root", tmp_path / "work", 8123, tmp_path / "cache", workers=workers,
+                           count_workers=count)
 
 
 def test_two_workers_each_listen_on_their_own_socket_and_are_counted(tmp_path):
@@ -41,8 +42,18 @@ def test_two_workers_each_listen_on_their_own_socket_and_are_counted(tmp_path):
     assert targets.TARGETS["nginx"].describe(2).endswith(", 2 workers (reuseport)")
 
 
+def test_two_workers_uncounted_pay_for_no_counting(tmp_path):
+    ctx = _ctx(tmp_path, 2, count=False)
+    (axon,) = targets.TARGETS["axon"].commands(ctx)
+    assert "--reuse-port" in axon.argv and "--metrics" not in axon.argv and "AXON_METRICS_DIR" not in axon.env
+    targets.TARGETS["nginx"].commands(ctx)
+    conf = (ctx.workdir / "nginx" / "nginx.conf").read_text()
+    assert "worker_processes 2;" in conf and " reuseport;" in conf and "axon_worker buffer" not in conf
+    assert per_worker.reader("axon", ctx) is None and per_worker.reader("nginx", ctx) is None
+
+
 def test_one_worker_is_started_as_before(tmp_path):
-    ctx = _ctx(tmp_path, 1)
+    ctx = _ctx(tmp_path, 1, count=False)
     (axon,) = targets.TARGETS["axon"].commands(ctx)
     assert "--reuse-port" not in axon.argv and "--metrics" not in axon.argv and "AXON_METRICS_DIR" not in axon.env
     targets.TARGETS["nginx"].commands(ctx)
@@ -71,7 +82,8 @@ def test_workers_move_the_server_cpus_and_say_when_the_load_shares_one(tmp_path)
     assert (one.workers, one.server_cpus, one.load_cpus) == (1, "0", "1")
     assert "(shared with the server)" not in one.describe()["load CPUs"]
     two = cli.settings_from(parser.parse_args(["--compare", "--workers", "2"]))
-    assert (two.workers, two.server_cpus, two.load_cpus) == (2, "0-1", "1")
+    assert (two.workers, two.server_cpus, two.load_cpus, two.count_workers) == (2, "0-1", "1", False)
+    assert cli.settings_from(parser.parse_args(["--compare", "--workers", "2", "--count-workers"])).count_workers
     assert two.describe()["load CPUs"] == "1 (shared with the server)"
     assert two.describe()["server workers"].startswith("2,")
     with pytest.raises(ValueError):
@@ -85,7 +97,7 @@ def test_each_workers_requests_add_up_to_what_wrk_counted(tmp_path):
     root = scenarios.ensure_files(tmp_path / "files")
     out = tmp_path / "out"
     pin = [] if (os.cpu_count() or 1) >= 2 else ["--no-pin"]
-    code = cli.main(["--compare", "--targets", "nginx,axon", "--workers", "2", "--scenarios", "health,T1",
+    code = cli.main(["--compare", "--targets", "nginx,axon", "--workers", "2", "--count-workers", "--scenarios", "health,T1",
                      "--files-dir", str(root), "--burst", "0", "--sustained", "1", "--connections", "8",
                      "--threads", "2", "--no-chart", "--out", str(out), *pin])
     assert code == 0

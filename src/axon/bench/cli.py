@@ -84,8 +84,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     place.add_argument("--workers", type=int, default=1, metavar="N",
                        help="worker processes of nginx and of the event-loop servers (default 1); with more than "
                             "one, each has its own listening socket (SO_REUSEPORT: Axon's --reuse-port, nginx's "
-                            "reuseport) and the report counts each worker's requests (Axon with --metrics, nginx "
-                            "with a buffered log line per request)")
+                            "reuseport)")
+    place.add_argument("--count-workers", action="store_true",
+                       help="count each worker's requests in every phase and set their sum beside the load "
+                            "generator's count (Axon with --metrics, which turns its fixed answers off; nginx with "
+                            "a buffered log line per request): a check that the workers share the load, at a cost")
     place.add_argument("--server-cpus",
                        help="CPUs the servers run on (taskset list; default 0, with --workers N: 0 to N-1)")
     place.add_argument("--load-cpus", default="1",
@@ -131,7 +134,7 @@ def settings_from(args: argparse.Namespace) -> runner.Settings:
         rate_fraction=fraction, rate_reference=REFERENCE if args.compare else args.name,
         connections=int(pick("connections")), threads=int(pick("threads")), timeout=args.timeout,
         server_cpus=None if args.no_pin else server_cpus, load_cpus=None if args.no_pin else args.load_cpus,
-        restart=not args.no_restart, workers=args.workers,
+        restart=not args.no_restart, workers=args.workers, count_workers=args.count_workers,
     )
 
 

@@ -1,11 +1,13 @@
 """Requests per worker process, counted by the server, to check that a multi-worker run's figures
 add up: the workers' counts over a phase should sum to what the load generator counted.
 
-With more than one worker (``axon bench --workers N``) each server says which worker answered:
+With ``axon bench --workers N --count-workers`` each server says which worker answered:
 Axon's workers each keep their counts in a file of their own (``--metrics`` with
 ``AXON_METRICS_DIR``: ``<pid>.metrics``, read here with :mod:`axon.metrics.files`), and nginx
 writes a line per request, ``<worker pid> <uri>``, to a buffered log (``nginx.WORKER_LOG_FORMAT``).
-Counts are read before and after a phase; each reader's counts lag by at most :data:`SETTLE`
+Counting has a cost (Axon's metrics also turn its fixed answers off), so a run counts only when
+asked, to check that the workers share the load and that the figures add up. Counts are read
+before and after a phase; each reader's counts lag by at most :data:`SETTLE`
 seconds (Axon's workers publish four times a second, nginx flushes its log every second), so the
 after-count waits that long. The bench's own ``/metrics`` reads are not requests of the phase:
 Axon leaves them out of its counts, and nginx's are skipped here.
@@ -55,8 +57,8 @@ def nginx_counts(log: Path, skip: tuple[str, ...] = ("/metrics",)) -> Counts:
 
 
 def reader(target: str, ctx: Context) -> Callable[[], Counts] | None:
-    """How to read ``target``'s counts per worker, or None when it has one worker or no such count."""
-    if ctx.workers <= 1:
+    """How to read ``target``'s counts per worker, or None when they are not counted (or it has no such count)."""
+    if not ctx.count_workers:
         return None
     if target == "nginx":
         return lambda: nginx_counts(ctx.worker_log)

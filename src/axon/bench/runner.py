@@ -46,7 +46,8 @@ class Settings:
     server_cpus: str | None = "0"
     load_cpus: str | None = "1"
     restart: bool = True  # a fresh server per scenario
-    workers: int = 1  # processes of each event-loop server and of nginx; more than one: counted each
+    workers: int = 1  # processes of each event-loop server and of nginx
+    count_workers: bool = False  # count each worker's requests in every phase (per_worker)
 
     def phases(self) -> list[tuple[str, wrk.Load]]:
         out = []
@@ -69,6 +70,8 @@ class Settings:
                 out[phase] = f"{load.duration:g}s" + (f" at {load.rate:g} req/s" if load.rate else "")
         if self.workers > 1:
             out["server workers"] = f"{self.workers}, each with its own listening socket (SO_REUSEPORT)"
+        if self.count_workers:
+            out["server workers"] = out.get("server workers", "1") + ", requests counted per worker"
         if self.server_cpus or self.load_cpus:
             out["server CPUs"] = self.server_cpus or "any"
             out["load CPUs"] = self.load_cpus or "any"
@@ -233,7 +236,7 @@ def run_target(target: Target, scenarios: list[Scenario], settings: Settings, ro
     with tempfile.TemporaryDirectory(prefix=f"axon-bench-{target.name}-") as tmp:
         for i, batch in enumerate(batches):
             ctx = Context(root, Path(tmp) / f"run{i}", procs.free_port(), cache_dir, workers=settings.workers,
-                          cold_crc=batch[0].cold)
+                          cold_crc=batch[0].cold, count_workers=settings.count_workers)
             try:
                 with started(target, ctx, settings, out_dir / "logs" / target.name) as (base, pids):
                     for scenario in batch:

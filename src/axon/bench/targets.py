@@ -38,6 +38,8 @@ class Context:
     cache_dir: Path
     workers: int = 1  # event-loop servers: one per server CPU
     cold_crc: bool = False  # serve the app that keeps no CRC-32 (every zip reads its files)
+    #: Count each worker's requests (per_worker): Axon with --metrics, nginx with a log line each.
+    count_workers: bool = False
 
     @property
     def host(self) -> str:
@@ -46,18 +48,18 @@ class Context:
     @property
     def env(self) -> dict[str, str]:
         env = {"AXON_ROOT": str(self.root)}
-        if self.workers > 1:
+        if self.count_workers:
             env["AXON_METRICS_DIR"] = str(self.metrics_dir)
         return env
 
     @property
     def metrics_dir(self) -> Path:
-        """Where Axon's workers keep their counts, one file each (with more than one worker)."""
+        """Where Axon's workers keep their counts, one file each (when counted)."""
         return self.workdir / "metrics"
 
     @property
     def worker_log(self) -> Path:
-        """nginx's line per request naming its worker (with more than one worker)."""
+        """nginx's line per request naming its worker (when counted)."""
         return self.workdir / "nginx" / "workers.log"
 
     def app(self, spec: str) -> str:
@@ -97,9 +99,8 @@ class Target:
 
 
 def _nginx(ctx: Context) -> list[Command]:
-    several = ctx.workers > 1  # then each worker's requests are counted (per_worker)
     return [nginx.static_command(ctx.workdir / "nginx", ctx.port, ctx.root, workers=ctx.workers,
-                                 worker_log=ctx.worker_log if several else None)]
+                                 worker_log=ctx.worker_log if ctx.count_workers else None)]
 
 
 def _original(ctx: Context) -> list[Command]:
@@ -160,9 +161,11 @@ def _axon_serve(ctx: Context) -> list[Command]:
             "--port", str(ctx.port), "--workers", str(ctx.workers), "--app", ctx.app("axon.bench.echo_app:app"),
             "--log-level", "warning"]
     if ctx.workers > 1:
-        # A listening socket per worker, as nginx's reuseport; and each worker's requests counted
-        # (in ctx.metrics_dir, per_worker), which --metrics does.
-        argv += ["--reuse-port", "--metrics"]
+        argv.append("--reuse-port")  # a listening socket per worker, as nginx's reuseport
+    if ctx.count_workers:
+        # Each worker's requests, in its file under ctx.metrics_dir (per_worker). Observing
+        # requests has a cost, and turns the fixed answers (health) off.
+        argv.append("--metrics")
     return [Command(argv, "axon-serve", ctx.env)]
 
 
