@@ -209,8 +209,9 @@ def _send_lag(r: Result | None) -> str:
 
 TAILS_NOTE = ("Every target offered the same batches per second, each request's latency counted from when it was"
               " due (no coordinated omission); nginx's are per file. A row the load generator did not send at"
-              f" {HELD:.0%} of the rate asked or more is not valid: its requests queued in the generator, so it"
-              " has no tails. wrk's own lag: how late wrk sent what a free connection could send on time (its"
+              f" {HELD:.0%} of the rate asked or more is not valid and has no tails: its requests queued in the"
+              " generator, behind a server that could not answer that fast (every connection busy) or a generator"
+              " that could not send that fast (then its own lag is high). wrk's own lag: how late wrk sent what a free connection could send on time (its"
               " thread woke late), charged to no latency; where it is near the tails, the host held the"
               " generator up and the tails are the host's as much as the server's. Loop lag: how late the server's event loop ran its own timer during the phase, each"
               " figure the upper bound of its histogram bucket.")

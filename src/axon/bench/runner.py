@@ -189,7 +189,7 @@ def _line(r: Result) -> str:
     if w.paced_rate is not None:
         paced = f", sent {w.sent_rate:.0f} of {w.paced_rate:.0f} req/s asked"
         if not w.held:
-            paced += " (not valid: the generator fell short, its latencies are its own queue)"
+            paced += " (not valid: the rate was not sent, its latencies are of requests queued in wrk)"
     return (f"[{r.target}] {r.scenario} {r.phase}: {w.rps:.0f} req/s, {w.transfer / 2**20:.1f} MB/s, "
             f"avg {w.latency.mean:.2f} ms, p99 {w.latency.percentiles.get('99', 0):.2f} ms{errors}{status}{rss}{lag}"
             f"{paced}")

@@ -22,8 +22,9 @@ from .scenarios import HttpRequest
 
 WRK = "wrk"
 #: A constant-rate phase whose generator sent less than this share of the rate asked is not valid:
-#: its requests waited in the generator, so its latencies say how far behind the generator fell,
-#: not how the server answered.
+#: its requests waited in the generator (behind a server too slow for the rate, or a generator too
+#: slow to send it), so its latencies say how far behind the schedule fell, not how the server
+#: answers at that rate.
 HELD = 0.95
 
 
