@@ -22,6 +22,8 @@ has connections. The clock is CLOCK_MONOTONIC through LuaJIT's FFI (Debian's wrk
 LuaJIT). wrk's timers tick in milliseconds, so a send that is on schedule goes out within a
 tick before it was due and is measured from when it went out: the generator's own granularity
 is not charged to the server. A send that is behind schedule is measured from when it was due.
+How late a send on schedule went out past its slot is the generator's own lag (its thread woke
+late), counted in a histogram of its own (``WrkResult.send_lag``) and charged to no latency.
 
 One connection per thread would need no pairing, but then a core runs one thread per connection
 and spends itself switching between them: on one core such a generator sent well under the
