@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import pytest
 
 from axon.bench import lua, wrk
+from axon.bench.results import Result, value
 from axon.bench.scenarios import AXON, DISTINCT_HEADER, POOL_FILES, STATIC, find, pool_name, request_for
 
 pytestmark = pytest.mark.slow  # the real wrk, a second a test
@@ -32,6 +33,7 @@ class Recorder(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.lock = threading.Lock()
         self.seen: list[tuple[str, list[str], str | None]] = []  # (path, files named, distinct header)
+        self.gate: _Gate | None = None  # holds answers back (a stall), when set
 
     def handle_error(self, request, client_address) -> None:
         pass  # wrk resets its connections when it stops: nothing to report
@@ -43,6 +45,7 @@ class Recorder(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as wrk expects
+    disable_nagle_algorithm = True  # head and body are two writes: no 40 ms wait for the client's ACK
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         parts = urlsplit(self.path)
@@ -53,6 +56,8 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             files = []
         server: Recorder = self.server  # type: ignore[assignment]
+        if server.gate is not None:
+            server.gate.wait()
         with server.lock:
             server.seen.append((parts.path, files, self.headers.get(DISTINCT_HEADER)))
         ok = parts.path == "/api/health" or (files and all(name in POOL or name.startswith("examples/") for name in files))
@@ -143,3 +148,55 @@ def test_python_and_lua_name_pool_files_alike():
     assert pool_name(0) == "pool/00/00000.bin" and pool_name(9999) == "pool/09/09999.bin"
     assert pool_name(1000) == "pool/01/01000.bin"
     assert Path(pool_name(123)).parent.name == "00"
+
+
+class _Gate:
+    """Holds every answer of a :class:`Recorder` back for a while, once, as a stalled server does."""
+
+    def __init__(self, after: float, seconds: float) -> None:
+        self.lock = threading.Lock()
+        self.after, self.seconds = after, seconds
+        self.start: float | None = None
+
+    def wait(self) -> None:
+        import time
+
+        with self.lock:  # one answer at a time while the stall lasts: every connection waits
+            now = time.monotonic()
+            if self.start is None:
+                self.start = now
+            if self.seconds and now - self.start >= self.after:
+                seconds, self.seconds = self.seconds, 0.0
+                time.sleep(seconds)
+
+
+@needs_wrk
+def test_several_connections_a_thread_send_the_rate_asked(server):
+    """Each thread paces its own share of the connections: the rate asked is the rate sent."""
+    result = wrk.run(server.base, request_for(find("F1"), AXON), wrk.Load(2, 8, 2, timeout=2, rate=300.0))
+    assert result.paced_rate == 300.0 and result.held, result.raw
+    assert result.sent_rate == pytest.approx(300, rel=0.05)
+    assert result.requests == pytest.approx(result.sent, abs=8)  # each sent request was answered, but the last few
+
+
+@needs_wrk
+def test_a_stall_is_charged_to_every_request_due_during_it(server):
+    """A server that holds every answer for 0.6 s: the requests due meanwhile are measured from
+    when they were due, so a tenth of all requests and more show most of the stall (measured from
+    when they went out, only one a connection would)."""
+    server.gate = _Gate(after=0.5, seconds=0.6)
+    result = wrk.run(server.base, request_for(find("F1"), AXON), wrk.Load(2, 8, 2, timeout=2, rate=200.0))
+    assert result.latency.percentiles["90"] > 250, result.latency
+    assert result.latency.max >= 550, result.latency
+    # Every connection was busy: the sends waited for the server, not for wrk's own wake-ups.
+    assert result.send_lag is not None and result.send_lag["99"] < 250, result.send_lag
+
+
+@needs_wrk
+def test_a_rate_the_generator_cannot_send_is_not_valid(server):
+    """One connection cannot carry thousands of requests a second to this server: the phase says
+    how much was sent, and it has no latency to report."""
+    result = wrk.run(server.base, request_for(find("F1"), AXON), wrk.Load(1, 1, 1, timeout=2, rate=100_000.0))
+    assert result.sent_rate < 0.5 * 100_000 and not result.held
+    row = Result("axon", "F1", "rate", wrk=result)
+    assert value(row, "p99") is None and value(row, "sent") == pytest.approx(result.sent_rate)

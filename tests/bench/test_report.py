@@ -162,25 +162,36 @@ def test_tails_at_a_constant_rate_and_the_loop_lag_side_by_side():
     t1 = "wrk_nginx_T1_burst.txt"
     lag = {"0.001": 90.0, "0.005": 9.0, "0.01": 1.0, "+Inf": 0.0}  # one phase's samples, by bucket
 
-    def add(target: str, scenario: str, phase: str, per_batch: int = 1, **extra) -> None:
-        w = measured(t1, requests=700, duration=1.0, paced_rate=700.0 * per_batch if phase == "rate" else None)
+    def add(target: str, scenario: str, phase: str, per_batch: int = 1, sent: int = 700, **extra) -> None:
+        w = measured(t1, requests=700 * per_batch, duration=1.0, paced_rate=700.0 * per_batch if phase == "rate" else None,
+                     sent=sent * per_batch if phase == "rate" else None)
         w.latency = wrk.Stats(mean=1.0, percentiles={"50": 0.5, "99": 2.0, "99.9": 4.0})
         rs.add(Result(target, scenario, phase, per_batch=per_batch, wrk=w, **extra))
 
     for phase in ("sustained", "rate"):
         add("nginx", "R32", phase, per_batch=32)
         add("axon", "R32", phase, loop_lag=lag)
+    rs.find("axon", "R32", "rate").wrk.send_lag = {"99": 0.2, "max": 1.5}
     rs.add(Result("axon", "health~", "rate", "skipped", "no closed-loop figure of nginx"))
+    add("nginx", "F1", "rate", sent=700)
+    add("axon", "F1", "rate", sent=660)  # 94% of the rate: it queued in the generator
+    short = rs.find("axon", "F1", "rate")
+    assert not short.wrk.held and rs.find("nginx", "F1", "rate").wrk.held
+    assert value(short, "p99") is None and value(short, "lat_mean") is None  # no tail from a generator's queue
+    assert value(short, "sent") == pytest.approx(660) and value(short, "rps") == pytest.approx(700)
     assert value(rs.find("axon", "R32", "rate"), "lag_max") == 10.0
     assert value(rs.find("axon", "R32", "rate"), "lag_p99") == 5.0
     assert value(rs.find("nginx", "R32", "rate"), "lag_max") is None  # nginx shows no lag
     rows = report.tails_table(rs).splitlines()
     assert rows[0] == ("| Scenario | batches/s asked | nginx p50 / p99 / p99.9 (ms) | axon p50 / p99 / p99.9 (ms)"
-                       " | nginx batches/s sent | axon batches/s sent | axon loop lag max / p99 (ms) |")
+                       " | nginx batches/s sent | axon batches/s sent | nginx wrk's own lag p99 / max (ms)"
+                       " | axon wrk's own lag p99 / max (ms) | axon loop lag max / p99 (ms) |")
     # nginx was asked 32 requests per batch: the same 700 batches/s.
     assert rows[2] == ("| R32 (32x4KB random of 10,000) | 700 | 0.50 / 2.00 / 4.00 | 0.50 / 2.00 / 4.00"
-                       " | 22 | 700 | 10.00 / 5.00 |")
-    assert len(rows) == 3  # health~ has no measured rate phase
+                       " | 700 | 700 | – | 0.20 / 1.50 | 10.00 / 5.00 |")
+    assert rows[3] == ("| F1 (/files/ 4KB random of 10,000) | 700 | 0.50 / 2.00 / 4.00 | not valid: sent 94% of the rate"
+                       " | 700 | 660 | – | – | – |")
+    assert len(rows) == 4  # health~ has no measured rate phase
     lags = report.lag_table(rs).splitlines()
     assert lags[0] == "| Scenario | axon sustained | axon rate |"
     assert lags[2] == "| R32 (32x4KB random of 10,000) | 10.00 / 5.00 | 10.00 / 5.00 |"

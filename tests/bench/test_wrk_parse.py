@@ -126,8 +126,12 @@ def test_scripts_carry_the_request():
     assert "function done(" in peak and "function delay(" not in peak  # as fast as it answers
     paced = lua.paced_script(request, 250, 10)
     assert "function delay(" in paced and "AXON_RATE = 250.0" in paced and "AXON_CONNECTIONS = 10" in paced
+    assert "AXON_THREADS = 1" in paced and "AXON_PER_THREAD = 10" in paced
+    assert "AXON_PER_THREAD = 5" in lua.paced_script(request, 250, 10, 2)
     with pytest.raises(ValueError):
         lua.paced_script(request, 0, 10)
+    with pytest.raises(ValueError):
+        lua.paced_script(request, 250, 10, 3)  # wrk would drop the remainder
 
 
 def test_command_and_load():
@@ -135,7 +139,7 @@ def test_command_and_load():
     argv = wrk.command("http://127.0.0.1:1", wrk.Load(5, 50, 2), script)
     assert argv[:7] == ["wrk", "-t", "2", "-c", "50", "-d", "5s"] and "--latency" in argv
     paced = wrk.command("http://127.0.0.1:1", wrk.Load(5, 16, 2, rate=100), script)
-    assert paced[1:5] == ["-t", "16", "-c", "16"]  # one connection per thread when paced
+    assert paced[1:5] == ["-t", "2", "-c", "16"]  # paced: each thread paces its own share of connections
     with pytest.raises(ValueError):
         wrk.Load(5, 50, 3)  # wrk would silently drop the remainder
     with pytest.raises(ValueError):

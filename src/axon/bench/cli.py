@@ -81,8 +81,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--article", action="store_true",
                       help="the article's settings: 60 s burst, 600 s sustained, 50 connections, 10 threads")
     place = parser.add_argument_group("placement")
-    place.add_argument("--server-cpus", default="0", help="CPUs the servers run on (taskset list, default 0)")
-    place.add_argument("--load-cpus", default="1", help="CPUs wrk runs on (default 1)")
+    place.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="worker processes of nginx and of the event-loop servers (default 1); with more than "
+                            "one, each has its own listening socket (SO_REUSEPORT: Axon's --reuse-port, nginx's "
+                            "reuseport)")
+    place.add_argument("--count-workers", action="store_true",
+                       help="count each worker's requests in every phase and set their sum beside the load "
+                            "generator's count (Axon with --metrics, which turns its fixed answers off; nginx with "
+                            "a buffered log line per request): a check that the workers share the load, at a cost")
+    place.add_argument("--server-cpus",
+                       help="CPUs the servers run on (taskset list; default 0, with --workers N: 0 to N-1)")
+    place.add_argument("--load-cpus", default="1",
+                       help="CPUs wrk runs on (default 1; on a 2-core machine with --workers 2 it shares CPU 1 with "
+                            "a worker)")
     place.add_argument("--no-pin", action="store_true", help="do not pin servers or wrk to CPUs")
     place.add_argument("--no-restart", action="store_true",
                        help="with --compare: one server per target for all scenarios (default: a fresh one per scenario)")
@@ -104,7 +115,10 @@ def settings_from(args: argparse.Namespace) -> runner.Settings:
         given = getattr(args, name)
         return given if given is not None else base[name]
 
-    for cpus in (args.server_cpus, args.load_cpus):
+    if args.workers < 1:
+        raise ValueError(f"--workers must be 1 or more, not {args.workers}")
+    server_cpus = args.server_cpus or ("0" if args.workers == 1 else f"0-{args.workers - 1}")
+    for cpus in (server_cpus, args.load_cpus):
         if not args.no_pin:
             runner.parse_cpus(cpus)  # raises on a malformed list
     fraction = args.rate_fraction
@@ -119,8 +133,8 @@ def settings_from(args: argparse.Namespace) -> runner.Settings:
         burst=pick("burst"), sustained=pick("sustained"), rate=args.rate, rate_duration=args.rate_duration,
         rate_fraction=fraction, rate_reference=REFERENCE if args.compare else args.name,
         connections=int(pick("connections")), threads=int(pick("threads")), timeout=args.timeout,
-        server_cpus=None if args.no_pin else args.server_cpus, load_cpus=None if args.no_pin else args.load_cpus,
-        restart=not args.no_restart,
+        server_cpus=None if args.no_pin else server_cpus, load_cpus=None if args.no_pin else args.load_cpus,
+        restart=not args.no_restart, workers=args.workers, count_workers=args.count_workers,
     )
 
 
@@ -151,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     out_dir = (args.out or Path("bench-results") / time.strftime("%Y%m%d-%H%M%S")).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    descriptions = {t.name: t.description for t in chosen_targets}
+    descriptions = {t.name: t.describe(settings.workers) for t in chosen_targets}
     rs = ResultSet(meta={
         "command": "axon bench " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

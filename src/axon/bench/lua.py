@@ -6,17 +6,28 @@ hook sees the exact counters, so we print those as one JSON line after a marker 
 Constant-rate mode (``paced_script``) is wrk with a pacing script, built so that it has no
 coordinated omission. wrk itself sends the next request on a connection as soon as the last
 response arrives, so a server that stalls is simply asked less often and its stall shows up as
-one slow sample instead of many (coordinated omission). The script gives every connection its
-own schedule -- one send every ``connections / rate`` seconds, connections staggered so the sends
-spread evenly -- and measures each response from the time the request was *meant* to go out.
-A late response makes the next send late, and that lateness is counted in the next sample, as
-wrk2 and HdrHistogram's "corrected" recording do. This needs to know which connection a
-response belongs to, and wrk's Lua hooks do not say; so paced runs use one connection per wrk
-thread (each thread has its own Lua state). The clock is CLOCK_MONOTONIC through LuaJIT's FFI
-(Debian's wrk is built on LuaJIT). wrk's timers tick in milliseconds, so a send that is on
-schedule goes out within a tick of when it was due and is measured from when it went out: the
-generator's own granularity is not charged to the server. A send that is behind schedule is
-measured from when it was due.
+one slow sample instead of many (coordinated omission). The script gives every wrk thread its own
+schedule -- one send every ``threads / rate`` seconds, threads staggered so the sends spread
+evenly -- and measures each response from the time its request was *meant* to go out. Whichever
+of the thread's connections is free takes the next send; when none is free the send waits, and
+that lateness is counted in its sample, as wrk2 and HdrHistogram's "corrected" recording do.
+
+wrk's Lua hooks do not say which connection a response belongs to, so a thread pairs its
+responses with its sends first in, first out. Each connection has one request in flight, so a
+response is paired with the oldest send of the thread still unanswered: exact while the thread's
+connections answer in the order they were asked, and off by no more than the spread of those
+answers when they do not (a stall answers them together). A request lost with its connection
+(a socket error) would shift the pairing, so the queue never holds more sends than the thread
+has connections. The clock is CLOCK_MONOTONIC through LuaJIT's FFI (Debian's wrk is built on
+LuaJIT). wrk's timers tick in milliseconds, so a send that is on schedule goes out within a
+tick before it was due and is measured from when it went out: the generator's own granularity
+is not charged to the server. A send that is behind schedule is measured from when it was due.
+How late a send on schedule went out past its slot is the generator's own lag (its thread woke
+late), counted in a histogram of its own (``WrkResult.send_lag``) and charged to no latency.
+
+One connection per thread would need no pairing, but then a core runs one thread per connection
+and spends itself switching between them: on one core such a generator sent well under the
+rates asked of it (BENCHMARKS.md, "Tails at a constant rate").
 
 Requests that change (``HttpRequest.dynamic``) are built in Lua's ``request()``, which wrk calls
 for every request: files drawn with ``math.random`` from the pool (each wrk thread has its own
@@ -113,41 +124,80 @@ local function now_us()
   return tonumber(ts.tv_sec) * 1e6 + tonumber(ts.tv_nsec) / 1e3
 end
 
--- In each thread's Lua state (one connection per thread).
+-- In each thread's Lua state: the thread's schedule, and its sends waiting for their answers.
 local LOG_STEP = math.log(AXON_STEP)
-local interval_us, next_at, intended
-axon_hist, axon_count, axon_sum, axon_sumsq, axon_max = {}, 0, 0, 0, 0
+local interval_us, next_at
+-- Due times handed out by delay(), in order (negated for a send on schedule); then the times
+-- each sent request is measured from, in the order sent. Each a queue: items, first, last.
+local due, due_first, due_last = {}, 1, 0
+local sent, sent_first, sent_last = {}, 1, 0
+axon_hist, axon_count, axon_sum, axon_sumsq, axon_max, axon_sent = {}, 0, 0, 0, 0, 0
+-- How late the generator itself sent what it could send on time: its own lag, by bucket.
+axon_late, axon_late_max = {}, 0
+
+local function bucket(v)
+  if v < 1 then v = 1 end
+  return math.floor(math.log(v) / LOG_STEP) + 1
+end
 
 function init(args)
   axon_prepare()
-  interval_us = 1e6 * AXON_CONNECTIONS / AXON_RATE
+  interval_us = 1e6 * AXON_THREADS / AXON_RATE
 end
 
 function delay()
   local now = now_us()
   if next_at == nil then next_at = now + axon_index * 1e6 / AXON_RATE end
   local wait, ms = next_at - now, 0
+  due_last = due_last + 1
   if wait > 0 then
-    ms = math.ceil(wait / 1000)
-    intended = nil                  -- on schedule: measured from the send, see request()
+    -- Whole ticks only: the send goes out up to a tick before it is due rather than after, so a
+    -- thread whose next sends are close together sends them without a timer (a wake-up each).
+    ms = math.floor(wait / 1000)
+    due[due_last] = -next_at        -- on schedule: measured from the send, see request()
   else
-    intended = next_at              -- behind schedule: the wait so far counts
+    due[due_last] = next_at         -- behind schedule: the wait so far counts
   end
   next_at = next_at + interval_us
   return ms
 end
 
 function request()
-  -- On schedule, the send goes out on a 1 ms timer tick, a little before or after it was due:
-  -- the generator's granularity, not the server's doing, so it is not charged.
-  if intended == nil then intended = now_us() end
+  -- On schedule, the send goes out on a 1 ms timer tick, a little before it was due: the
+  -- generator's granularity, not the server's doing, so it is not charged.
+  local now, from = now_us(), nil
+  if due_first <= due_last then
+    from = due[due_first]
+    due[due_first] = nil
+    due_first = due_first + 1
+  end
+  if from and from < 0 then
+    -- A connection was free in time: any lateness past the slot is the generator's own (its
+    -- thread woke late), counted apart and not charged to the server.
+    local late = now + from
+    local b = bucket(late)
+    axon_late[b] = (axon_late[b] or 0) + 1
+    if late > axon_late_max then axon_late_max = late end
+    from = nil
+  end
+  sent_last = sent_last + 1
+  sent[sent_last] = from or now
+  axon_sent = axon_sent + 1
+  -- One request in flight a connection: more unanswered sends than connections are lost ones.
+  while sent_last - sent_first + 1 > AXON_PER_THREAD do
+    sent[sent_first] = nil
+    sent_first = sent_first + 1
+  end
   return axon_next()
 end
 
 function response(status, headers, body)
-  local v = now_us() - intended
+  if sent_first > sent_last then return end
+  local v = now_us() - sent[sent_first]
+  sent[sent_first] = nil
+  sent_first = sent_first + 1
   if v < 1 then v = 1 end
-  local b = math.floor(math.log(v) / LOG_STEP) + 1
+  local b = bucket(v)
   axon_hist[b] = (axon_hist[b] or 0) + 1
   axon_count = axon_count + 1
   axon_sum = axon_sum + v
@@ -156,20 +206,25 @@ function response(status, headers, body)
 end
 
 function axon_paced_json()
-  local buckets, count, sum, sumsq, max = {}, 0, 0, 0, 0
+  local buckets, count, sum, sumsq, max, sent, late, late_max = {}, 0, 0, 0, 0, 0, {}, 0
   for _, t in ipairs(threads) do
     for b, c in pairs(t:get("axon_hist")) do buckets[b] = (buckets[b] or 0) + c end
+    for b, c in pairs(t:get("axon_late")) do late[b] = (late[b] or 0) + c end
+    local lm = t:get("axon_late_max")
+    if lm > late_max then late_max = lm end
     count = count + t:get("axon_count")
+    sent = sent + t:get("axon_sent")
     sum = sum + t:get("axon_sum")
     sumsq = sumsq + t:get("axon_sumsq")
     local m = t:get("axon_max")
     if m > max then max = m end
   end
-  local parts = {}
+  local parts, late_parts = {}, {}
   for b, c in pairs(buckets) do parts[#parts + 1] = string.format('"%d":%d', b, c) end
-  return string.format('{"rate":%s,"connections":%d,"step":%s,"count":%d,"sum_us":%s,"sumsq_us":%s,"max_us":%s,"buckets":{%s}}',
-                       num(AXON_RATE), AXON_CONNECTIONS, num(AXON_STEP), count, num(sum), num(sumsq), num(max),
-                       table.concat(parts, ","))
+  for b, c in pairs(late) do late_parts[#late_parts + 1] = string.format('"%d":%d', b, c) end
+  return string.format('{"rate":%s,"connections":%d,"step":%s,"count":%d,"sent":%d,"sum_us":%s,"sumsq_us":%s,"max_us":%s,"buckets":{%s},"late_max_us":%s,"late_buckets":{%s}}',
+                       num(AXON_RATE), AXON_CONNECTIONS, num(AXON_STEP), count, sent, num(sum), num(sumsq), num(max),
+                       table.concat(parts, ","), num(late_max), table.concat(late_parts, ","))
 end
 """
 
@@ -275,14 +330,20 @@ def peak_script(request: HttpRequest, seed: int | None = None) -> str:
     )
 
 
-def paced_script(request: HttpRequest, rate: float, connections: int, seed: int | None = None) -> str:
-    """``rate`` requests/s in total over ``connections`` connections (one per wrk thread)."""
+def paced_script(request: HttpRequest, rate: float, connections: int, threads: int = 1,
+                 seed: int | None = None) -> str:
+    """``rate`` requests/s in total over ``connections`` connections, shared by ``threads`` wrk
+    threads (each keeps its own schedule and its own connections: wrk gives every thread
+    ``connections // threads``)."""
     if rate <= 0:
         raise ValueError("the rate must be positive")
+    if threads <= 0 or connections % threads:
+        raise ValueError(f"{connections} connections do not divide among {threads} threads")
     return (
         "-- generated by axon bench (constant rate)\n"
         + _constants(AXON_MARKER=MARKER, AXON_PERCENTILES=PERCENTILES, AXON_RATE=float(rate),
-                     AXON_CONNECTIONS=int(connections), AXON_STEP=HISTOGRAM_STEP)
+                     AXON_CONNECTIONS=int(connections), AXON_THREADS=int(threads),
+                     AXON_PER_THREAD=int(connections) // int(threads), AXON_STEP=HISTOGRAM_STEP)
         + _next_constants(request, seed)
         + _request_setup(request)
         + _JSON_HELPERS

@@ -13,6 +13,7 @@ import math
 from ..metrics.loop_lag import INTERVAL as LAG_INTERVAL
 from .results import METRICS, RSS_LABEL, Result, ResultSet, ratio, value
 from .scenarios import Scenario
+from .wrk import HELD
 
 PHASE_TITLES = {
     "burst": "burst",
@@ -170,6 +171,7 @@ def tails_table(rs: ResultSet) -> str:
     columns = ["batches/s asked"]
     columns += [f"{t} p50 / p99 / p99.9 (ms)" for t in rs.targets]
     columns += [f"{t} batches/s sent" for t in rs.targets]
+    columns += [f"{t} wrk's own lag p99 / max (ms)" for t in rs.targets]
     columns += [f"{t} loop lag max / p99 (ms)" for t in lagged]
     lines = _header("Scenario", columns)
     for s in rs.scenarios():
@@ -180,19 +182,39 @@ def tails_table(rs: ResultSet) -> str:
         paced = measured[0].wrk.paced_rate  # type: ignore[union-attr]
         cells = [fmt("count", None if paced is None else paced / measured[0].per_batch)]
         for r in found.values():
-            if r is None or not r.ok:
-                cells.append("–" if r is None else r.status)
-            else:
-                cells.append(" / ".join(fmt("ms", value(r, key)) for key in ("p50", "p99", "p999")))
-        cells += [fmt("count", None if r is None else value(r, "rps", per_batch=True)) for r in found.values()]
+            cells.append(_tails(r))
+        cells += [fmt("count", None if r is None else value(r, "sent", per_batch=True)) for r in found.values()]
+        cells += [_send_lag(r) for r in found.values()]
         cells += [_lag(found[t]) for t in lagged]
         lines.append(_row([f"{s.name} ({s.label})", *cells]))
     return "\n".join(lines)
 
 
+def _tails(r: Result | None) -> str:
+    """p50 / p99 / p99.9 of a constant-rate phase, or why there are none."""
+    if r is None or not r.ok:
+        return "–" if r is None else r.status
+    w = r.wrk
+    assert w is not None
+    if not w.held:
+        share = (w.sent_rate or 0.0) / w.paced_rate if w.paced_rate else 0.0
+        return f"not valid: sent {share:.0%} of the rate"
+    return " / ".join(fmt("ms", value(r, key)) for key in ("p50", "p99", "p999"))
+
+
+def _send_lag(r: Result | None) -> str:
+    lag = None if r is None or not r.ok or r.wrk is None else r.wrk.send_lag
+    return "–" if lag is None else f"{fmt('ms', lag['99'])} / {fmt('ms', lag['max'])}"
+
+
 TAILS_NOTE = ("Every target offered the same batches per second, each request's latency counted from when it was"
-              " due (no coordinated omission); nginx's are per file. Loop lag: how late the server's event loop"
-              " ran its own timer during the phase, each figure the upper bound of its histogram bucket.")
+              " due (no coordinated omission); nginx's are per file. A row the load generator did not send at"
+              f" {HELD:.0%} of the rate asked or more is not valid and has no tails: its requests queued in the"
+              " generator, behind a server that could not answer that fast (every connection busy) or a generator"
+              " that could not send that fast (then its own lag is high). wrk's own lag: how late wrk sent what a free connection could send on time (its"
+              " thread woke late), charged to no latency; where it is near the tails, the host held the"
+              " generator up and the tails are the host's as much as the server's. Loop lag: how late the server's event loop ran its own timer during the phase, each"
+              " figure the upper bound of its histogram bucket.")
 
 
 def lag_table(rs: ResultSet) -> str:
@@ -211,6 +233,28 @@ def lag_table(rs: ResultSet) -> str:
 LAG_NOTE = (f"How late the server's event loop ran a timer it sets every {LAG_INTERVAL * 1000:g} ms"
             " (`axon_event_loop_lag_seconds` read from /metrics before and after each phase): max / p99 in ms,"
             " each the upper bound of its bucket.")
+
+
+def workers_table(rs: ResultSet) -> str:
+    """Each phase's requests per server worker beside the load generator's count; "" when no
+    target counted them (one worker)."""
+    rows = [r for r in rs.results if r.ok and r.per_worker is not None]
+    if not rows:
+        return ""
+    lines = _header("Target", ["scenario", "phase", "per worker", "sum", "load generator", "sum / generator"])
+    for r in rows:
+        assert r.wrk is not None and r.per_worker is not None
+        total = sum(r.per_worker.values())
+        share = f"{total / r.wrk.requests:.3f}" if r.wrk.requests else "–"
+        lines.append(_row([r.target, r.scenario, r.phase, " + ".join(str(n) for n in r.per_worker.values()),
+                           str(total), str(r.wrk.requests), share]))
+    return "\n".join(lines)
+
+
+WORKERS_NOTE = ("Requests each worker process answered in the phase, as the server counted them (Axon's workers"
+                " in their metrics files, nginx's in a log line per request naming the worker), beside the requests"
+                " the load generator counted answered. The sum can pass the generator's by the requests still in"
+                " flight when it stopped (at most one a connection).")
 
 
 REAL_NOTE = ("Files drawn at random from a pool of 4 KiB files for every request, and requests whose"
@@ -288,6 +332,9 @@ def render(rs: ResultSet, references: tuple[str, ...] = (), descriptions: dict[s
     table = lag_table(rs)
     if table:
         out += ["## Event loop lag", "", LAG_NOTE, "", table, ""]
+    table = workers_table(rs)
+    if table:
+        out += ["## Requests per worker", "", WORKERS_NOTE, "", table, ""]
     for target in rs.targets:
         for phase in rs.phases:
             table = formats_table(rs, target, phase)

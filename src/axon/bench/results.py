@@ -31,6 +31,7 @@ class Result:
     wrk: WrkResult | None = None
     peak_rss: int | None = None  # bytes, summed over the server's processes
     loop_lag: loop_lag.Histogram | None = None  # the server's event-loop lag over the phase, if it shows one
+    per_worker: dict[str, int] | None = None  # requests each server worker counted in the phase (pid -> n)
 
     @property
     def ok(self) -> bool:
@@ -40,7 +41,9 @@ class Result:
         out = asdict(self)
         if self.wrk is not None:
             out["wrk"].pop("raw", None)
-            out["wrk"].update(rps=self.wrk.rps, transfer=self.wrk.transfer)  # derived, for readers
+            # Derived, for readers; a rate not held leaves its latencies out of every table (value()).
+            out["wrk"].update(rps=self.wrk.rps, transfer=self.wrk.transfer, sent_rate=self.wrk.sent_rate,
+                              held=self.wrk.held)
         return out
 
     @classmethod
@@ -49,7 +52,7 @@ class Result:
         raw = data.pop("wrk", None)
         wrk = None
         if raw is not None:
-            raw = {k: v for k, v in raw.items() if k not in ("rps", "transfer")}
+            raw = {k: v for k, v in raw.items() if k not in ("rps", "transfer", "sent_rate", "held")}
             raw["latency"] = Stats(**raw["latency"])
             raw["thread_rps"] = Stats(**raw["thread_rps"])
             wrk = WrkResult(**raw)
@@ -105,11 +108,16 @@ RSS_LABEL = "Peak RSS (MB)"
 def value(result: Result, key: str, *, per_batch: bool = False) -> float | None:
     """A metric of ``result`` (also ``"rss"``: peak memory in MiB, ``"errors"``: socket errors
     and unexpected statuses together, ``"lag_max"`` and ``"lag_p99"``: the server's event-loop
-    lag in ms); ``per_batch`` divides request
-    counts by the requests one batch takes, to compare a static server with a batch server."""
+    lag in ms, ``"sent"``: requests/s sent in a constant-rate phase); ``per_batch`` divides request
+    counts by the requests one batch takes, to compare a static server with a batch server.
+    A constant-rate phase whose generator fell short of the rate (:attr:`WrkResult.held`) has no
+    latency: it measured the generator's queue, not the server."""
     wrk = result.wrk
     if not result.ok or wrk is None:
         return None
+    if key == "sent":
+        sent = wrk.sent_rate
+        return None if sent is None else sent / (result.per_batch if per_batch else 1)
     if key == "rss":
         return None if result.peak_rss is None else result.peak_rss / MiB
     if key in ("lag_max", "lag_p99"):
@@ -122,6 +130,8 @@ def value(result: Result, key: str, *, per_batch: bool = False) -> float | None:
         expected_error = _SCENARIOS[result.scenario].expect_status >= 400
         return float(wrk.socket_errors + (0 if expected_error else wrk.errors.get("status", 0)))
     metric = METRIC[key]
+    if metric.kind == "ms" and not wrk.held:
+        return None
     got = float(metric.get(wrk))
     if per_batch and metric.per_request and result.per_batch > 1:
         got /= result.per_batch

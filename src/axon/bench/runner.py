@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from . import loop_lag, procs, wrk
+from . import loop_lag, per_worker, procs, wrk
 from .memory import PeakRSS
 from .results import Result, ResultSet, value
 from .scenarios import AXON, Dialect, HttpRequest, Scenario, request_for
@@ -46,6 +46,8 @@ class Settings:
     server_cpus: str | None = "0"
     load_cpus: str | None = "1"
     restart: bool = True  # a fresh server per scenario
+    workers: int = 1  # processes of each event-loop server and of nginx
+    count_workers: bool = False  # count each worker's requests in every phase (per_worker)
 
     def phases(self) -> list[tuple[str, wrk.Load]]:
         out = []
@@ -66,9 +68,15 @@ class Settings:
                 out[phase] = f"{load.duration:g}s at {self.rate_fraction:g} of {self.rate_reference}'s capacity"
             else:
                 out[phase] = f"{load.duration:g}s" + (f" at {load.rate:g} req/s" if load.rate else "")
+        if self.workers > 1:
+            out["server workers"] = f"{self.workers}, each with its own listening socket (SO_REUSEPORT)"
+        if self.count_workers:
+            out["server workers"] = out.get("server workers", "1") + ", requests counted per worker"
         if self.server_cpus or self.load_cpus:
             out["server CPUs"] = self.server_cpus or "any"
             out["load CPUs"] = self.load_cpus or "any"
+            if self.server_cpus and self.load_cpus and parse_cpus(self.server_cpus) & parse_cpus(self.load_cpus):
+                out["load CPUs"] += " (shared with the server)"
         return out
 
 
@@ -105,12 +113,14 @@ def refused_files(base_url: str, request: HttpRequest, scenario: Scenario, statu
 
 def run_scenario(base_url: str, target: str, dialect: Dialect, scenario: Scenario, settings: Settings,
                  pids: list[int], raw_dir: Path | None = None, say: Progress = _say, *,
-                 users: bool = False, root: Path | None = None, earlier: list[Result] | None = None) -> list[Result]:
+                 users: bool = False, root: Path | None = None, earlier: list[Result] | None = None,
+                 workers: Callable[[], per_worker.Counts] | None = None) -> list[Result]:
     """Every phase of one scenario against a server that is already up. ``users``: the server
     is the user's (a URL), serving ``root`` (``--files-dir``; None if not given), and a probe
     that finds none of the scenario's files fails the run. A server the bench started on its
     own files that answers a probe otherwise than expected has the scenario skipped.
-    ``earlier``: the run's results so far, where a rate fraction finds its reference's capacity."""
+    ``earlier``: the run's results so far, where a rate fraction finds its reference's capacity.
+    ``workers``: reads the server's requests per worker process, counted over each phase."""
     phases = settings.phases()
     request = request_for(scenario, dialect)
     if request is None:
@@ -142,6 +152,7 @@ def run_scenario(base_url: str, target: str, dialect: Dialect, scenario: Scenari
             # Offer a static server the same batches per second: n of its requests per batch.
             load = replace(load, rate=load.rate * request.per_batch)
         lag_before = loop_lag.scrape(base_url)
+        counts_before = per_worker.settled(workers) if workers else None
         with PeakRSS(pids) as peak:
             try:
                 measured = wrk.run(base_url, request, load, settings.load_cpus)
@@ -150,6 +161,7 @@ def run_scenario(base_url: str, target: str, dialect: Dialect, scenario: Scenari
                 say(f"[{target}] {scenario.name} {phase}: failed: {exc}")
                 continue
         lag = loop_lag.between(lag_before, loop_lag.scrape(base_url))
+        counts = None if workers is None else per_worker.between(counts_before or {}, per_worker.settled(workers))
         if raw_dir is not None:
             try:  # wrk's own words, for anyone who doubts a figure; losing them loses no figure
                 raw_dir.mkdir(parents=True, exist_ok=True)
@@ -157,7 +169,7 @@ def run_scenario(base_url: str, target: str, dialect: Dialect, scenario: Scenari
             except OSError as exc:
                 say(f"[{target}] could not keep wrk's output: {exc}")
         result = Result(target, scenario.name, phase, per_batch=request.per_batch, wrk=measured, peak_rss=peak.bytes,
-                        loop_lag=lag)
+                        loop_lag=lag, per_worker=counts)
         out.append(result)
         say(_line(result))
     return out
@@ -171,8 +183,16 @@ def _line(r: Result) -> str:
     status = f", {w.errors.get('status', 0)} non-2xx" if w.errors.get("status") else ""
     lag_max, lag_p99 = value(r, "lag_max"), value(r, "lag_p99")
     lag = "" if lag_max is None else f", loop lag max {lag_max:.2f} ms, p99 {lag_p99:.2f} ms"
+    if r.per_worker is not None:
+        lag += f", requests per worker {' + '.join(str(n) for n in r.per_worker.values())}"
+    paced = ""
+    if w.paced_rate is not None:
+        paced = f", sent {w.sent_rate:.0f} of {w.paced_rate:.0f} req/s asked"
+        if not w.held:
+            paced += " (not valid: the rate was not sent, its latencies are of requests queued in wrk)"
     return (f"[{r.target}] {r.scenario} {r.phase}: {w.rps:.0f} req/s, {w.transfer / 2**20:.1f} MB/s, "
-            f"avg {w.latency.mean:.2f} ms, p99 {w.latency.percentiles.get('99', 0):.2f} ms{errors}{status}{rss}{lag}")
+            f"avg {w.latency.mean:.2f} ms, p99 {w.latency.percentiles.get('99', 0):.2f} ms{errors}{status}{rss}{lag}"
+            f"{paced}")
 
 
 def closed_loop_capacity(results: list[Result], target: str, scenario: str) -> float | None:
@@ -215,12 +235,13 @@ def run_target(target: Target, scenarios: list[Scenario], settings: Settings, ro
         batches = [b for b in ([s for s in scenarios if not s.cold], [s for s in scenarios if s.cold]) if b]
     with tempfile.TemporaryDirectory(prefix=f"axon-bench-{target.name}-") as tmp:
         for i, batch in enumerate(batches):
-            ctx = Context(root, Path(tmp) / f"run{i}", procs.free_port(), cache_dir, cold_crc=batch[0].cold)
+            ctx = Context(root, Path(tmp) / f"run{i}", procs.free_port(), cache_dir, workers=settings.workers,
+                          cold_crc=batch[0].cold, count_workers=settings.count_workers)
             try:
                 with started(target, ctx, settings, out_dir / "logs" / target.name) as (base, pids):
                     for scenario in batch:
                         results += run_scenario(base, target.name, target.dialect, scenario, settings, pids, raw_dir,
-                                                say, earlier=earlier)
+                                                say, earlier=earlier, workers=per_worker.reader(target.name, ctx))
             except (RuntimeError, OSError, TimeoutError) as exc:
                 say(f"[{target.name}] failed: {exc}")
                 done = {(r.scenario, r.phase) for r in results}
@@ -238,7 +259,7 @@ def run_compare(targets: list[Target], scenarios: list[Scenario], settings: Sett
         os.sched_setaffinity(0, parse_cpus(settings.load_cpus))
     try:
         for target in targets:
-            say(f"[{target.name}] {target.description}")
+            say(f"[{target.name}] {target.describe(settings.workers)}")
             for result in run_target(target, scenarios, settings, root, cache_dir, out_dir, say, results.results):
                 results.add(result)
     finally:

@@ -38,6 +38,8 @@ class Context:
     cache_dir: Path
     workers: int = 1  # event-loop servers: one per server CPU
     cold_crc: bool = False  # serve the app that keeps no CRC-32 (every zip reads its files)
+    #: Count each worker's requests (per_worker): Axon with --metrics, nginx with a log line each.
+    count_workers: bool = False
 
     @property
     def host(self) -> str:
@@ -45,7 +47,20 @@ class Context:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"AXON_ROOT": str(self.root)}
+        env = {"AXON_ROOT": str(self.root)}
+        if self.count_workers:
+            env["AXON_METRICS_DIR"] = str(self.metrics_dir)
+        return env
+
+    @property
+    def metrics_dir(self) -> Path:
+        """Where Axon's workers keep their counts, one file each (when counted)."""
+        return self.workdir / "metrics"
+
+    @property
+    def worker_log(self) -> Path:
+        """nginx's line per request naming its worker (when counted)."""
+        return self.workdir / "nginx" / "workers.log"
 
     def app(self, spec: str) -> str:
         """``module:name`` of the bench app to serve: ``spec``, or its ``cold_`` twin."""
@@ -61,6 +76,16 @@ class Target:
     commands: Callable[[Context], list[Command]]  # started in order; the last one takes the port
     requires: tuple[str, ...] = ()  # executables ("nginx") or modules ("py:gunicorn") it needs
 
+    def describe(self, workers: int = 1) -> str:
+        """The description, with the number of worker processes ``--workers`` gives it."""
+        if workers == 1:
+            return self.description
+        if ", 1 worker" in self.description:  # the event-loop servers
+            return self.description.replace(", 1 worker", f", {workers} workers (SO_REUSEPORT)")
+        if self.name == "nginx":
+            return f"{self.description}, {workers} workers (reuseport)"
+        return self.description  # the threaded servers keep their own 2x16
+
     def missing(self) -> list[str]:
         """What this machine lacks to run the target (empty when it can)."""
         out = []
@@ -74,7 +99,8 @@ class Target:
 
 
 def _nginx(ctx: Context) -> list[Command]:
-    return [nginx.static_command(ctx.workdir / "nginx", ctx.port, ctx.root)]
+    return [nginx.static_command(ctx.workdir / "nginx", ctx.port, ctx.root, workers=ctx.workers,
+                                 worker_log=ctx.worker_log if ctx.count_workers else None)]
 
 
 def _original(ctx: Context) -> list[Command]:
@@ -134,13 +160,19 @@ def _axon_serve(ctx: Context) -> list[Command]:
     argv = [sys.executable, "-m", "axon.cli", "serve", str(ctx.root), "--host", ctx.host,
             "--port", str(ctx.port), "--workers", str(ctx.workers), "--app", ctx.app("axon.bench.echo_app:app"),
             "--log-level", "warning"]
+    if ctx.workers > 1:
+        argv.append("--reuse-port")  # a listening socket per worker, as nginx's reuseport
+    if ctx.count_workers:
+        # Each worker's requests, in its file under ctx.metrics_dir (per_worker). Observing
+        # requests has a cost, and turns the fixed answers (health) off.
+        argv.append("--metrics")
     return [Command(argv, "axon-serve", ctx.env)]
 
 
 def _axon_observed(ctx: Context) -> list[Command]:
     # As deployed with deploy/: Prometheus metrics and a JSON access log (to the target's log file).
     (command,) = _axon_serve(ctx)
-    argv = [*command.argv, "--metrics", "--access-log", "--json-logs"]
+    argv = [*(a for a in command.argv if a != "--metrics"), "--metrics", "--access-log", "--json-logs"]
     return [Command(argv, "axon-observed", ctx.env)]
 
 

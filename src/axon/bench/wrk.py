@@ -21,6 +21,11 @@ from . import lua, procs
 from .scenarios import HttpRequest
 
 WRK = "wrk"
+#: A constant-rate phase whose generator sent less than this share of the rate asked is not valid:
+#: its requests waited in the generator (behind a server too slow for the rate, or a generator too
+#: slow to send it), so its latencies say how far behind the schedule fell, not how the server
+#: answers at that rate.
+HELD = 0.95
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,7 @@ class Load:
     def __post_init__(self) -> None:
         if self.duration <= 0 or self.connections <= 0 or self.threads <= 0:
             raise ValueError("duration, connections and threads must be positive")
-        if self.rate is None and self.connections % self.threads:
+        if self.connections % self.threads:
             # wrk gives each thread connections // threads and silently drops the remainder.
             raise ValueError(f"{self.connections} connections do not divide among {self.threads} threads")
 
@@ -60,6 +65,10 @@ class WrkResult:
     thread_rps: Stats  # requests/s per wrk thread, sampled every 100 ms
     paced_rate: float | None = None  # the rate asked for, in a constant-rate run
     raw: str = ""  # wrk's output as printed
+    sent: int | None = None  # requests sent, in a constant-rate run (requests counts those answered)
+    # In a constant-rate run: how late the generator sent what it could send on time (its own
+    # lag, ms: "99" and "max"), which no latency is charged with.
+    send_lag: dict[str, float] | None = None
 
     @property
     def rps(self) -> float:
@@ -71,16 +80,27 @@ class WrkResult:
         return self.bytes / self.duration if self.duration else 0.0
 
     @property
+    def sent_rate(self) -> float | None:
+        """Requests/s the generator sent, in a constant-rate run (None otherwise)."""
+        if self.paced_rate is None:
+            return None
+        sent = self.requests if self.sent is None else self.sent
+        return sent / self.duration if self.duration else 0.0
+
+    @property
+    def held(self) -> bool:
+        """Whether the rate asked was sent (at least :data:`HELD` of it); True when none was asked."""
+        sent = self.sent_rate
+        return sent is None or sent >= HELD * (self.paced_rate or 0.0)
+
+    @property
     def socket_errors(self) -> int:
         return sum(self.errors.get(k, 0) for k in ("connect", "read", "write", "timeout"))
 
 
 def command(base_url: str, load: Load, script: Path) -> list[str]:
-    threads, connections = load.threads, load.connections
-    if load.rate is not None:
-        threads = connections  # one connection per thread: see lua.py
     return [
-        WRK, "-t", str(threads), "-c", str(connections), "-d", f"{_seconds(load.duration)}s",
+        WRK, "-t", str(load.threads), "-c", str(load.connections), "-d", f"{_seconds(load.duration)}s",
         "--timeout", f"{_seconds(load.timeout)}s", "--latency", "-s", str(script), base_url,
     ]
 
@@ -92,7 +112,7 @@ def run(base_url: str, request: HttpRequest, load: Load, cpus: str | None = None
     if load.rate is None:
         source = lua.peak_script(request)
     else:
-        source = lua.paced_script(request, load.rate, load.connections)
+        source = lua.paced_script(request, load.rate, load.connections, load.threads)
     with tempfile.TemporaryDirectory(prefix="axon-bench-wrk-") as tmp:
         script = Path(tmp) / "bench.lua"
         script.write_text(source)
@@ -136,6 +156,8 @@ def parse(output: str) -> WrkResult:
         duration=data["duration_us"] / 1e6, requests=int(data["requests"]), bytes=int(data["bytes"]),
         errors={k: int(v) for k, v in data["errors"].items()}, latency=latency, thread_rps=thread_rps,
         paced_rate=None if paced is None else float(paced["rate"]), raw=output,
+        sent=None if paced is None or "sent" not in paced else int(paced["sent"]),
+        send_lag=None if paced is None or "late_buckets" not in paced else send_lag(paced),
     )
 
 
@@ -152,6 +174,16 @@ def paced_latency(paced: dict) -> Stats:
         _pkey(p): _ms(min(histogram_percentile(buckets, step, p), paced["max_us"])) for p in lua.PERCENTILES
     }
     return Stats(mean=_ms(mean), stdev=_ms(math.sqrt(variance)), max=_ms(paced["max_us"]), percentiles=percentiles)
+
+
+def send_lag(paced: dict) -> dict[str, float]:
+    """The generator's own lag (ms), its 99th percentile and maximum, from the paced script's
+    histogram of how late it sent what it could send on time."""
+    buckets = {int(b): int(c) for b, c in paced["late_buckets"].items()}
+    if not buckets:
+        return {"99": 0.0, "max": 0.0}
+    p99 = min(histogram_percentile(buckets, float(paced["step"]), 99), paced["late_max_us"])
+    return {"99": _ms(p99), "max": _ms(paced["late_max_us"])}
 
 
 def histogram_percentile(buckets: dict[int, int], step: float, p: float) -> float:
