@@ -38,24 +38,24 @@ def writer(data: bytes, calls: list | None = None, delay: float = 0.0):
 
 
 def fetch(tier: DiskTier, key: str, data: bytes, calls: list | None = None, etag: str | None = None) -> bytes | None:
-    fd = asyncio.run(tier.fetch(key, etag or etag_of(data), len(data), writer(data, calls)))
-    if fd is None:
+    held = asyncio.run(tier.fetch(key, etag or etag_of(data), len(data), writer(data, calls)))
+    if held is None:
         return None
     try:
-        return os.pread(fd, len(data) + 1, 0)
+        return os.pread(held.fd, len(data) + 1, 0)
     finally:
-        os.close(fd)
+        held.close()
 
 
 def files_in(directory) -> list[str]:
     return sorted(os.path.relpath(os.path.join(d, f), directory) for d, _, fs in os.walk(directory) for f in fs
-                  if not f.startswith(".usage"))
+                  if not f.startswith("."))
 
 
 def disk_bytes(directory) -> int:
-    """The blocks of the objects' files (the directories and ``.usage`` are beside the bound)."""
+    """The blocks of the objects' files (the directories, ``.usage`` and ``.journal`` are beside the bound)."""
     return sum(os.lstat(os.path.join(d, f)).st_blocks * 512 for d, _, fs in os.walk(directory) for f in fs
-               if f != ".usage")
+               if not f.startswith("."))
 
 
 def test_a_fill_then_hits(tmp_path):
@@ -137,9 +137,9 @@ def test_one_fill_for_many_at_once_in_a_process(tmp_path):
     async def many():
         fds = await asyncio.gather(*[tier.fetch("k", etag_of(data), len(data), writer(data, calls, 0.05))
                                      for _ in range(50)])
-        for fd in fds:
-            assert os.pread(fd, 4000, 0) == data
-            os.close(fd)
+        for held in fds:
+            assert os.pread(held.fd, 4000, 0) == data
+            held.close()
 
     asyncio.run(many())
     assert len(calls) == 1
@@ -156,8 +156,8 @@ async def fill(fd, md5):
     await asyncio.sleep(0.3)
     return os.pwrite(fd, data, 0)
 tier = DiskTier(directory, 1 << 20)
-fd = asyncio.run(tier.fetch("shared", '"v1"', len(data), fill))
-assert os.pread(fd, len(data) + 1, 0) == data
+held = asyncio.run(tier.fetch("shared", '"v1"', len(data), fill))
+assert os.pread(held.fd, len(data) + 1, 0) == data
 """
 
 
@@ -194,9 +194,9 @@ def test_fills_at_once_never_pass_the_bound_and_the_count_is_what_is_there(tmp_p
             assert disk_bytes(tmp_path) <= bound
             return os.pwrite(fd, data, 0)
 
-        fd = await tier.fetch(f"k{i}", f'"v{i}"', len(data), fill)
-        if fd is not None:
-            os.close(fd)
+        held = await tier.fetch(f"k{i}", f'"v{i}"', len(data), fill)
+        if held is not None:
+            held.close()
 
     async def rounds() -> None:
         for start in range(0, 80, 20):
@@ -220,21 +220,21 @@ def test_the_least_recently_used_go_first(tmp_path):
         for f in fs:
             age = 120 if f.startswith(os.path.basename(tier.path_of("first", etag_of(first)))) else 60
             os.utime(os.path.join(d, f), (now - age, now - age))
-    os.close(tier.open("first", etag_of(first), len(first)))  # a hit: the first is now the last used
+    tier.open("first", etag_of(first), len(first)).close()  # a hit: the first is now the last used
     # A file's times come from the kernel's coarse clock (a tick of up to 4 ms): the fills below
     # come a tick later, so that they are newer than the hit.
     time.sleep(0.05)
     for i in range(5, 10):
         fetch(tier, f"other/{i}", others[i])
     kept = [tier.open(f"other/{i}", etag_of(others[i]), 8 * KiB) for i in range(5)]
-    for fd in kept:
-        if fd is not None:
-            os.close(fd)
-    gone = [fd for fd in kept if fd is None]
+    for held in kept:
+        if held is not None:
+            held.close()
+    gone = [held for held in kept if held is None]
     assert gone, "nothing was evicted: the test does not test the order"
-    fd = tier.open("first", etag_of(first), len(first))
-    assert fd is not None  # without the hit's touch it was the oldest, the first to go
-    os.close(fd)
+    held = tier.open("first", etag_of(first), len(first))
+    assert held is not None  # without the hit's touch it was the oldest, the first to go
+    held.close()
 
 
 def test_too_large_for_the_bound_is_not_kept(tmp_path):
