@@ -19,7 +19,7 @@ heap) that each process keeps: built by a scan of the directory at start, it lea
 processes' fills from ``.journal``, where every commit appends its file's name under the lock,
 and checks each candidate's mtime before deleting it (a hit since moves it up). Making room is
 then O(deleted · log n), not O(files). When the index cannot free enough (a count grown by a
-killed fill's reservation), or the journal has grown past twice what the index holds, a full
+killed fill's reservation), or the journal has grown to twice its length when last written anew, a full
 :meth:`Space.scan` recounts the directory, rebuilds the index and writes the journal anew.
 So the directory never holds more than the bound, however many processes fill it.
 """
@@ -45,7 +45,8 @@ BLOCK = 4096
 #: The suffix of a fill under way: ``<name>.<random>.<reserved>.tmp``.
 TEMP = ".tmp"
 LOCK = ".lock"
-#: The journal is written anew (by a full scan) once it holds this many more lines than the index.
+#: The journal is written anew (by a full scan) once it is twice as long as when last written anew,
+#: and this many lines more.
 JOURNAL_SLACK = 10_000
 #: A journal line's bytes, about (a name of :meth:`~.object_disk.DiskTier.path_of`).
 JOURNAL_LINE = 100
@@ -74,7 +75,7 @@ class Space:
         #: The objects by last use: (mtime when indexed, bytes on disk, path), a heap.
         self._index: list[tuple[float, int, str]] = []
         self._journal_read = (0, 0)  # (inode, offset) of the journal read into the index
-        self._journal_lines = 0
+        self._journal_base = 0  # its length when written anew: it is long at twice that and more
         #: Objects deleted to make room, by this process (a metric).
         self.evictions = 0
 
@@ -142,9 +143,7 @@ class Space:
             os.rename(temp, path)
             used = self._read(fd) + taken - reserved
             try:
-                with open(self._journal, "ab") as journal:
-                    journal.write(os.path.relpath(path, self.directory).encode() + b"\n")
-                    long = journal.tell() > JOURNAL_LINE * (2 * len(self._index) + JOURNAL_SLACK)
+                long = self._journal_add(path)
             except OSError:  # a full disk: the object is indexed by the next full scan
                 long = False
             if long:  # overwritten objects' lines too: written anew, from what is there
@@ -182,7 +181,7 @@ class Space:
         """Delete the least recently used objects until ``used`` is at most ``target``, by the
         index (O(deleted)); by a full scan when the index cannot, or its journal is long."""
         self._catch_up()
-        if self._journal_lines > 2 * len(self._index) + JOURNAL_SLACK:
+        if self._journal_long(self._journal_read[1]):
             return self._scan(fd, target)
         index = self._index
         while used > target and index:
@@ -200,6 +199,25 @@ class Space:
                 self._deleted(fd)
         return used if used <= target else self._scan(fd, target)
 
+    def _journal_add(self, path: str) -> bool:
+        """Append the object committed at ``path`` to the journal; index it at once if nothing
+        was appended since this process last read it. Whether the journal is now long."""
+        line = os.path.relpath(path, self.directory).encode() + b"\n"
+        with open(self._journal, "ab") as journal:
+            journal.write(line)
+            end = journal.tell()
+            inode = os.fstat(journal.fileno()).st_ino
+        if self._journal_read == (inode, end - len(line)):
+            st = os.lstat(path)
+            heapq.heappush(self._index, (st.st_mtime, disk_bytes(st), path))
+            self._journal_read = (inode, end)
+        return self._journal_long(end)
+
+    def _journal_long(self, length: int) -> bool:
+        """Whether a journal of ``length`` bytes is to be written anew: past twice its length
+        when last written anew (by then most of it may name deleted files), and some slack."""
+        return length > 2 * self._journal_base + JOURNAL_LINE * JOURNAL_SLACK
+
     def _catch_up(self) -> None:
         """Index what other processes committed since this one last read the journal (all of it
         anew when it was written anew)."""
@@ -211,12 +229,11 @@ class Space:
             inode = os.fstat(journal.fileno()).st_ino
             known, offset = self._journal_read
             if inode != known:
-                self._index, offset, self._journal_lines = [], 0, 0
+                self._index, offset = [], 0
             journal.seek(offset)
             data = journal.read()
         end = data.rfind(b"\n") + 1  # a line being written is read next time
         for name in data[:end].splitlines():
-            self._journal_lines += 1
             path = os.path.join(self.directory, os.fsdecode(name))
             try:
                 st = os.lstat(path)
@@ -224,6 +241,8 @@ class Space:
                 continue
             heapq.heappush(self._index, (st.st_mtime, disk_bytes(st), path))
         self._journal_read = (inode, offset + end)
+        if inode != known:
+            self._journal_base = offset + end
 
     def _scan(self, fd: int, target: int) -> int:
         objects: list[tuple[float, int, str]] = []  # (last use, bytes on disk, path)
@@ -264,7 +283,7 @@ class Space:
             end = journal.tell()
         os.rename(temp, self._journal)
         self._journal_read = (os.stat(self._journal).st_ino, end)
-        self._journal_lines = len(objects)
+        self._journal_base = end
 
 
 def temp_name(path: str, reserved: int) -> str:
