@@ -280,3 +280,86 @@ def test_writes_of_fetched_bytes_in_flight_are_bounded(tmp_path, monkeypatch):
     assert asyncio.run(flood()) == 2
     kept = [key for key, body in data.items() if tier.open(key, etag_of(body), len(body)) is not None]
     assert kept == ["k0", "k1"]
+
+
+def test_hits_share_one_descriptor_and_never_a_deleted_files(tmp_path):
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    tier.share_files(size=100, valid=5.0, inactive=60.0)
+    data = os.urandom(6000)
+    assert fetch(tier, "k", data) == data
+
+    async def hits() -> None:
+        before = len(os.listdir("/proc/self/fd"))
+        first = await tier.lookup("k", etag_of(data), len(data))
+        second = await tier.lookup("k", etag_of(data), len(data))
+        assert first.fd == second.fd and os.pread(second.fd, 7000, 0) == data  # one open for both
+        first.close()
+        second.close()
+        assert len(os.listdir("/proc/self/fd")) == before  # the one the fill's hit cached stays open
+        path = tier.path_of("k", etag_of(data))
+        # Replaced under its name (another process's refill): the new file, not the cached one.
+        again = os.urandom(6000)
+        with open(path + ".new", "wb") as f:
+            f.write(again)
+        os.rename(path + ".new", path)
+        third = await tier.lookup("k", etag_of(data), len(data))
+        assert os.pread(third.fd, 7000, 0) == again
+        third.close()
+        tier.space.release([path])  # deleted (evicted): never served from the cached descriptor
+        assert await tier.lookup("k", etag_of(data), len(data)) is None
+
+    asyncio.run(hits())
+
+
+def test_descriptors_of_deleted_files_are_closed_by_the_next_sweep(tmp_path, monkeypatch):
+    monkeypatch.setattr(object_disk, "SWEEP", 0.05)
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    tier.share_files(size=100, valid=5.0, inactive=60.0)
+    other = DiskTier(str(tmp_path), 1 << 20)  # another process's
+    kept = {f"k{i}": os.urandom(5000) for i in range(3)}
+    for key, data in kept.items():
+        fetch(tier, key, data)
+
+    def held_deleted() -> int:
+        return sum(_link(fd).startswith(str(tmp_path)) and _link(fd).endswith("(deleted)")
+                   for fd in os.listdir("/proc/self/fd"))
+
+    async def sweep() -> None:
+        for key, data in kept.items():
+            (await tier.lookup(key, etag_of(data), len(data))).close()
+        other.space.release([tier.path_of("k0", etag_of(kept["k0"]))])  # evicted by the other process
+        assert held_deleted() == 1  # held until the sweep
+        await asyncio.sleep(0.2)
+        assert held_deleted() == 0
+        held = await tier.lookup("k1", etag_of(kept["k1"]), len(kept["k1"]))  # the others open anew
+        assert os.pread(held.fd, 6000, 0) == kept["k1"]
+        held.close()
+
+    asyncio.run(sweep())
+
+
+def _link(fd: str) -> str:
+    """What this process's descriptor ``fd`` names ("" once closed)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+def test_etags_that_prove_not_to_be_md5s_are_checked_by_length(tmp_path, caplog):
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    kms = {f"k{i}": (os.urandom(2000), f'"{os.urandom(16).hex()}"') for i in range(5)}  # MD5-looking, not MD5s
+    with caplog.at_level(logging.WARNING, "axon.storage"):
+        kept = [fetch(tier, key, data, etag=etag) is not None for key, (data, etag) in kms.items()]
+    assert kept == [False, False, False, True, True]  # the three that disagreed were not kept
+    assert "not the MD5 of the bytes" in caplog.text
+    assert fetch(tier, "short", b"s" * 100, etag=f'"{os.urandom(16).hex()}"') is not None
+    assert asyncio.run(tier.fetch("short2", '"ab"', 200, writer(b"z" * 100))) is None  # the length, always
+
+
+def test_a_store_whose_etags_were_md5s_stays_checked(tmp_path):
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    good = os.urandom(2000)
+    assert fetch(tier, "good", good) == good  # an MD5 that agreed
+    for i in range(5):
+        assert fetch(tier, f"bad{i}", os.urandom(2000), etag=etag_of(b"other")) is None

@@ -135,8 +135,8 @@ class DiskTier:
         self.files = None if self._sharing is None else FileCache(
             self._sharing[0], self._sharing[1], inactive=self._sharing[2], small_bytes=0, recheck=_still_named)
         self._usage = -1 if self._sharing is None else self.space.open_usage()
-        self._seen_deletions = -1
-        self._sweeping = False
+        self._seen_deletions = -1 if self._sharing is None else self.space.deletions(self._usage)
+        self._sweeping: asyncio.AbstractEventLoop | None = None  # the loop a sweep is due on
 
     def counts(self) -> dict[str, int]:
         """This process's counts, by the names the metrics give them (``axon_<name>_total``)."""
@@ -191,6 +191,7 @@ class DiskTier:
             if found is not None:
                 entry, st = found
                 if st.st_size == size and _touched(entry.fd, st):
+                    self._sweep_later()
                     return Held(entry.fd, entry)
                 entry.release()
                 return None
@@ -212,19 +213,19 @@ class DiskTier:
         return Held(fd, files.add(path, fd, (st.st_dev, st.st_ino), path, ""))
 
     def _sweep_later(self) -> None:
-        if self._sweeping:
-            return
         try:
-            asyncio.get_running_loop().call_later(SWEEP, self._sweep)
-            self._sweeping = True
+            loop = asyncio.get_running_loop()
         except RuntimeError:
-            pass  # no loop (a test's direct call): descriptors are checked by each use still
+            return  # no loop (a test's direct call): descriptors are checked by each use still
+        if self._sweeping is not loop:  # (a loop that ended took its sweep with it)
+            loop.call_later(SWEEP, self._sweep)
+            self._sweeping = loop
 
     def _sweep(self) -> None:
         """Close the descriptors unused for the idle time; all of them once any process deleted
         a kept file since the last sweep (a deleted file's blocks are free once none is open)."""
         files = self.files
-        self._sweeping = False
+        self._sweeping = None
         if files is None:
             return
         deletions = self.space.deletions(self._usage)
