@@ -4,15 +4,19 @@ shared by every worker of a node and found again after a restart (``--object-dis
 A file is named by its object's key and the ETag the store gives now, both hashed
 (:func:`DiskTier.path_of`): a lookup asks for the version the listing (or the opening GET) just
 named, so an overwritten object is never served from its old file, and the fill of its new
-version deletes the old ones. A fill writes a temporary name, checks it (length, and an ETag
-that is an MD5 against the bytes), syncs it and renames it: the rename is the commit, so a
-worker killed mid-fill leaves only a temporary file that no lookup opens (:mod:`.object_disk_space`
-deletes it once its process is gone). One fill per object at a time: within a process one
+version deletes the old ones. A fill (:mod:`.object_disk_fill`) writes a temporary name, checks
+it (its length, and an ETag that looks like an MD5 against the bytes while the store's ETags
+prove to be MD5s), syncs it and renames it: the rename is the commit, so a worker killed
+mid-fill leaves only a temporary file that no lookup opens (and no fill locks:
+:mod:`.object_disk_space` deletes it). One fill per object at a time: within a process one
 future per name; across processes an exclusive ``flock`` on ``<name>.lock``, which the others
 poll until the file is there (then it is theirs too) or ``wait`` seconds passed (then they
 fetch from the store as without the tier). The bytes on disk stay within the bound
 (:class:`~.object_disk_space.Space`); a fill that fails (a full disk, a store that fails) is a
 line in the log and a count, and the object is served from the store.
+
+For a server that reads by offset (``axon serve``) the kept files' descriptors are shared by
+responses through an open-file cache (:meth:`DiskTier.share_files`), as local files' are.
 
 Everything here runs on the source's store loop (:mod:`.objects`), except :meth:`DiskTier.keep`,
 which is given bytes already fetched and runs in a thread.
