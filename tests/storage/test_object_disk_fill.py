@@ -36,6 +36,18 @@ def slowed(call, seconds: float, started: threading.Event):
     return slow
 
 
+async def cancelled(fetch, started: threading.Event) -> None:
+    """``fetch`` cancelled as soon as ``started`` is set."""
+    task = asyncio.ensure_future(fetch)
+    while not started.is_set():
+        await asyncio.sleep(0.005)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+
+
 def test_a_fill_cancelled_while_its_room_is_made_leaks_nothing(tmp_path):
     tier = DiskTier(str(tmp_path), 1 << 20)
     started = threading.Event()
@@ -45,18 +57,8 @@ def test_a_fill_cancelled_while_its_room_is_made_leaks_nothing(tmp_path):
     async def fill(fd, md5):
         return os.pwrite(fd, data, 0)
 
-    async def cancelled() -> None:
-        task = asyncio.ensure_future(tier.fetch("k", etag_of(data), len(data), fill))
-        while not started.is_set():
-            await asyncio.sleep(0.005)
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
-
     before = open_fds()
-    asyncio.run(cancelled())  # (its executor is joined: the thread is done)
+    asyncio.run(cancelled(tier.fetch("k", etag_of(data), len(data), fill), started))  # the thread is joined
     assert open_fds() == before  # no temporary file's descriptor left open
     assert leftovers(tmp_path) == []
     assert tier.space.used() == 0  # its reservation given back
@@ -72,18 +74,8 @@ def test_a_fill_cancelled_while_it_syncs_is_whole_or_gone(tmp_path, monkeypatch)
         md5.update(data)
         return os.pwrite(fd, data, 0)
 
-    async def cancelled() -> None:
-        task = asyncio.ensure_future(tier.fetch("k", etag_of(data), len(data), fill))
-        while not started.is_set():
-            await asyncio.sleep(0.005)
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
-
     before = open_fds()
-    asyncio.run(cancelled())
+    asyncio.run(cancelled(tier.fetch("k", etag_of(data), len(data), fill), started))
     assert open_fds() == before
     assert leftovers(tmp_path) == []
     kept = tier.open("k", etag_of(data), len(data))

@@ -160,27 +160,6 @@ def test_a_single_key_on_disk_costs_the_store_a_304(weed, objects, tmp_path):
         server.stop()
 
 
-def test_warm_objects_are_sent_from_descriptors_the_worker_keeps(weed, objects, tmp_path, parse_multipart):
-    prefix, data = objects
-    names = sorted(data)
-    cache_dir = tmp_path / "tier"
-    server = started(weed, prefix, tmp_path, cache_dir)
-    try:
-        batch(server.port, names, parse_multipart)
-        wait_for_files(cache_dir, COUNT)
-        assert batch(server.port, names, parse_multipart) == [data[n] for n in names]
-        assert len(held_files(server.proc.pid, cache_dir)) >= COUNT  # kept open for the next hits
-        for name in names[:2]:  # replaced: their old files are deleted
-            data[name] = b"new:" + data[name][4:]
-            weed.put(f"{prefix}/{name}", data[name])
-        assert batch(server.port, names, parse_multipart) == [data[n] for n in names]
-        time.sleep(1.5)  # a sweep: no descriptor of a deleted file stays open
-        assert [f for f in held_files(server.proc.pid, cache_dir) if f.endswith("(deleted)")] == []
-        assert batch(server.port, names, parse_multipart) == [data[n] for n in names]
-    finally:
-        server.stop()
-
-
 @pytest.mark.parametrize("runtime", sorted(set(RUNTIMES) - {"native"}))
 def test_kept_objects_are_sent_as_files_by_the_other_runtimes(runtime, weed, objects, tmp_path, parse_multipart):
     prefix, data = objects
@@ -212,6 +191,8 @@ def test_an_overwrite_between_two_batches(weed, objects, tmp_path, parse_multipa
     try:
         batch(server.port, names, parse_multipart)
         wait_for_files(cache_dir, COUNT)
+        assert batch(server.port, names, parse_multipart) == [data[n] for n in names]
+        assert len(held_files(server.proc.pid, cache_dir)) >= COUNT  # kept open for the next hits
         old_files = set(kept_files(cache_dir))
         for name in names[:2]:  # one large, one small
             data[name] = b"new:" + data[name][4:]
@@ -221,6 +202,9 @@ def test_an_overwrite_between_two_batches(weed, objects, tmp_path, parse_multipa
         assert gets(weed) - before == 2  # only the overwritten ones are fetched again
         wait_for_files(cache_dir, COUNT)
         assert len(old_files - set(kept_files(cache_dir))) == 2  # their old files are gone
+        time.sleep(1.5)  # a sweep: no descriptor of a deleted file stays open
+        assert [f for f in held_files(server.proc.pid, cache_dir) if f.endswith("(deleted)")] == []
+        assert batch(server.port, names, parse_multipart) == [data[n] for n in names]
     finally:
         server.stop()
 
