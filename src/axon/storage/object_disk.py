@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import hashlib
 import logging
 import os
@@ -150,8 +151,7 @@ class DiskTier:
 
     def path_of(self, key: str, etag: str) -> str:
         """The file of ``key`` at version ``etag``: ``<dir>/ab/<sha256(key)>-<sha256(etag)>``."""
-        k = hashlib.sha256(key.encode()).hexdigest()
-        return os.path.join(self.directory, k[:2], f"{k}-{hashlib.sha256(etag.encode()).hexdigest()[:32]}")
+        return self.directory + _name_of(key, etag)
 
     def fits(self, size: int) -> bool:
         return 0 < size <= self.largest
@@ -217,13 +217,15 @@ class DiskTier:
         return Held(fd, files.add(path, fd, (st.st_dev, st.st_ino), path, ""))
 
     def _sweep_later(self) -> None:
+        due = self._sweeping
+        if due is not None and not due.is_closed():  # (a loop that ended took its sweep with it)
+            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # no loop (a test's direct call): descriptors are checked by each use still
-        if self._sweeping is not loop:  # (a loop that ended took its sweep with it)
-            loop.call_later(SWEEP, self._sweep)
-            self._sweeping = loop
+        loop.call_later(SWEEP, self._sweep)
+        self._sweeping = loop
 
     def _sweep(self) -> None:
         """Close the descriptors unused for the idle time; all of them once any process deleted
@@ -406,6 +408,13 @@ class DiskTier:
             self._logged = now
             log.warning("object disk cache %s: %r not kept (%s); served from the store (%d fills failed "
                         "in this process so far)", self.directory, key, why, self.fill_failures)
+
+
+@functools.lru_cache(maxsize=8192)
+def _name_of(key: str, etag: str) -> str:
+    """:meth:`DiskTier.path_of` below the directory, kept for the keys in use (a hit hashes nothing)."""
+    k = hashlib.sha256(key.encode()).hexdigest()
+    return f"/{k[:2]}/{k}-{hashlib.sha256(etag.encode()).hexdigest()[:32]}"
 
 
 def _touched(fd: int, st: os.stat_result) -> bool:

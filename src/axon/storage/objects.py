@@ -34,7 +34,7 @@ an outage: :meth:`ObjectSource.check` asks at start; a refusal later is a 502 or
 the 503 of a store that did not answer (:mod:`.object_store`). Each request's outcome is noted
 (:mod:`.object_health`): ``/api/health`` says what the store last did.
 
-Why one module of some 490 lines, past the guide of 450: it is the one place where the store's
+Why one module of some 500 lines, past the guide of 450: it is the one place where the store's
 facts (listing, opening, the memory cache, the disk tier) become a batch's files, and each of
 those parts already lives in a module of its own (``object_*``).
 """
