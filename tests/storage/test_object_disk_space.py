@@ -112,3 +112,12 @@ def test_a_long_journal_is_written_anew_from_what_is_there(tmp_path, monkeypatch
         longest = max(longest, len((tmp_path / ".journal").read_text().split()))
     assert longest <= 8  # twice one line, and three more (lines of about 70 bytes here)
     assert os.path.join(tmp_path, (tmp_path / ".journal").read_text().split()[-1]) == previous
+
+
+def test_a_journal_that_cannot_be_written_costs_nothing_but_full_scans(tmp_path):
+    (tmp_path / ".journal").mkdir()  # (as a full disk would refuse it)
+    space = Space(str(tmp_path), 4 * BLOCK)
+    assert space.scan() == 0  # a start still starts
+    kept = [commit(space, f"{i:02x}{'0' * 62}-v", BLOCK) for i in range(6)]  # room made by scans
+    assert sum(os.path.exists(p) for p in kept) <= 4 and os.path.exists(kept[-1])
+    assert space.used() == sum(os.lstat(p).st_blocks * 512 for p in kept if os.path.exists(p))

@@ -223,7 +223,7 @@ class Space:
         anew when it was written anew)."""
         try:
             journal = open(self._journal, "rb")
-        except FileNotFoundError:
+        except OSError:  # none yet, or none to be had: the index has what the last full scan found
             return
         with journal:
             inode = os.fstat(journal.fileno()).st_ino
@@ -278,10 +278,19 @@ class Space:
     def _write_journal(self, objects: list[tuple[float, int, str]]) -> None:
         """The journal anew: the objects there are now (under the lock, so no commit is lost)."""
         temp = f"{self._journal}.{secrets.token_hex(6)}"
-        with open(temp, "wb") as journal:
-            journal.write(b"".join(os.path.relpath(p, self.directory).encode() + b"\n" for _, _, p in objects))
-            end = journal.tell()
-        os.rename(temp, self._journal)
+        try:
+            with open(temp, "wb") as journal:
+                journal.write(b"".join(os.path.relpath(p, self.directory).encode() + b"\n" for _, _, p in objects))
+                end = journal.tell()
+            os.rename(temp, self._journal)
+        except OSError:  # a full disk: the old journal stays, read as known (this index is whole)
+            _unlink(temp)
+            try:
+                st = os.stat(self._journal)
+            except OSError:
+                return
+            self._journal_read, self._journal_base = (st.st_ino, st.st_size), st.st_size
+            return
         self._journal_read = (os.stat(self._journal).st_ino, end)
         self._journal_base = end
 
