@@ -38,24 +38,24 @@ def writer(data: bytes, calls: list | None = None, delay: float = 0.0):
 
 
 def fetch(tier: DiskTier, key: str, data: bytes, calls: list | None = None, etag: str | None = None) -> bytes | None:
-    fd = asyncio.run(tier.fetch(key, etag or etag_of(data), len(data), writer(data, calls)))
-    if fd is None:
+    held = asyncio.run(tier.fetch(key, etag or etag_of(data), len(data), writer(data, calls)))
+    if held is None:
         return None
     try:
-        return os.pread(fd, len(data) + 1, 0)
+        return os.pread(held.fd, len(data) + 1, 0)
     finally:
-        os.close(fd)
+        held.close()
 
 
 def files_in(directory) -> list[str]:
     return sorted(os.path.relpath(os.path.join(d, f), directory) for d, _, fs in os.walk(directory) for f in fs
-                  if not f.startswith(".usage"))
+                  if not f.startswith("."))
 
 
 def disk_bytes(directory) -> int:
-    """The blocks of the objects' files (the directories and ``.usage`` are beside the bound)."""
+    """The blocks of the objects' files (the directories, ``.usage`` and ``.journal`` are beside the bound)."""
     return sum(os.lstat(os.path.join(d, f)).st_blocks * 512 for d, _, fs in os.walk(directory) for f in fs
-               if f != ".usage")
+               if not f.startswith("."))
 
 
 def test_a_fill_then_hits(tmp_path):
@@ -137,9 +137,9 @@ def test_one_fill_for_many_at_once_in_a_process(tmp_path):
     async def many():
         fds = await asyncio.gather(*[tier.fetch("k", etag_of(data), len(data), writer(data, calls, 0.05))
                                      for _ in range(50)])
-        for fd in fds:
-            assert os.pread(fd, 4000, 0) == data
-            os.close(fd)
+        for held in fds:
+            assert os.pread(held.fd, 4000, 0) == data
+            held.close()
 
     asyncio.run(many())
     assert len(calls) == 1
@@ -156,8 +156,8 @@ async def fill(fd, md5):
     await asyncio.sleep(0.3)
     return os.pwrite(fd, data, 0)
 tier = DiskTier(directory, 1 << 20)
-fd = asyncio.run(tier.fetch("shared", '"v1"', len(data), fill))
-assert os.pread(fd, len(data) + 1, 0) == data
+held = asyncio.run(tier.fetch("shared", '"v1"', len(data), fill))
+assert os.pread(held.fd, len(data) + 1, 0) == data
 """
 
 
@@ -194,9 +194,9 @@ def test_fills_at_once_never_pass_the_bound_and_the_count_is_what_is_there(tmp_p
             assert disk_bytes(tmp_path) <= bound
             return os.pwrite(fd, data, 0)
 
-        fd = await tier.fetch(f"k{i}", f'"v{i}"', len(data), fill)
-        if fd is not None:
-            os.close(fd)
+        held = await tier.fetch(f"k{i}", f'"v{i}"', len(data), fill)
+        if held is not None:
+            held.close()
 
     async def rounds() -> None:
         for start in range(0, 80, 20):
@@ -220,21 +220,21 @@ def test_the_least_recently_used_go_first(tmp_path):
         for f in fs:
             age = 120 if f.startswith(os.path.basename(tier.path_of("first", etag_of(first)))) else 60
             os.utime(os.path.join(d, f), (now - age, now - age))
-    os.close(tier.open("first", etag_of(first), len(first)))  # a hit: the first is now the last used
+    tier.open("first", etag_of(first), len(first)).close()  # a hit: the first is now the last used
     # A file's times come from the kernel's coarse clock (a tick of up to 4 ms): the fills below
     # come a tick later, so that they are newer than the hit.
     time.sleep(0.05)
     for i in range(5, 10):
         fetch(tier, f"other/{i}", others[i])
     kept = [tier.open(f"other/{i}", etag_of(others[i]), 8 * KiB) for i in range(5)]
-    for fd in kept:
-        if fd is not None:
-            os.close(fd)
-    gone = [fd for fd in kept if fd is None]
+    for held in kept:
+        if held is not None:
+            held.close()
+    gone = [held for held in kept if held is None]
     assert gone, "nothing was evicted: the test does not test the order"
-    fd = tier.open("first", etag_of(first), len(first))
-    assert fd is not None  # without the hit's touch it was the oldest, the first to go
-    os.close(fd)
+    held = tier.open("first", etag_of(first), len(first))
+    assert held is not None  # without the hit's touch it was the oldest, the first to go
+    held.close()
 
 
 def test_too_large_for_the_bound_is_not_kept(tmp_path):
@@ -280,3 +280,86 @@ def test_writes_of_fetched_bytes_in_flight_are_bounded(tmp_path, monkeypatch):
     assert asyncio.run(flood()) == 2
     kept = [key for key, body in data.items() if tier.open(key, etag_of(body), len(body)) is not None]
     assert kept == ["k0", "k1"]
+
+
+def test_hits_share_one_descriptor_and_never_a_deleted_files(tmp_path):
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    tier.share_files(size=100, valid=5.0, inactive=60.0)
+    data = os.urandom(6000)
+    assert fetch(tier, "k", data) == data
+
+    async def hits() -> None:
+        before = len(os.listdir("/proc/self/fd"))
+        first = await tier.lookup("k", etag_of(data), len(data))
+        second = await tier.lookup("k", etag_of(data), len(data))
+        assert first.fd == second.fd and os.pread(second.fd, 7000, 0) == data  # one open for both
+        first.close()
+        second.close()
+        assert len(os.listdir("/proc/self/fd")) == before  # the one the fill's hit cached stays open
+        path = tier.path_of("k", etag_of(data))
+        # Replaced under its name (another process's refill): the new file, not the cached one.
+        again = os.urandom(6000)
+        with open(path + ".new", "wb") as f:
+            f.write(again)
+        os.rename(path + ".new", path)
+        third = await tier.lookup("k", etag_of(data), len(data))
+        assert os.pread(third.fd, 7000, 0) == again
+        third.close()
+        tier.space.release([path])  # deleted (evicted): never served from the cached descriptor
+        assert await tier.lookup("k", etag_of(data), len(data)) is None
+
+    asyncio.run(hits())
+
+
+def test_descriptors_of_deleted_files_are_closed_by_the_next_sweep(tmp_path, monkeypatch):
+    monkeypatch.setattr(object_disk, "SWEEP", 0.05)
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    tier.share_files(size=100, valid=5.0, inactive=60.0)
+    other = DiskTier(str(tmp_path), 1 << 20)  # another process's
+    kept = {f"k{i}": os.urandom(5000) for i in range(3)}
+    for key, data in kept.items():
+        fetch(tier, key, data)
+
+    def held_deleted() -> int:
+        return sum(_link(fd).startswith(str(tmp_path)) and _link(fd).endswith("(deleted)")
+                   for fd in os.listdir("/proc/self/fd"))
+
+    async def sweep() -> None:
+        for key, data in kept.items():
+            (await tier.lookup(key, etag_of(data), len(data))).close()
+        other.space.release([tier.path_of("k0", etag_of(kept["k0"]))])  # evicted by the other process
+        assert held_deleted() == 1  # held until the sweep
+        await asyncio.sleep(0.2)
+        assert held_deleted() == 0
+        held = await tier.lookup("k1", etag_of(kept["k1"]), len(kept["k1"]))  # the others open anew
+        assert os.pread(held.fd, 6000, 0) == kept["k1"]
+        held.close()
+
+    asyncio.run(sweep())
+
+
+def _link(fd: str) -> str:
+    """What this process's descriptor ``fd`` names ("" once closed)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+def test_etags_that_prove_not_to_be_md5s_are_checked_by_length(tmp_path, caplog):
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    kms = {f"k{i}": (os.urandom(2000), f'"{os.urandom(16).hex()}"') for i in range(5)}  # MD5-looking, not MD5s
+    with caplog.at_level(logging.WARNING, "axon.storage"):
+        kept = [fetch(tier, key, data, etag=etag) is not None for key, (data, etag) in kms.items()]
+    assert kept == [False, False, False, True, True]  # the three that disagreed were not kept
+    assert "not the MD5 of the bytes" in caplog.text
+    assert fetch(tier, "short", b"s" * 100, etag=f'"{os.urandom(16).hex()}"') is not None
+    assert asyncio.run(tier.fetch("short2", '"ab"', 200, writer(b"z" * 100))) is None  # the length, always
+
+
+def test_a_store_whose_etags_were_md5s_stays_checked(tmp_path):
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    good = os.urandom(2000)
+    assert fetch(tier, "good", good) == good  # an MD5 that agreed
+    for i in range(5):
+        assert fetch(tier, f"bad{i}", os.urandom(2000), etag=etag_of(b"other")) is None

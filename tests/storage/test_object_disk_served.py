@@ -114,6 +114,52 @@ def test_cold_then_warm_then_a_restart(weed, objects, tmp_path, parse_multipart)
         again.stop()
 
 
+def store_sent(weed) -> int:
+    """The bytes the store has sent (its own metrics)."""
+    import urllib.request
+
+    with urllib.request.urlopen(weed.metrics_url, timeout=5) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith("SeaweedFS_s3_bucket_traffic_sent_bytes_total{") and f'bucket="{weed.bucket}"' in line:
+                return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
+def held_files(pid: int, cache_dir) -> list[str]:
+    """What the descriptors of ``pid``'s workers name under ``cache_dir``."""
+    names = []
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        workers = [int(p) for p in f.read().split()]
+    for worker in workers:
+        for fd in os.listdir(f"/proc/{worker}/fd"):
+            try:
+                target = os.readlink(f"/proc/{worker}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(str(cache_dir)):
+                names.append(target)
+    return names
+
+
+def test_a_single_key_on_disk_costs_the_store_a_304(weed, objects, tmp_path):
+    prefix, data = objects
+    name = "o/00.bin"  # larger than the opening read
+    cache_dir = tmp_path / "tier"
+    server = started(weed, prefix, tmp_path, cache_dir)
+    try:
+        assert get(server.port, f"/files/{name}")[2] == data[name]
+        before, sent = quiet(weed), store_sent(weed)
+        status, headers, body = get(server.port, f"/files/{name}", {"Range": "bytes=10-99"})
+        assert status == 206 and body == data[name][10:100]
+        assert gets(weed) - before == 1 and store_sent(weed) == sent  # If-None-Match: the store's 304
+        data[name] = b"new:" + data[name][4:]
+        weed.put(f"{prefix}/{name}", data[name])
+        assert get(server.port, f"/files/{name}")[2] == data[name]  # the new version, opened as before
+        assert gets(weed) - before == 3  # its opening (not a 304), and its fill
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize("runtime", sorted(set(RUNTIMES) - {"native"}))
 def test_kept_objects_are_sent_as_files_by_the_other_runtimes(runtime, weed, objects, tmp_path, parse_multipart):
     prefix, data = objects
@@ -145,6 +191,8 @@ def test_an_overwrite_between_two_batches(weed, objects, tmp_path, parse_multipa
     try:
         batch(server.port, names, parse_multipart)
         wait_for_files(cache_dir, COUNT)
+        assert batch(server.port, names, parse_multipart) == [data[n] for n in names]
+        assert len(held_files(server.proc.pid, cache_dir)) >= COUNT  # kept open for the next hits
         old_files = set(kept_files(cache_dir))
         for name in names[:2]:  # one large, one small
             data[name] = b"new:" + data[name][4:]
@@ -154,6 +202,9 @@ def test_an_overwrite_between_two_batches(weed, objects, tmp_path, parse_multipa
         assert gets(weed) - before == 2  # only the overwritten ones are fetched again
         wait_for_files(cache_dir, COUNT)
         assert len(old_files - set(kept_files(cache_dir))) == 2  # their old files are gone
+        time.sleep(1.5)  # a sweep: no descriptor of a deleted file stays open
+        assert [f for f in held_files(server.proc.pid, cache_dir) if f.endswith("(deleted)")] == []
+        assert batch(server.port, names, parse_multipart) == [data[n] for n in names]
     finally:
         server.stop()
 
@@ -247,7 +298,7 @@ def test_a_flood_of_distinct_objects_stays_within_the_bound(weed, tmp_path, pars
             chunk = names[start : start + 20]
             assert batch(server.port, chunk, parse_multipart) == [data[n] for n in chunk]
             on_disk = sum(os.lstat(os.path.join(d, f)).st_blocks * 512 for d, _, fs in os.walk(cache_dir)
-                          for f in fs if f != ".usage")
+                          for f in fs if not f.startswith("."))
             assert on_disk <= bound
         assert 0 < len(kept_files(cache_dir)) <= bound // (90 * KiB)
     finally:

@@ -4,15 +4,19 @@ shared by every worker of a node and found again after a restart (``--object-dis
 A file is named by its object's key and the ETag the store gives now, both hashed
 (:func:`DiskTier.path_of`): a lookup asks for the version the listing (or the opening GET) just
 named, so an overwritten object is never served from its old file, and the fill of its new
-version deletes the old ones. A fill writes a temporary name, checks it (length, and an ETag
-that is an MD5 against the bytes), syncs it and renames it: the rename is the commit, so a
-worker killed mid-fill leaves only a temporary file that no lookup opens (:mod:`.object_disk_space`
-deletes it once its process is gone). One fill per object at a time: within a process one
+version deletes the old ones. A fill (:mod:`.object_disk_fill`) writes a temporary name, checks
+it (its length, and an ETag that looks like an MD5 against the bytes while the store's ETags
+prove to be MD5s), syncs it and renames it: the rename is the commit, so a worker killed
+mid-fill leaves only a temporary file that no lookup opens (and no fill locks:
+:mod:`.object_disk_space` deletes it). One fill per object at a time: within a process one
 future per name; across processes an exclusive ``flock`` on ``<name>.lock``, which the others
 poll until the file is there (then it is theirs too) or ``wait`` seconds passed (then they
 fetch from the store as without the tier). The bytes on disk stay within the bound
 (:class:`~.object_disk_space.Space`); a fill that fails (a full disk, a store that fails) is a
 line in the log and a count, and the object is served from the store.
+
+For a server that reads by offset (``axon serve``) the kept files' descriptors are shared by
+responses through an open-file cache (:meth:`DiskTier.share_files`), as local files' are.
 
 Everything here runs on the source's store loop (:mod:`.objects`), except :meth:`DiskTier.keep`,
 which is given bytes already fetched and runs in a thread.
@@ -22,15 +26,19 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import fcntl
+import functools
 import hashlib
 import logging
 import os
 import re
 import time
-from typing import Awaitable, Callable
+from collections import OrderedDict
+from typing import Any, Awaitable, Callable, NamedTuple
 
-from .object_disk_space import LOCK, Space, disk_bytes, entries_of, reserved_for, temp_name
+from . import FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID
+from .file_cache import CachedDescriptor, FileCache
+from .object_disk_fill import Fill, lock_fill, to_the_end, unlock_fill, write_all
+from .object_disk_space import Space, entries_of
 
 log = logging.getLogger("axon.storage")
 
@@ -45,6 +53,13 @@ LARGE_FILLS = 2
 POLL = 0.01
 #: Seconds between two log lines about fills that fail (the others are counted).
 LOG_EVERY = 10.0
+#: Seconds between two sweeps of the kept files' descriptors (as the server's of local files).
+SWEEP = 1.0
+#: Fills of MD5-looking ETags whose bytes disagree (at the right length) before this process
+#: takes the store's ETags for what they are then (not MD5s: AWS SSE-KMS), while no fill agreed.
+NOT_MD5_AFTER = 3
+#: Keys whose last version found on disk a process remembers (:meth:`DiskTier.remember_version`).
+VERSIONS_KNOWN = 65536
 #: The store's ETag of a single-part upload is the MD5 of the bytes: ``"<32 hex digits>"``.
 _MD5_ETAG = re.compile(r'^(?:W/)?"?([0-9a-fA-F]{32})"?$')
 
@@ -56,6 +71,20 @@ Filler = Callable[[int, "hashlib._Hash | None"], Awaitable[int]]
 
 class FillFailed(Exception):
     """A fill was abandoned for a reason of the tier's own (say, a checksum that disagrees)."""
+
+
+class Held(NamedTuple):
+    """A kept file's descriptor, as a response holds it: the open-file cache's (``shared``:
+    given back, never closed; read by offset only) or its own. Whoever holds it closes it."""
+
+    fd: int
+    shared: CachedDescriptor | None = None
+
+    def close(self) -> None:
+        if self.shared is not None:
+            self.shared.release()
+        else:
+            os.close(self.fd)
 
 
 def md5_of_etag(etag: str) -> str | None:
@@ -78,20 +107,41 @@ class DiskTier:
         self.largest = size // 2
         self.space = Space(self.directory, size)
         self.space.scan()  # a restart: what is whole stays, a killed fill's temporary file goes
+        #: The open-file cache's settings (:meth:`share_files`), None while descriptors are not shared.
+        self._sharing: tuple[int, float, float] | None = None
         self.forked()
 
     def __repr__(self) -> str:
         return f"DiskTier({self.directory!r}, size={self.size})"
 
+    def share_files(self, size: int = FILE_CACHE_SIZE, valid: float = FILE_CACHE_VALID,
+                    inactive: float = FILE_CACHE_INACTIVE) -> None:
+        """Keep the kept files' descriptors in an open-file cache (:mod:`.file_cache`, as a local
+        file's: at most ``size``, each closed once unused ``inactive`` seconds, its name checked
+        again every ``valid``), shared by the responses: for a server that reads files by offset
+        only (``axon serve``). Each use still ``fstat`` s the descriptor, so a file deleted or
+        renamed over is opened anew; and each process drops all of them within :data:`SWEEP`
+        seconds of a deletion by any process, so that no evicted file's blocks stay held."""
+        self._sharing = (size, valid, inactive)
+        self.forked()
+
     def forked(self) -> None:
         """This process's own counts and fills (a worker forked after the tier was made)."""
         self._flights: dict[str, asyncio.Future[None]] = {}
+        self._versions: OrderedDict[str, tuple[str, int, int]] = OrderedDict()
         self._keeping = 0  # keep_later's writes in flight
         #: Fills by ranged GETs this process makes at once (object_tiered): their pieces are in memory.
         self.large_fills = asyncio.Semaphore(LARGE_FILLS)
         self._logged = float("-inf")
         self.hits = self.misses = self.bytes_filled = self.fill_failures = 0
         self.space.evictions = 0
+        self._md5_agreed, self._md5_disagreed, self.etags_are_md5 = False, 0, True
+        # A parent's descriptors are left to it: never closed or swept here.
+        self.files = None if self._sharing is None else FileCache(
+            self._sharing[0], self._sharing[1], inactive=self._sharing[2], small_bytes=0, recheck=_still_named)
+        self._usage = -1 if self._sharing is None else self.space.open_usage()
+        self._seen_deletions = -1 if self._sharing is None else self.space.deletions(self._usage)
+        self._sweeping: asyncio.AbstractEventLoop | None = None  # the loop a sweep is due on
 
     def counts(self) -> dict[str, int]:
         """This process's counts, by the names the metrics give them (``axon_<name>_total``)."""
@@ -101,23 +151,36 @@ class DiskTier:
 
     def path_of(self, key: str, etag: str) -> str:
         """The file of ``key`` at version ``etag``: ``<dir>/ab/<sha256(key)>-<sha256(etag)>``."""
-        k = hashlib.sha256(key.encode()).hexdigest()
-        return os.path.join(self.directory, k[:2], f"{k}-{hashlib.sha256(etag.encode()).hexdigest()[:32]}")
+        return self.directory + _name_of(key, etag)
 
     def fits(self, size: int) -> bool:
         return 0 < size <= self.largest
 
+    def remember_version(self, key: str, etag: str, size: int, mtime_ns: int) -> None:
+        """``key``'s version as this process last found or filled it (the store's facts), so
+        that opening the key alone can ask the store whether it is still the current one
+        (:meth:`known_version`); at most :data:`VERSIONS_KNOWN` keys, the least recent forgotten."""
+        versions = self._versions
+        versions[key] = (etag, size, mtime_ns)
+        versions.move_to_end(key)
+        if len(versions) > VERSIONS_KNOWN:
+            versions.popitem(last=False)
+
+    def known_version(self, key: str) -> tuple[str, int, int] | None:
+        """(ETag, size, mtime_ns) of ``key`` as :meth:`remember_version` last had it; None."""
+        return self._versions.get(key)
+
     # -- lookups ---------------------------------------------------------------------------------
 
-    def open(self, key: str, etag: str, size: int) -> int | None:
+    def open(self, key: str, etag: str, size: int) -> Held | None:
         """A read-only descriptor of ``key`` at ``etag`` when its whole file is here (counted a
         hit), else None (not counted: the caller decides whether it is a miss)."""
-        fd = self._open_whole(self.path_of(key, etag), size)
-        if fd is not None:
+        held = self._open_whole(self.path_of(key, etag), size)
+        if held is not None:
             self.hits += 1
-        return fd
+        return held
 
-    async def lookup(self, key: str, etag: str, size: int) -> int | None:
+    async def lookup(self, key: str, etag: str, size: int) -> Held | None:
         """:meth:`open`, after the fill of that version under way in this process, if one is."""
         path = self.path_of(key, etag)
         flight = self._flights.get(path)
@@ -125,34 +188,72 @@ class DiskTier:
             await asyncio.shield(flight)
         return self.open(key, etag, size)
 
-    def _open_whole(self, path: str, size: int) -> int | None:
+    def _open_whole(self, path: str, size: int) -> Held | None:
+        files = self.files
+        if files is not None:
+            found = files.acquire(path)  # None as well for a file deleted or renamed over since
+            if found is not None:
+                entry, st = found
+                if st.st_size == size and _touched(entry.fd, st):
+                    self._sweep_later()
+                    return Held(entry.fd, entry)
+                entry.release()
+                return None
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except OSError:
             return None
         try:
             st = os.fstat(fd)
-            if st.st_size != size:  # never: a name is committed whole; but never serve a wrong length
-                os.close(fd)
-                return None
-            if time.time() - st.st_mtime > TOUCH:
-                os.utime(fd)  # its last use, for the LRU
         except OSError:
+            st = None
+        # Never: a name is committed whole; but never serve a wrong length.
+        if st is None or st.st_size != size or not _touched(fd, st):
             os.close(fd)
             return None
-        return fd
+        if files is None:
+            return Held(fd)
+        self._sweep_later()
+        return Held(fd, files.add(path, fd, (st.st_dev, st.st_ino), path, ""))
+
+    def _sweep_later(self) -> None:
+        due = self._sweeping
+        if due is not None and not due.is_closed():  # (a loop that ended took its sweep with it)
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a test's direct call): descriptors are checked by each use still
+        loop.call_later(SWEEP, self._sweep)
+        self._sweeping = loop
+
+    def _sweep(self) -> None:
+        """Close the descriptors unused for the idle time; all of them once any process deleted
+        a kept file since the last sweep (a deleted file's blocks are free once none is open)."""
+        files = self.files
+        self._sweeping = None
+        if files is None:
+            return
+        deletions = self.space.deletions(self._usage)
+        if deletions != self._seen_deletions:
+            self._seen_deletions = deletions
+            files.clear()
+        else:
+            files.prune()
+        if len(files):
+            self._sweep_later()
 
     # -- fills -----------------------------------------------------------------------------------
 
-    async def fetch(self, key: str, etag: str, size: int, fill: Filler) -> int | None:
+    async def fetch(self, key: str, etag: str, size: int, fill: Filler) -> Held | None:
         """A descriptor of ``key`` at ``etag``: from its file, or filled by ``fill`` now (one fill
         per object at a time, across processes), or waited for from another process's fill;
         None when it cannot be kept (a failure logged and counted): then fetch it from the store."""
         path = self.path_of(key, etag)
-        fd = self._open_whole(path, size)
-        if fd is not None:
+        held = self._open_whole(path, size)
+        if held is not None:
             self.hits += 1
-            return fd
+            return held
         self.misses += 1
         flight = self._flights.get(path)
         if flight is None:
@@ -170,70 +271,42 @@ class DiskTier:
 
     async def _fill_locked(self, path: str, key: str, etag: str, size: int, fill: Filler) -> None:
         """Fill ``path`` unless another process does (then wait for it, at most ``wait`` s)."""
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        lock = os.open(path + LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            deadline = time.monotonic() + self.wait
-            while True:
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if os.path.exists(path):
-                        return  # the other fill committed it
-                    if time.monotonic() > deadline:
-                        self._failed(key, f"another process has filled it for more than {self.wait} s")
-                        return
-                    await asyncio.sleep(POLL)
+        deadline = time.monotonic() + self.wait
+        while True:
+            lock = lock_fill(path)
+            if lock is not None:
+                break
             if os.path.exists(path):
-                return  # filled while this one waited for the lock
-            try:
+                return  # the other fill committed it
+            if time.monotonic() > deadline:
+                self._failed(key, f"another process has filled it for more than {self.wait} s")
+                return
+            await asyncio.sleep(POLL)
+        try:
+            if not os.path.exists(path):  # else filled while this one waited for the lock
                 await self._fill(path, key, etag, size, fill)
-            finally:
-                try:
-                    os.unlink(path + LOCK)  # still held: a waiter that locks it next finds the file
-                except OSError:
-                    pass
         finally:
-            os.close(lock)
+            unlock_fill(path, lock)
 
     async def _fill(self, path: str, key: str, etag: str, size: int, fill: Filler) -> None:
-        reserved = reserved_for(size)
-        temp = temp_name(path, reserved)
-        # In a thread: making room may scan the directory, which the store's loop must not wait on.
-        fd = await asyncio.to_thread(self.space.reserve, reserved, temp)
-        if fd is None:
-            self._failed(key, f"{size} bytes do not fit in the cache's {self.size} beside the fills under way")
-            return
-        committed = False
+        made = Fill(self.space, path, size)
         try:
-            try:
-                os.posix_fallocate(fd, 0, size)  # a full disk is found before any GET
-                expected = md5_of_etag(etag)
-                md5 = hashlib.md5(usedforsecurity=False) if expected is not None else None
-                written = await fill(fd, md5)
-                if written != size or os.fstat(fd).st_size != size:
-                    raise FillFailed(f"the store sent {written} bytes, not {size}")
-                if md5 is not None and md5.hexdigest() != expected:
-                    raise FillFailed("its bytes' MD5 is not the one its ETag states")
-                await asyncio.to_thread(os.fdatasync, fd)
-                taken = disk_bytes(os.fstat(fd))
-            finally:
-                os.close(fd)
-            self.space.commit(temp, path, reserved, taken)
-            committed = True
-            self.bytes_filled += size
-            self._drop_other_versions(path)
+            # In threads: making room may delete files, and a sync waits on the disk; the store's
+            # loop must not wait on either.
+            if not await to_the_end(made.reserve):
+                self._failed(key, f"{size} bytes do not fit in the cache's {self.size} beside the fills under way")
+                return
+            expected = self._md5_to_check(etag)
+            md5 = hashlib.md5(usedforsecurity=False) if expected is not None else None
+            self._check(size, await fill(made.fd, md5), made.fd, md5, expected)
+            await to_the_end(made.commit)
+            self._filled(path, size)
         except asyncio.CancelledError:
             raise
-        except (OSError, FillFailed) as exc:
-            why = "no space left on the device" if getattr(exc, "errno", None) == errno.ENOSPC else str(exc)
-            self._failed(key, why)
         except Exception as exc:  # noqa: BLE001 - the store failed: served from it, as without the tier
-            self._failed(key, str(exc).strip().split("\n", 1)[0][:300] or type(exc).__name__)
+            self._fill_failed(key, exc)
         finally:
-            if not committed:
-                self.space.release([temp], reserved)
+            made.abandon()
 
     def keep_later(self, key: str, etag: str, data: bytes) -> None:
         """:meth:`keep` in a thread, from the store's loop: a fill in flight until it is done, so
@@ -251,22 +324,66 @@ class DiskTier:
         flight.add_done_callback(done)
 
     def keep(self, key: str, etag: str, data: bytes) -> None:
-        """Keep ``data``, the whole of ``key`` at ``etag``, fetched already (in a thread: it may
-        wait for another process's fill of it, as :meth:`fetch` does)."""
+        """Keep ``data``, the whole of ``key`` at ``etag``, fetched already (in a thread, without
+        an event loop). Another process filling it now keeps it: this one does not wait."""
         path = self.path_of(key, etag)
         if not self.fits(len(data)) or os.path.exists(path):
             return
         self.misses += 1
-
-        async def write(fd: int, md5: hashlib._Hash | None) -> int:
-            if md5 is not None:
-                md5.update(data)
-            return os.pwrite(fd, data, 0)
-
         try:
-            asyncio.run(self._fill_locked(path, key, etag, len(data), write))
+            lock = lock_fill(path)
         except OSError as exc:  # the directory itself failed us
             self._failed(key, str(exc))
+            return
+        if lock is None:
+            return
+        made = Fill(self.space, path, len(data))
+        try:
+            if os.path.exists(path):
+                return
+            if not made.reserve():
+                self._failed(key, f"{len(data)} bytes do not fit in the cache's {self.size} beside the fills under way")
+                return
+            expected = self._md5_to_check(etag)
+            md5 = hashlib.md5(data, usedforsecurity=False) if expected is not None else None
+            self._check(len(data), write_all(made.fd, data), made.fd, md5, expected)
+            made.commit()
+            self._filled(path, len(data))
+        except Exception as exc:  # noqa: BLE001 - as in _fill
+            self._fill_failed(key, exc)
+        finally:
+            made.abandon()
+            unlock_fill(path, lock)
+
+    def _md5_to_check(self, etag: str) -> str | None:
+        """The MD5 a fill's bytes must have: the one its ETag states, unless this store's ETags
+        proved not to be MD5s (:meth:`_check`)."""
+        return md5_of_etag(etag) if self.etags_are_md5 else None
+
+    def _check(self, size: int, written: int, fd: int, md5: Any, expected: str | None) -> None:
+        """The checks of a fill before its commit: its length always, and its bytes' MD5 against
+        an ETag that states one. A store whose MD5-looking ETags disagree with
+        :data:`NOT_MD5_AFTER` fills of the right length, and never agreed with one, does not make
+        them of the bytes (AWS SSE-KMS): its fills are checked by their length from then on (the
+        ones that disagreed were not kept). One that agreed once is always checked."""
+        if written != size or os.fstat(fd).st_size != size:
+            raise FillFailed(f"the store sent {written} bytes, not {size}")
+        if md5 is None:
+            return
+        if md5.hexdigest() == expected:
+            self._md5_agreed = True
+            return
+        if not self._md5_agreed:
+            self._md5_disagreed += 1
+            if self._md5_disagreed >= NOT_MD5_AFTER:
+                self.etags_are_md5 = False
+                log.warning("object disk cache %s: the store's ETags are not the MD5 of the bytes (say, "
+                            "SSE-KMS): objects are kept checked by their length", self.directory)
+        raise FillFailed("its bytes' MD5 is not the one its ETag states")
+
+    def _filled(self, path: str, size: int) -> None:
+        self.bytes_filled += size
+        self._drop_other_versions(path)
 
     def _drop_other_versions(self, path: str) -> None:
         """Delete the files of the key's other versions (an object overwritten since they were kept)."""
@@ -277,6 +394,13 @@ class DiskTier:
         if older:
             self.space.release(older)
 
+    def _fill_failed(self, key: str, exc: Exception) -> None:
+        if isinstance(exc, (OSError, FillFailed)):
+            why = "no space left on the device" if getattr(exc, "errno", None) == errno.ENOSPC else str(exc)
+        else:
+            why = str(exc).strip().split("\n", 1)[0][:300] or type(exc).__name__
+        self._failed(key, why)
+
     def _failed(self, key: str, why: str) -> None:
         self.fill_failures += 1
         now = time.monotonic()
@@ -284,3 +408,30 @@ class DiskTier:
             self._logged = now
             log.warning("object disk cache %s: %r not kept (%s); served from the store (%d fills failed "
                         "in this process so far)", self.directory, key, why, self.fill_failures)
+
+
+@functools.lru_cache(maxsize=8192)
+def _name_of(key: str, etag: str) -> str:
+    """:meth:`DiskTier.path_of` below the directory, kept for the keys in use (a hit hashes nothing)."""
+    k = hashlib.sha256(key.encode()).hexdigest()
+    return f"/{k[:2]}/{k}-{hashlib.sha256(etag.encode()).hexdigest()[:32]}"
+
+
+def _touched(fd: int, st: os.stat_result) -> bool:
+    """Set a hit file's mtime (its last use, for the LRU) at most every :data:`TOUCH` seconds;
+    False if it cannot be (gone bad: not served)."""
+    if time.time() - st.st_mtime > TOUCH:
+        try:
+            os.utime(fd)
+        except OSError:
+            return False
+    return True
+
+
+def _still_named(entry: CachedDescriptor) -> bool:
+    """The open-file cache's revalidation of a kept file: its name still names that file."""
+    try:
+        st = os.lstat(entry.name)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == entry.identity

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import hashlib
-import os
+from typing import TYPE_CHECKING
 
 from ..http.segments import FileSlice, ObjectSlice, Segment
 from . import Source
+
+if TYPE_CHECKING:
+    from .object_disk import Held
 
 
 class ObjectFile:
@@ -55,14 +58,16 @@ class ObjectFile:
 
 class TierFile(ObjectFile):
     """An object whose version is whole on the node's disk (:mod:`.object_disk`): the object's
-    facts, and a descriptor of its file, sent as a local file is (its segments are
-    :class:`~axon.http.segments.FileSlice` s). Whoever holds it closes it."""
+    facts, and a descriptor of its file (``held``: its own, or the tier's open-file cache's),
+    sent as a local file is (its segments are :class:`~axon.http.segments.FileSlice` s, read by
+    offset). Whoever holds it closes it."""
 
-    __slots__ = ("fd",)
+    __slots__ = ("fd", "_held")
 
-    def __init__(self, f: ObjectFile, fd: int) -> None:
+    def __init__(self, f: ObjectFile, held: Held) -> None:
         super().__init__(f.source, f.key, f.etag, f.path, f.name, f.size, f.mtime_ns, f.content_type)
-        self.fd = fd
+        self.fd = held.fd
+        self._held: Held | None = held
 
     def __repr__(self) -> str:
         return f"TierFile(key={self.key!r}, etag={self.etag!r}, size={self.size}, fd={self.fd})"
@@ -71,6 +76,6 @@ class TierFile(ObjectFile):
         return FileSlice(self.fd, start, stop - start)
 
     def close(self) -> None:
-        fd, self.fd = self.fd, -1
-        if fd >= 0:
-            os.close(fd)
+        held, self._held, self.fd = self._held, None, -1
+        if held is not None:
+            held.close()

@@ -34,7 +34,12 @@ class TieredSource:
     tier: DiskTier | None
     _store: Any
 
-    async def _open(self, requested: str, room: list[int] | None = None) -> ObjectFile | HTTPError: ...
+    async def _open(self, requested: str, room: list[int] | None = None,
+                    unless: str | None = None) -> ObjectFile | HTTPError | None: ...
+
+    def key(self, requested: str) -> str: ...
+
+    def content_type(self, key: str) -> str: ...
 
     def _listed_file(self, requested: str, meta: dict[str, Any], data: bytes | None = None) -> ObjectFile: ...
 
@@ -50,6 +55,12 @@ class TieredSource:
         """This process's counts of the disk tier (:meth:`.object_disk.DiskTier.counts`); none without one."""
         return {} if self.tier is None else self.tier.counts()
 
+    def share_kept_files(self, size: int, valid: float, inactive: float) -> None:
+        """For a server that reads files by offset only: the kept files' descriptors shared
+        through an open-file cache as a local file's are (:meth:`.object_disk.DiskTier.share_files`)."""
+        if self.tier is not None:
+            self.tier.share_files(size, valid, inactive)
+
 
     async def _on_disk(self, requested: str, meta: dict[str, Any]) -> TierFile | None:
         """The listed object from its file in the disk tier, if that version is whole there."""
@@ -57,14 +68,38 @@ class TieredSource:
         if tier is None or etag is None or not tier.fits(size):
             return None
         fd = await tier.lookup(meta["path"], etag, size)
-        return None if fd is None else TierFile(self._listed_file(requested, meta), fd)
+        if fd is None:
+            return None
+        found = self._listed_file(requested, meta)
+        tier.remember_version(found.key, etag, size, found.mtime_ns)
+        return TierFile(found, fd)
 
     async def _open_kept(self, requested: str, room: list[int] | None = None) -> ObjectFile | HTTPError:
         """:meth:`_open`, then through the disk tier when there is one."""
-        found = await self._open(requested, room)
+        held, known = await self._kept_version(requested)
+        found = await self._open(requested, room, unless=None if held is None else known[0])
+        if found is None:  # the store's 304: the version on disk is the one it has now
+            return TierFile(ObjectFile(self, known[3], known[0], requested, known[3], known[1], known[2],
+                                       self.content_type(known[3])), held)
+        if held is not None:
+            held.close()
         if self.tier is None or isinstance(found, HTTPError):
             return found
         return await self._through_tier(found)
+
+    async def _kept_version(self, requested: str) -> tuple[Any, Any]:
+        """The file of the version of ``requested`` this process last found on disk, and that
+        version (ETag, size, mtime_ns, key): opening then asks the store for it only if it is not
+        the current one (one request either way; none of its bytes when it is). (None, None) if none."""
+        try:
+            key = self.key(requested)
+        except HTTPError:
+            return None, None  # _open says why
+        known = None if self.tier is None else self.tier.known_version(key)
+        if known is None:
+            return None, None
+        held = await self.tier.lookup(key, known[0], known[1])
+        return (held, (*known, key)) if held is not None else (None, None)
 
     async def _through_tier(self, found: ObjectFile) -> ObjectFile:
         """``found`` from its file in the disk tier, filled now if it is not there; ``found``
@@ -73,6 +108,7 @@ class TieredSource:
         tier = self.tier
         if tier is None or found.etag is None or not tier.fits(found.size):
             return found
+        tier.remember_version(found.key, found.etag, found.size, found.mtime_ns)
         if found.size <= OPEN_READ:
             return found  # opening brought it whole (_open keeps it on disk)
         fill = lambda fd, md5: self._fill(found, fd, md5)  # noqa: E731

@@ -34,7 +34,7 @@ an outage: :meth:`ObjectSource.check` asks at start; a refusal later is a 502 or
 the 503 of a store that did not answer (:mod:`.object_store`). Each request's outcome is noted
 (:mod:`.object_health`): ``/api/health`` says what the store last did.
 
-Why one module of some 490 lines, past the guide of 450: it is the one place where the store's
+Why one module of some 500 lines, past the guide of 450: it is the one place where the store's
 facts (listing, opening, the memory cache, the disk tier) become a batch's files, and each of
 those parts already lives in a module of its own (``object_*``).
 """
@@ -51,7 +51,9 @@ from collections import OrderedDict
 from typing import Any, Coroutine, TypeVar
 
 import obstore
-from obstore.exceptions import NotFoundError, PermissionDeniedError, PreconditionError, UnauthenticatedError
+from obstore.exceptions import (
+    NotFoundError, NotModifiedError, PermissionDeniedError, PreconditionError, UnauthenticatedError,
+)
 
 from ..config import ObjectStoreEnvironment, environment, object_store_environment
 from ..errors import FileChanged, Forbidden, HTTPError, NotFound
@@ -312,20 +314,28 @@ class ObjectSource(TieredSource):
             int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key), data,
         )
 
-    async def _open(self, requested: str, room: list[int] | None = None) -> ObjectFile | HTTPError:
+    async def _open(self, requested: str, room: list[int] | None = None,
+                    unless: str | None = None) -> ObjectFile | HTTPError | None:
         """Open with a ranged GET of the first :data:`OPEN_READ` bytes: its answer names the
         object's size and ETag as a HEAD's would, and a small object comes whole with it, so it
         costs the store one request, not two. Its bytes are kept while ``room`` (a batch's
-        budget, taken from) allows; a single object is kept if small."""
+        budget, taken from) allows; a single object is kept if small. With ``unless`` (an ETag
+        whose bytes the caller has), None when that is the object's ETag now (the store's 304)."""
         try:
             key = self.key(requested)
         except HTTPError as exc:
             return exc
         data = None
+        options: dict[str, Any] = {"range": (0, OPEN_READ)}
+        if unless is not None:
+            options["if_none_match"] = unless
         try:
             try:
-                result = await obstore.get_async(self._store, key, options={"range": (0, OPEN_READ)})
+                result = await obstore.get_async(self._store, key, options=options)
                 meta, data = result.meta, await result.bytes_async()
+            except NotModifiedError:
+                self.store_health.answered()
+                return None
             except (NotFoundError, FileNotFoundError, PreconditionError, PermissionDeniedError, UnauthenticatedError):
                 raise
             except Exception:  # noqa: BLE001 - an empty object has no range to give: ask its HEAD

@@ -73,9 +73,15 @@ def share_open_files(source: Source, size: int, valid: float = FILE_CACHE_VALID,
     """``source`` as a source whose requests share open descriptors (at most ``size``), for the
     App of a runtime that reads files only by offset (Axon's own server): ``source`` itself is
     left as it was, for any other. None when there is nothing to share: ``size`` 0, or a source
-    that keeps no descriptors (an object store). A source that shares already is itself."""
+    that keeps no descriptors of its own files (an object store: one with a disk tier shares its
+    kept files' descriptors itself, ``share_kept_files``). A source that shares already is itself."""
     if isinstance(source, SharedFiles):
         return source
-    if size < 1 or not isinstance(source, FileStore):
+    if size < 1:
+        return None
+    if not isinstance(source, FileStore):
+        share_kept = getattr(source, "share_kept_files", None)
+        if share_kept is not None:  # an object store's disk tier: its files' descriptors are its own
+            share_kept(size, valid, inactive)
         return None
     return SharedFiles(source, size, valid, inactive, small_bytes)
