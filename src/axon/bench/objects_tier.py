@@ -75,10 +75,12 @@ def timed(port: int, targets: list[str], concurrency: int) -> float:
 
 
 async def store_get(client, key: str) -> float:
+    """One object by one GET of ``client`` (obstore's: the store's S3 API, or Axon's /files/ by
+    HTTP), read as it streams; the seconds it took."""
     import obstore
 
     started = time.perf_counter()
-    result = await obstore.get_async(client, f"{PREFIX}/{key}")
+    result = await obstore.get_async(client, key)
     seen = 0
     async for chunk in result.stream(min_chunk_size=1 << 20):
         seen += len(chunk)
@@ -116,12 +118,15 @@ def run(args: argparse.Namespace) -> list[dict]:
         try:
             to_local, to_tier, to_store = (r.port for r in relays)
             batches = [[rng.choice(keys["s"]) for _ in range(32)] for _ in range(args.batches)]
+            first_batch = ["/api/stream-files?" + "&".join(f"f={k}" for k in batches[0])]
             shapes = {
                 "32 x 4 KiB batches": (["/api/stream-files?" + "&".join(f"f={k}" for k in b) for b in batches],
                                        args.concurrency, 0.8),
                 "512 KiB, /files/": ([f"/files/{k}" for k in keys["m"]], args.concurrency, 0.8),
                 f"{args.large_mib} MiB, /files/": ([f"/files/{k}" for k in keys["l"]], 1, 0.9),
             }
+            if "warm" not in args.rows:
+                shapes = {}
             for targets, concurrency, _ in shapes.values():  # fills the tier; warms both page caches
                 for port in (to_local, to_tier):
                     asyncio.run(fetch_all(port, targets, concurrency))
@@ -136,8 +141,11 @@ def run(args: argparse.Namespace) -> list[dict]:
             client = S3Store(store.bucket, endpoint=f"http://127.0.0.1:{to_store}", access_key_id=seaweed.ACCESS_KEY,
                              secret_access_key=seaweed.SECRET_KEY, region=seaweed.REGION,
                              client_options={"allow_http": True})
-            rows += cold_rows(args, store, tmp, keys["l"], client)
-            rows.append(restart_row(args, store, tmp, tier_dir, batches[0]))
+            if "cold" in args.rows:
+                rows += cold_rows(args, store, tmp, keys["l"], client)
+            if "restart" in args.rows:
+                asyncio.run(fetch_all(to_tier, [first_batch[0]], 1))  # the batch kept, should warm be left out
+                rows.append(restart_row(args, store, tmp, tier_dir, batches[0]))
         finally:
             for r in relays:
                 r.stop()
@@ -145,6 +153,13 @@ def run(args: argparse.Namespace) -> list[dict]:
                 proc.terminate()
                 proc.wait(10)
     return rows
+
+
+def via_files(port: int):
+    """obstore's HTTP client of Axon's ``/files/``: the same client as the store direct's."""
+    from obstore.store import HTTPStore
+
+    return HTTPStore.from_url(f"http://127.0.0.1:{port}/files/", client_options={"allow_http": True})
 
 
 def fresh_tier(store: seaweed.Seaweed, tmp: Path, directory: Path, delay_ms: float):
@@ -161,12 +176,12 @@ def cold_rows(args: argparse.Namespace, store: seaweed.Seaweed, tmp: Path, large
     gets = 0
     for r in range(args.rounds):
         for key in large:
-            best["store"] = min(best["store"], asyncio.run(store_get(client, key)))
+            best["store"] = min(best["store"], asyncio.run(store_get(client, f"{PREFIX}/{key}")))
             proc, relay = fresh_tier(store, tmp, tmp / f"cold-{r}-{key.replace('/', '-')}", args.delay_ms)
             try:
                 time.sleep(0.3)
                 before = store.requests().get("GET", 0)
-                best["axon"] = min(best["axon"], timed(relay.port, [f"/files/{key}"], 1))
+                best["axon"] = min(best["axon"], asyncio.run(store_get(via_files(relay.port), key)))
                 time.sleep(0.3)
                 gets = store.requests().get("GET", 0) - before
             finally:
@@ -233,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delay-ms", type=float, default=10.0, help="each way (default 10: a 20 ms round trip)")
     parser.add_argument("--concurrency", type=int, default=16, help="requests at once for the warm rows (16)")
     parser.add_argument("--rounds", type=int, default=3, help="each row is timed this many times; best kept")
+    parser.add_argument("--rows", default="warm,cold,restart", help="which rows (default warm,cold,restart)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = parser.parse_args(argv)
     rows = run(args)
