@@ -113,7 +113,9 @@ def batch_client() -> tuple[Any, list[int]]:
 
     trace = aiohttp.TraceConfig()
     trace.on_request_start.append(count)
-    return AxonFileSystem(skip_instance_cache=True, client_kwargs={"trace_configs": [trace]}), sent
+    # One batch at a time: a long list is otherwise spread over several batches side by side.
+    fs = AxonFileSystem(skip_instance_cache=True, batch_concurrency=1, client_kwargs={"trace_configs": [trace]})
+    return fs, sent
 
 
 def via_batch(client: tuple[Any, list[int]], port: int, keys: dict[str, bytes]) -> None:

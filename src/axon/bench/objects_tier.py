@@ -18,7 +18,8 @@ a busy machine weighs on both alike):
   is the tier's rate over the local directory's (the goal: at least 0.8 for the first two, 0.9
   for the large);
 * ``cold``: each large object as the first request of a fresh tiered server on an empty
-  directory, beside the store direct (an obstore ``GET`` through the same link); then
+  directory, beside the store direct: one ``GET`` by the same client (obstore's, of the S3 API
+  and of Axon's ``/files/``) through the same kind of link; then
   ``--together`` requests at once for one large object of a fresh server. The ratio is the
   store direct's time over Axon's (the goal: at least 1.0). The store's GETs are counted (its
   own metrics): the ranged GETs of one fill, plus each request's opening GET;
@@ -36,6 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from . import relay as relay_module
 from . import seaweed
@@ -162,69 +164,53 @@ def via_files(port: int):
     return HTTPStore.from_url(f"http://127.0.0.1:{port}/files/", client_options={"allow_http": True})
 
 
-def fresh_tier(store: seaweed.Seaweed, tmp: Path, directory: Path, delay_ms: float):
-    """A fresh tiered server on ``directory`` behind its own relay, its store connection made."""
+def on_fresh_tier(store: seaweed.Seaweed, tmp: Path, directory: Path, delay_ms: float, work) -> tuple[Any, dict]:
+    """``work(port)`` on a fresh tiered server on ``directory``, behind its own relay, its store
+    connection made first; with the store's requests it caused, by kind."""
     proc, port = start_axon(store, tmp / "cold.log", [*TIER_FLAGS, str(directory)])
     relay = relay_module.start("127.0.0.1:0", ("127.0.0.1", port), delay_ms)
-    asyncio.run(fetch_all(relay.port, [f"/files/{WARMUP}"], 1))
-    return proc, relay
-
-
-def cold_rows(args: argparse.Namespace, store: seaweed.Seaweed, tmp: Path, large: list[str], client) -> list[dict]:
-    rows = []
-    best = {"axon": float("inf"), "store": float("inf")}
-    gets = 0
-    for r in range(args.rounds):
-        for key in large:
-            best["store"] = min(best["store"], asyncio.run(store_get(client, f"{PREFIX}/{key}")))
-            proc, relay = fresh_tier(store, tmp, tmp / f"cold-{r}-{key.replace('/', '-')}", args.delay_ms)
-            try:
-                time.sleep(0.3)
-                before = store.requests().get("GET", 0)
-                best["axon"] = min(best["axon"], asyncio.run(store_get(via_files(relay.port), key)))
-                time.sleep(0.3)
-                gets = store.requests().get("GET", 0) - before
-            finally:
-                relay.stop()
-                proc.terminate()
-                proc.wait(10)
-    rows.append({"row": f"cold: {args.large_mib} MiB, /files/, first request", "store direct s": round(best["store"], 3),
-                 "tier s": round(best["axon"], 3), "ratio": round(best["store"] / best["axon"], 2), "goal": 1.0,
-                 "store GETs": gets})
-    best_together = float("inf")
-    for r in range(args.rounds):
-        proc, relay = fresh_tier(store, tmp, tmp / f"together-{r}", args.delay_ms)
-        try:
-            time.sleep(0.3)
-            before = store.requests().get("GET", 0)
-            best_together = min(best_together, timed(relay.port, [f"/files/{large[0]}"] * args.together, args.together))
-            time.sleep(0.3)
-            gets = store.requests().get("GET", 0) - before
-        finally:
-            relay.stop()
-            proc.terminate()
-            proc.wait(10)
-    rows.append({"row": f"cold: {args.large_mib} MiB, {args.together} requests at once for one object",
-                 "tier s": round(best_together, 3), "store GETs": gets,
-                 "GETs of the fill": -(-args.large_mib * MiB // (8 * MiB))})
-    return rows
-
-
-def restart_row(args: argparse.Namespace, store: seaweed.Seaweed, tmp: Path, tier_dir: Path, names: list[str]) -> dict:
-    proc, relay = fresh_tier(store, tmp, tier_dir, args.delay_ms)
     try:
-        time.sleep(0.3)
+        asyncio.run(fetch_all(relay.port, [f"/files/{WARMUP}"], 1))
+        time.sleep(0.3)  # the store counts a request once its answer is written
         before = store.requests()
-        seconds = timed(relay.port, ["/api/stream-files?" + "&".join(f"f={k}" for k in names)], 1)
+        result = work(relay.port)
         time.sleep(0.3)
         after = store.requests()
     finally:
         relay.stop()
         proc.terminate()
         proc.wait(10)
-    return {"row": "restart: first batch of 32 x 4 KiB", "tier s": round(seconds, 3),
-            "store LISTs": after.get("LIST", 0) - before.get("LIST", 0),
-            "store GETs": after.get("GET", 0) - before.get("GET", 0), "goal GETs": 0}
+    return result, {kind: after.get(kind, 0) - before.get(kind, 0) for kind in ("LIST", "GET")}
+
+
+def cold_rows(args: argparse.Namespace, store: seaweed.Seaweed, tmp: Path, large: list[str], client) -> list[dict]:
+    best = {"axon": float("inf"), "store": float("inf")}
+    asked: dict = {}
+    for r in range(args.rounds):
+        for key in large:
+            best["store"] = min(best["store"], asyncio.run(store_get(client, f"{PREFIX}/{key}")))
+            seconds, asked = on_fresh_tier(store, tmp, tmp / f"cold-{r}-{key.replace('/', '-')}", args.delay_ms,
+                                           lambda port: asyncio.run(store_get(via_files(port), key)))
+            best["axon"] = min(best["axon"], seconds)
+    rows = [{"row": f"cold: {args.large_mib} MiB, /files/, first request", "store direct s": round(best["store"], 3),
+             "tier s": round(best["axon"], 3), "ratio": round(best["store"] / best["axon"], 2), "goal": 1.0,
+             "store GETs": asked["GET"]}]
+    best_together = float("inf")
+    for r in range(args.rounds):
+        targets = [f"/files/{large[0]}"] * args.together
+        seconds, asked = on_fresh_tier(store, tmp, tmp / f"together-{r}", args.delay_ms,
+                                       lambda port: timed(port, targets, args.together))
+        best_together = min(best_together, seconds)
+    rows.append({"row": f"cold: {args.large_mib} MiB, {args.together} requests at once for one object",
+                 "tier s": round(best_together, 3), "store GETs": asked["GET"]})
+    return rows
+
+
+def restart_row(args: argparse.Namespace, store: seaweed.Seaweed, tmp: Path, tier_dir: Path, names: list[str]) -> dict:
+    target = "/api/stream-files?" + "&".join(f"f={k}" for k in names)
+    seconds, asked = on_fresh_tier(store, tmp, tier_dir, args.delay_ms, lambda port: timed(port, [target], 1))
+    return {"row": "restart: first batch of 32 x 4 KiB", "tier s": round(seconds, 3), "store LISTs": asked["LIST"],
+            "store GETs": asked["GET"], "goal GETs": 0}
 
 
 def table(rows: list[dict]) -> str:

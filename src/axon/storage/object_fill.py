@@ -103,7 +103,7 @@ class Fill:
         object is committed); None when the object is not kept (fetch it from the store);
         :class:`ObjectStreamBroken` when the fill failed after it had written bytes."""
         stop = offset + count
-        while self.state is FILLING and not stop <= self.written < self.size:
+        while self.state is FILLING and not stop <= min(self.written, self.size - 1):
             await asyncio.shield(self._moved)
         if self.state is NOT_KEPT:
             return None
