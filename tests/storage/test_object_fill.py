@@ -122,13 +122,15 @@ def slow(weed):
     proxy.close()
 
 
-def started(weed, slow, prefix, tmp_path):
+@pytest.fixture
+def served(weed, large, slow, tmp_path):
+    """``axon serve`` of the large object's prefix, its store behind the slow proxy, with a disk
+    tier: (server, the tier's directory); stopped after the test."""
     cache_dir = tmp_path / "tier"
-    logs = tmp_path / f"logs-{uuid.uuid4().hex[:6]}"
-    logs.mkdir()
-    server = serve("native", weed.url(prefix), weed, logs, "--object-disk-cache", str(cache_dir), "--object-cache",
-                   "0", AWS_ENDPOINT_URL=slow.endpoint, AXON_STORE_TIMEOUT="20")
-    return server, cache_dir
+    server = serve("native", weed.url(large[0]), weed, tmp_path, "--object-disk-cache", str(cache_dir),
+                   "--object-cache", "0", AWS_ENDPOINT_URL=slow.endpoint, AXON_STORE_TIMEOUT="20")
+    yield server, cache_dir
+    server.stop()
 
 
 def files_in(cache_dir) -> tuple[list[str], list[str]]:
@@ -187,53 +189,47 @@ def test_the_last_piece_waits_for_the_commit_and_a_failed_fill_gives_nothing_mor
 
 
 @pytest.mark.slow  # SeaweedFS, a proxy and axon serve over sockets
-def test_the_first_bytes_arrive_while_the_object_fills(weed, large, slow, tmp_path):
-    prefix, key, payload = large
-    server, cache_dir = started(weed, slow, prefix, tmp_path)
-    try:
-        conn, response, head = first_bytes(server.port, key)
-        kept, temporary = files_in(cache_dir)
-        assert response.status == 200 and head == payload[:4096]
-        assert kept == [] and len(temporary) == 1, "the first bytes came only once the fill was over"
-        assert head + rest_of(response) == payload
-        conn.close()
-        assert len(files_in(cache_dir)[0]) == 1
-        assert slow.fill_ranges() == [(s, min(s + 8 * MiB, SIZE) - 1) for s in range(0, SIZE, 8 * MiB)]
-    finally:
-        server.stop()
+def test_the_first_bytes_arrive_while_the_object_fills(large, slow, served):
+    _, key, payload = large
+    server, cache_dir = served
+    conn, response, head = first_bytes(server.port, key)
+    kept, temporary = files_in(cache_dir)
+    assert response.status == 200 and head == payload[:4096]
+    assert kept == [] and len(temporary) == 1, "the first bytes came only once the fill was over"
+    assert head + rest_of(response) == payload
+    conn.close()
+    assert len(files_in(cache_dir)[0]) == 1
+    assert slow.fill_ranges() == [(s, min(s + 8 * MiB, SIZE) - 1) for s in range(0, SIZE, 8 * MiB)]
 
 
 @pytest.mark.slow
-def test_a_fill_cut_midway_cuts_the_response_short_and_keeps_nothing(weed, large, slow, tmp_path):
-    prefix, key, payload = large
-    server, cache_dir = started(weed, slow, prefix, tmp_path)
-    try:
-        conn, response, head = first_bytes(server.port, key)
-        assert files_in(cache_dir)[0] == [], "the first bytes came only once the fill was over"
-        slow.cut()  # the store is gone midway through the fill
-        got = head + rest_of(response)
-        conn.close()
-        assert int(response.headers["Content-Length"]) == SIZE
-        assert len(got) < SIZE and got == payload[: len(got)]  # short, never presented as whole
-        deadline = time.monotonic() + 10
-        while files_in(cache_dir) != ([], []):
-            assert time.monotonic() < deadline, f"left in the tier: {files_in(cache_dir)}"
-            time.sleep(0.05)
-        slow.heal()
-        asked = len(slow.fill_ranges())
-        conn, response, head = first_bytes(server.port, key)
-        assert response.status == 200 and head + rest_of(response) == payload
-        conn.close()
-        assert len(slow.fill_ranges()) - asked == 5  # filled again, whole
-        assert len(files_in(cache_dir)[0]) == 1
-    finally:
-        server.stop()
+def test_a_fill_cut_midway_cuts_the_response_short_and_keeps_nothing(large, slow, served):
+    _, key, payload = large
+    server, cache_dir = served
+    conn, response, head = first_bytes(server.port, key)
+    assert files_in(cache_dir)[0] == [], "the first bytes came only once the fill was over"
+    slow.cut()  # the store is gone midway through the fill
+    got = head + rest_of(response)
+    conn.close()
+    assert int(response.headers["Content-Length"]) == SIZE
+    assert len(got) < SIZE and got == payload[: len(got)]  # short, never presented as whole
+    deadline = time.monotonic() + 10
+    while files_in(cache_dir) != ([], []):
+        assert time.monotonic() < deadline, f"left in the tier: {files_in(cache_dir)}"
+        time.sleep(0.05)
+    slow.heal()
+    asked = len(slow.fill_ranges())
+    conn, response, head = first_bytes(server.port, key)
+    assert response.status == 200 and head + rest_of(response) == payload
+    conn.close()
+    assert len(slow.fill_ranges()) - asked == 5  # filled again, whole
+    assert len(files_in(cache_dir)[0]) == 1
 
 
 @pytest.mark.slow
-def test_twenty_requests_at_once_read_behind_one_fill(weed, large, slow, tmp_path):
-    prefix, key, payload = large
-    server, cache_dir = started(weed, slow, prefix, tmp_path)
+def test_twenty_requests_at_once_read_behind_one_fill(large, slow, served):
+    _, key, payload = large
+    server, cache_dir = served
     started_at: list[tuple[bool, bool]] = []  # (bytes arrived, with the fill still under way)
 
     def one(_: int) -> bytes:
@@ -244,13 +240,10 @@ def test_twenty_requests_at_once_read_behind_one_fill(weed, large, slow, tmp_pat
         finally:
             conn.close()
 
-    try:
-        with ThreadPoolExecutor(20) as pool:
-            bodies = list(pool.map(one, range(20)))
-        assert all(body == payload for body in bodies)
-        assert all(ok for ok, _ in started_at)
-        assert sum(during for _, during in started_at) >= 10, "the readers waited for the fill to end"
-        ranges = slow.fill_ranges()
-        assert ranges == [(s, min(s + 8 * MiB, SIZE) - 1) for s in range(0, SIZE, 8 * MiB)]  # once, whole
-    finally:
-        server.stop()
+    with ThreadPoolExecutor(20) as pool:
+        bodies = list(pool.map(one, range(20)))
+    assert all(body == payload for body in bodies)
+    assert all(ok for ok, _ in started_at)
+    assert sum(during for _, during in started_at) >= 10, "the readers waited for the fill to end"
+    ranges = slow.fill_ranges()
+    assert ranges == [(s, min(s + 8 * MiB, SIZE) - 1) for s in range(0, SIZE, 8 * MiB)]  # once, whole
