@@ -113,7 +113,9 @@ def batch_client() -> tuple[Any, list[int]]:
 
     trace = aiohttp.TraceConfig()
     trace.on_request_start.append(count)
-    return AxonFileSystem(skip_instance_cache=True, client_kwargs={"trace_configs": [trace]}), sent
+    # One batch at a time: a long list is otherwise spread over several batches side by side.
+    fs = AxonFileSystem(skip_instance_cache=True, batch_concurrency=1, client_kwargs={"trace_configs": [trace]})
+    return fs, sent
 
 
 def via_batch(client: tuple[Any, list[int]], port: int, keys: dict[str, bytes]) -> None:
@@ -224,12 +226,13 @@ def cold_batches(rounds: int, store: seaweed.Seaweed, log: Path, delay_ms: float
     return min(times)
 
 
-def start_axon(store: seaweed.Seaweed, log: Path, flags: list[str]) -> tuple[subprocess.Popen, int]:
+def start_axon(store: seaweed.Seaweed, log: Path, flags: list[str], root: str | None = None) -> tuple[subprocess.Popen, int]:
+    """``axon serve`` (one worker) of the store's objects under :data:`PREFIX`, or of ``root``."""
     import http.client
 
     port = seaweed.free_port()
     env = dict(os.environ, **store.env())
-    argv = [sys.executable, "-m", "axon.cli", "serve", store.url(PREFIX), "--host", "127.0.0.1",
+    argv = [sys.executable, "-m", "axon.cli", "serve", root or store.url(PREFIX), "--host", "127.0.0.1",
             "--port", str(port), "--workers", "1", *flags]
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)

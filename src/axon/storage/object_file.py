@@ -24,6 +24,8 @@ class ObjectFile:
     version = None
     #: No batch signature kept per version: the planner builds one from the facts.
     signature = None
+    #: The disk tier's fill it is read behind while it fills (:class:`~.object_fill.FillingFile`).
+    fill = None
 
     def __init__(self, source: Source, key: str, etag: str | None, path: str, name: str, size: int,
                  mtime_ns: int, content_type: str, data: bytes | None = None, head: bytes | None = None) -> None:

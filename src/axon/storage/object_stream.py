@@ -73,6 +73,7 @@ class StreamObject(Protocol):
     etag: str | None
     size: int
     head: bytes | None
+    fill: Any  # object_fill.Fill, while the disk tier fills it; else None
 
 
 class ObjectStreamBroken(OSError):
@@ -204,6 +205,10 @@ def _read(piece: FileSlice) -> bytes:
 
 
 async def _fetch(source: StreamSource, obj: StreamObject, offset: int, count: int) -> Any:
+    if obj.fill is not None:  # read behind the disk tier's fill (object_fill), unless it was not kept
+        data = await obj.fill.read(offset, count)
+        if data is not None:
+            return data
     # A small object whole: from the bytes kept for its ETag if there are (the listing that
     # named it is the freshness check), else fetched and kept for the next batch.
     cache = source.cache

@@ -1,8 +1,12 @@
 """How an :class:`~.objects.ObjectSource` uses its disk tier (:mod:`.object_disk`): where a
 batch's objects are opened, an object whose version is whole on disk becomes a
-:class:`~.object_file.TierFile` (sent as a local file), and one that is not is filled first,
-one GET with ``If-Match`` on the ETag it was listed or opened with. An object that fails to be
-kept is sent from the store as without the tier."""
+:class:`~.object_file.TierFile` (sent as a local file), and one that is not is filled, with
+``If-Match`` on the ETag it was listed or opened with, while it is sent: a
+:class:`~.object_fill.FillingFile` read behind the fill (the status line does not wait for the
+fill). Requests of this process that want an object while it fills read behind the same fill;
+another worker's wait for the fill to end (:meth:`~.object_disk.DiskTier.fetch`'s lock). An
+object that fails to be kept before its first byte is written is sent from the store as without
+the tier; one whose fill fails later cuts its responses short (:mod:`.object_fill`)."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import obstore
 from ..errors import FileChanged, HTTPError
 from .object_disk import DiskTier, FillFailed
 from .object_file import ObjectFile, TierFile
+from .object_fill import Fill, FillingFile
 
 #: Bytes of an object read when it is opened (:mod:`.objects`): a smaller object is then held
 #: whole, and kept on disk from those bytes.
@@ -26,6 +31,8 @@ OPEN_READ = 64 * 1024
 #: FILL_AHEAD + 1 pieces in memory, and a process makes object_disk.LARGE_FILLS such fills at once.
 FILL_PIECE = 8 << 20
 FILL_AHEAD = 4
+#: Smaller objects (one GET each) filled at once per process.
+FILLS = 64
 
 
 class TieredSource:
@@ -42,6 +49,8 @@ class TieredSource:
     def content_type(self, key: str) -> str: ...
 
     def _listed_file(self, requested: str, meta: dict[str, Any], data: bytes | None = None) -> ObjectFile: ...
+
+    def run(self, coro: Any) -> Any: ...
 
     @property
     def sending(self) -> str:
@@ -62,11 +71,22 @@ class TieredSource:
             self.tier.share_files(size, valid, inactive)
 
 
-    async def _on_disk(self, requested: str, meta: dict[str, Any]) -> TierFile | None:
-        """The listed object from its file in the disk tier, if that version is whole there."""
+    def _crc_on_disk(self, f: ObjectFile) -> int | None:
+        """The CRC-32 of an object kept on disk, or of one filling once it is (a zip's entry,
+        from another thread than the store loop's); None for any other."""
+        if isinstance(f, TierFile):
+            return crc_of_file(f)
+        return self.run(f.fill.crc32()) if f.fill is not None else None
+
+    async def _on_disk(self, requested: str, meta: dict[str, Any]) -> ObjectFile | None:
+        """The listed object from its file in the disk tier, if that version is whole there, or
+        read behind its fill if this process fills it now."""
         tier, etag, size = self.tier, meta.get("e_tag"), meta["size"]
         if tier is None or etag is None or not tier.fits(size):
             return None
+        fill = self._fills().get((meta["path"], etag))
+        if fill is not None:
+            return FillingFile(self._listed_file(requested, meta), fill)
         fd = await tier.lookup(meta["path"], etag, size)
         if fd is None:
             return None
@@ -102,67 +122,118 @@ class TieredSource:
         return (held, (*known, key)) if held is not None else (None, None)
 
     async def _through_tier(self, found: ObjectFile) -> ObjectFile:
-        """``found`` from its file in the disk tier, filled now if it is not there; ``found``
-        itself when it is not kept (no tier, no ETag, too large, a fill that failed). An object
-        that opening brought whole is sent from memory and kept on disk by a thread."""
+        """``found`` from its file in the disk tier, else read behind its fill (started now unless
+        this process fills it already: :mod:`.object_fill`); ``found`` itself when it is not kept
+        (no tier, no ETag, too large). An object that opening brought whole is sent from memory
+        and kept on disk by a thread."""
         tier = self.tier
         if tier is None or found.etag is None or not tier.fits(found.size):
             return found
         tier.remember_version(found.key, found.etag, found.size, found.mtime_ns)
         if found.size <= OPEN_READ:
             return found  # opening brought it whole (_open keeps it on disk)
-        fill = lambda fd, md5: self._fill(found, fd, md5)  # noqa: E731
-        if found.size <= FILL_PIECE:
-            fd = await tier.fetch(found.key, found.etag, found.size, fill)
-        else:  # filled by ranged GETs: its room is made only once its turn to fill comes
+        version = (found.key, found.etag)
+        fills = self._fills()
+        fill = fills.get(version)
+        if fill is None:
             fd = await tier.lookup(found.key, found.etag, found.size)
-            if fd is None:
-                async with tier.large_fills:
-                    fd = await tier.fetch(found.key, found.etag, found.size, fill)
-        return found if fd is None else TierFile(found, fd)
+            if fd is not None:
+                return TierFile(found, fd)
+            fill = fills.get(version)  # begun while this one looked
+            if fill is None:
+                fill = fills[version] = Fill(found.key, found.size)
+                task = asyncio.ensure_future(self._run_fill(found, fill))
+                self._fill_tasks.add(task)  # held until done: the loop keeps only weak references
+                task.add_done_callback(self._fill_tasks.discard)
+        return FillingFile(found, fill)
 
-    async def _fill(self, f: ObjectFile, fd: int, md5: Any) -> int:
-        """Write ``f``'s bytes into ``fd``: one GET with ``If-Match`` on its ETag, or for a large
-        object ranged GETs of :data:`FILL_PIECE`, :data:`FILL_AHEAD` at once, written in order
-        (the MD5 is of the bytes in order); the bytes written."""
-        if f.size > FILL_PIECE:  # (under the tier's large_fills: _through_tier)
-            return await self._fill_ranges(f, fd, md5)
+    def _fills(self) -> dict[tuple[str, str], Fill]:
+        """This process's fills under way, by (key, ETag) (a worker forked from a parent has none)."""
+        if getattr(self, "_fills_pid", None) != os.getpid():
+            self._fills_pid = os.getpid()
+            self._filling: dict[tuple[str, str], Fill] = {}
+            self._fill_tasks: set[asyncio.Task[None]] = set()
+            self._fill_gate = asyncio.Semaphore(FILLS)
+        return self._filling
+
+    async def _run_fill(self, f: ObjectFile, fill: Fill) -> None:
+        """Fill ``f`` into the tier (one fill per object across processes: :meth:`DiskTier.fetch`);
+        the readers of ``fill`` follow it, and are told how it ended."""
+        tier = self.tier
+        assert tier is not None
+        filler = lambda fd, md5: self._fill(f, fd, md5, fill)  # noqa: E731
+        fd = None
+        try:
+            # Large fills hold pieces in memory: a few at once (and their room is made in turn).
+            async with tier.large_fills if f.size > FILL_PIECE else self._fill_gate:
+                fd = await tier.fetch(f.key, f.etag, f.size, filler)  # type: ignore[arg-type]
+        finally:
+            self._filling.pop((f.key, f.etag), None)  # type: ignore[arg-type]
+            fill.finish(fd)
+            fill.release()
+
+    async def _fill(self, f: ObjectFile, fd: int, md5: Any, fill: Fill) -> int:
+        """Write ``f``'s bytes into ``fd`` in order (the MD5 is of the bytes in order), telling
+        ``fill`` how far: one GET with ``If-Match`` on its ETag, or for a large object ranged
+        GETs of :data:`FILL_PIECE`, :data:`FILL_AHEAD` at once; the bytes written."""
+        fill.begin(fd)
+        if f.size > FILL_PIECE:
+            return await self._fill_ranges(f, fd, md5, fill)
         result = await obstore.get_async(self._store, f.key, options={"if_match": f.etag})
         if result.meta.get("e_tag") != f.etag or result.meta["size"] != f.size:
             raise FillFailed("the store answered with another version")
         offset = 0
         async for chunk in result.stream(min_chunk_size=1 << 20):
             offset = _write(fd, chunk, offset, md5)
+            fill.advance(offset)
         return offset
 
-    async def _fill_ranges(self, f: ObjectFile, fd: int, md5: Any) -> int:
+    async def _fill_ranges(self, f: ObjectFile, fd: int, md5: Any, fill: Fill) -> int:
+        """Ranged GETs at once; the first in the file's order is written as its bytes arrive,
+        the ones behind it wait in memory for their turn."""
         starts = iter(range(0, f.size, FILL_PIECE))
-        pieces: deque[asyncio.Future[bytes]] = deque()
+        pieces: deque[tuple[asyncio.Future[None], asyncio.Queue[Any]]] = deque()
 
         def ask_next() -> None:
             start = next(starts, None)
             if start is not None:
-                pieces.append(asyncio.ensure_future(self._piece(f, start, min(start + FILL_PIECE, f.size))))
+                arrived: asyncio.Queue[Any] = asyncio.Queue()
+                got = asyncio.ensure_future(self._piece(f, start, min(start + FILL_PIECE, f.size), arrived))
+                pieces.append((got, arrived))
 
         offset = 0
         try:
             for _ in range(FILL_AHEAD):
                 ask_next()
             while pieces:
-                data = await pieces.popleft()
+                got, arrived = pieces[0]
+                while (chunk := await arrived.get()) is not None:
+                    offset = _write(fd, chunk, offset, md5)
+                    fill.advance(offset)
+                await got  # raises if the piece failed
+                pieces.popleft()
                 ask_next()
-                offset = _write(fd, data, offset, md5)
         finally:
-            for piece in pieces:
-                piece.cancel()
+            for got, _ in pieces:
+                got.cancel()
         return offset
 
-    async def _piece(self, f: ObjectFile, start: int, stop: int) -> bytes:
-        result = await obstore.get_async(self._store, f.key, options={"range": (start, stop), "if_match": f.etag})
-        data = await result.bytes_async()
-        if result.meta.get("e_tag") != f.etag or len(data) != stop - start:
-            raise FillFailed("the store answered with another version")
-        return data
+    async def _piece(self, f: ObjectFile, start: int, stop: int, arrived: asyncio.Queue[Any]) -> None:
+        """Bytes ``start`` to ``stop`` of ``f`` put in ``arrived`` as they come, then None."""
+        try:
+            result = await obstore.get_async(self._store, f.key, options={"range": (start, stop), "if_match": f.etag})
+            if result.meta.get("e_tag") != f.etag:
+                raise FillFailed("the store answered with another version")
+            got = 0
+            async for chunk in result.stream(min_chunk_size=1 << 20):
+                got += len(chunk)
+                if got > stop - start:
+                    break
+                arrived.put_nowait(chunk)
+            if got != stop - start:
+                raise FillFailed(f"the store sent {got} bytes of a range of {stop - start}")
+        finally:
+            arrived.put_nowait(None)
 
 
 def _write(fd: int, data: Any, offset: int, md5: Any) -> int:

@@ -64,9 +64,9 @@ from .jail import normalize
 from .local import FileStore
 from .object_cache import ObjectCache
 from .object_disk import DiskTier
-from .object_file import ObjectFile, TierFile
+from .object_file import ObjectFile
 # OPEN_READ: bytes of an object read when it is opened, a smaller object then held whole.
-from .object_tiered import OPEN_READ, TieredSource, crc_of_file, keep_on_disk
+from .object_tiered import OPEN_READ, TieredSource, keep_on_disk
 from .object_health import StoreHealth
 from .object_listing import ListingRefused, list_runs, plan_runs
 from .object_store import NoCredentials, StoreMisconfigured  # noqa: F401 - raised from here, named here
@@ -382,8 +382,9 @@ class ObjectSource(TieredSource):
         ``read`` false, None rather than a request to the store."""
         if f.data is not None:
             return zlib.crc32(f.data)
-        if isinstance(f, TierFile):
-            return crc_of_file(f) if read else None
+        crc = self._crc_on_disk(f) if read else None
+        if crc is not None:
+            return crc
         kept = self._cache.get(f.key, f.etag) if self._cache is not None else None
         if kept is not None and len(kept) == f.size:
             return zlib.crc32(kept)

@@ -1,0 +1,249 @@
+"""A large object sent while the disk tier fills it (:mod:`axon.storage.object_fill`), against a
+real SeaweedFS behind a proxy of the test's own that slows the store's answers, counts the ranges
+asked of it, and can cut every connection: the first bytes arrive while the fill's temporary file
+is still there; a fill cut midway cuts the response short and keeps nothing, and the next request
+fills again; twenty requests at once read behind one fill whose ranges cover the object once."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import os
+import re
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from conftest import HOST, serve
+
+pytest.importorskip("obstore")
+
+MiB = 1 << 20
+#: The store's answers, all connections together, in bytes a second: a fill of SIZE takes seconds.
+RATE = 16 * MiB
+SIZE = 5 * 8 * MiB - 12345  # five ranged GETs (object_tiered.FILL_PIECE), the last one short
+_RANGE = re.compile(rb"(?i)\r\nrange: bytes=(\d+)-(\d+)")
+
+
+class SlowStore:
+    """A TCP proxy to the store, in a thread of its own: what the store answers goes on at RATE
+    bytes a second at most (over every connection), the ranges asked are noted, and :meth:`cut`
+    aborts every connection and refuses new ones until :meth:`heal`."""
+
+    def __init__(self, port: int) -> None:
+        self.target = port
+        self.ranges: list[tuple[int, int]] = []  # (first, last) byte of each ranged GET
+        self.cutting = False
+        self._next_free = 0.0
+        self._transports: set[asyncio.BaseTransport] = set()
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.server = asyncio.run_coroutine_threadsafe(asyncio.start_server(self._connection, HOST, 0), self.loop).result(5)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def fill_ranges(self) -> list[tuple[int, int]]:
+        """The ranges asked beyond an opening's (its first 64 KiB)."""
+        return sorted(r for r in self.ranges if r != (0, 65535))
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.cutting:
+            writer.transport.abort()
+            return
+        up_reader, up_writer = await asyncio.open_connection(HOST, self.target)
+        self._transports |= {writer.transport, up_writer.transport}
+
+        async def asks() -> None:
+            while data := await reader.read(65536):
+                self.ranges += [(int(a), int(b)) for a, b in _RANGE.findall(data)]
+                up_writer.write(data)
+
+        async def answers() -> None:
+            while data := await up_reader.read(65536):
+                now = self.loop.time()
+                self._next_free = max(now, self._next_free) + len(data) / RATE
+                await asyncio.sleep(self._next_free - now)
+                writer.write(data)
+                await writer.drain()
+
+        try:
+            await asyncio.gather(asks(), answers())
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            for w in (writer, up_writer):
+                self._transports.discard(w.transport)
+                w.transport.abort()
+
+    def cut(self) -> None:
+        def abort() -> None:
+            self.cutting = True
+            for transport in list(self._transports):
+                transport.abort()
+
+        self.loop.call_soon_threadsafe(abort)
+
+    def heal(self) -> None:
+        self.loop.call_soon_threadsafe(setattr, self, "cutting", False)
+
+    def close(self) -> None:
+        async def shut() -> None:
+            self.server.close()
+            for transport in list(self._transports):
+                transport.abort()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shut(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+@pytest.fixture
+def large(weed):
+    """One large object in a prefix of its own: (prefix, key, bytes)."""
+    prefix = f"fill-{uuid.uuid4().hex[:8]}"
+    payload = os.urandom(SIZE)
+    weed.put(f"{prefix}/big.bin", payload)
+    return prefix, "big.bin", payload
+
+
+@pytest.fixture
+def slow(weed):
+    proxy = SlowStore(int(weed.endpoint.rsplit(":", 1)[1]))
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture
+def served(weed, large, slow, tmp_path):
+    """``axon serve`` of the large object's prefix, its store behind the slow proxy, with a disk
+    tier: (server, the tier's directory); stopped after the test."""
+    cache_dir = tmp_path / "tier"
+    server = serve("native", weed.url(large[0]), weed, tmp_path, "--object-disk-cache", str(cache_dir),
+                   "--object-cache", "0", AWS_ENDPOINT_URL=slow.endpoint, AXON_STORE_TIMEOUT="20")
+    yield server, cache_dir
+    server.stop()
+
+
+def files_in(cache_dir) -> tuple[list[str], list[str]]:
+    """(kept files, temporary files) under the tier's directory."""
+    names = [f for _, _, fs in os.walk(cache_dir) for f in fs]
+    return [f for f in names if "." not in f], [f for f in names if f.endswith(".tmp")]
+
+
+def first_bytes(port: int, key: str) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse, bytes]:
+    conn = http.client.HTTPConnection(HOST, port, timeout=30)
+    conn.request("GET", f"/files/{key}")
+    response = conn.getresponse()
+    return conn, response, response.read(4096)
+
+
+def rest_of(response: http.client.HTTPResponse) -> bytes:
+    """What is left of the body, however the connection ends."""
+    got = b""
+    try:
+        while chunk := response.read1(1 << 20):
+            got += chunk
+    except (http.client.IncompleteRead, OSError) as exc:
+        got += getattr(exc, "partial", b"")
+    return got
+
+
+def test_the_last_piece_waits_for_the_commit_and_a_failed_fill_gives_nothing_more(tmp_path):
+    from axon.storage.object_fill import Fill
+    from axon.storage.object_stream import ObjectStreamBroken
+
+    async def scenario(commit: bool) -> None:
+        path = tmp_path / f"object-{commit}.tmp"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT)
+        fill = Fill("key", 300)
+        fill.begin(fd)
+        os.pwrite(fd, b"a" * 300, 0)
+        fill.advance(300)  # all written, not yet checked
+        assert await fill.read(0, 100) == b"a" * 100
+        last = asyncio.ensure_future(fill.read(200, 100))
+        await asyncio.sleep(0.05)
+        assert not last.done(), "the last piece was given before the fill was committed"
+        os.close(fd)
+        if commit:
+            fill.finish(os.open(path, os.O_RDONLY))
+            assert await last == b"a" * 100
+        else:  # the check failed (its length, its MD5): whatever was sent is cut short
+            fill.finish(None)
+            with pytest.raises(ObjectStreamBroken):
+                await last
+            with pytest.raises(ObjectStreamBroken):
+                await fill.read(0, 100)
+        fill.release()
+
+    asyncio.run(scenario(commit=True))
+    asyncio.run(scenario(commit=False))
+
+
+@pytest.mark.slow  # SeaweedFS, a proxy and axon serve over sockets
+def test_the_first_bytes_arrive_while_the_object_fills(large, slow, served):
+    _, key, payload = large
+    server, cache_dir = served
+    conn, response, head = first_bytes(server.port, key)
+    kept, temporary = files_in(cache_dir)
+    assert response.status == 200 and head == payload[:4096]
+    assert kept == [] and len(temporary) == 1, "the first bytes came only once the fill was over"
+    assert head + rest_of(response) == payload
+    conn.close()
+    assert len(files_in(cache_dir)[0]) == 1
+    assert slow.fill_ranges() == [(s, min(s + 8 * MiB, SIZE) - 1) for s in range(0, SIZE, 8 * MiB)]
+
+
+@pytest.mark.slow
+def test_a_fill_cut_midway_cuts_the_response_short_and_keeps_nothing(large, slow, served):
+    _, key, payload = large
+    server, cache_dir = served
+    conn, response, head = first_bytes(server.port, key)
+    assert files_in(cache_dir)[0] == [], "the first bytes came only once the fill was over"
+    slow.cut()  # the store is gone midway through the fill
+    got = head + rest_of(response)
+    conn.close()
+    assert int(response.headers["Content-Length"]) == SIZE
+    assert len(got) < SIZE and got == payload[: len(got)]  # short, never presented as whole
+    deadline = time.monotonic() + 10
+    while files_in(cache_dir) != ([], []):
+        assert time.monotonic() < deadline, f"left in the tier: {files_in(cache_dir)}"
+        time.sleep(0.05)
+    slow.heal()
+    asked = len(slow.fill_ranges())
+    conn, response, head = first_bytes(server.port, key)
+    assert response.status == 200 and head + rest_of(response) == payload
+    conn.close()
+    assert len(slow.fill_ranges()) - asked == 5  # filled again, whole
+    assert len(files_in(cache_dir)[0]) == 1
+
+
+@pytest.mark.slow
+def test_twenty_requests_at_once_read_behind_one_fill(large, slow, served):
+    _, key, payload = large
+    server, cache_dir = served
+    started_at: list[tuple[bool, bool]] = []  # (bytes arrived, with the fill still under way)
+
+    def one(_: int) -> bytes:
+        conn, response, head = first_bytes(server.port, key)
+        started_at.append((response.status == 200, files_in(cache_dir)[0] == []))
+        try:
+            return head + rest_of(response)
+        finally:
+            conn.close()
+
+    with ThreadPoolExecutor(20) as pool:
+        bodies = list(pool.map(one, range(20)))
+    assert all(body == payload for body in bodies)
+    assert all(ok for ok, _ in started_at)
+    assert sum(during for _, during in started_at) >= 10, "the readers waited for the fill to end"
+    ranges = slow.fill_ranges()
+    assert ranges == [(s, min(s + 8 * MiB, SIZE) - 1) for s in range(0, SIZE, 8 * MiB)]  # once, whole
