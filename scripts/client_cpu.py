@@ -1,15 +1,18 @@
-"""The client's CPU per byte, reading the same large files from a local ``axon serve``:
+"""The client's CPU per byte, reading the same files from a local ``axon serve``:
 
-    python scripts/client_cpu.py [--files 1000] [--kib 256] [--repeat 3]
+    python scripts/client_cpu.py [--sets 4000x4,256x256,2x65536] [--repeat 3] [--readers ...]
 
-writes ``--files`` files of ``--kib`` KiB into a temporary directory, serves it (one worker),
-and reads them all to memory with each reader below, checking the bytes. It prints the client's
-CPU time (``time.process_time``: this process and its threads, not the server) per MB read, the
-best of ``--repeat`` runs, and the wall time beside it. The readers:
+For each set ``NxK`` it writes N files of K KiB into a temporary directory, serves it (one
+worker), and reads them all to memory with each reader below, checking the bytes. It prints the
+client's CPU time (``time.process_time``: this process and its threads, not the server) per MB
+read, the best of ``--repeat`` runs, and the wall time beside it. The readers:
 
 - ``axon:// cat``: ``AxonFileSystem.cat`` of the paths (multipart batches, aiohttp);
 - ``AxonShards``: the files as one tar shard (``axon.engines.torch_dataset``);
 - ``tarfile``: the same tar batch read by ``tarfile`` in stream mode over ``http.client``;
+- ``parser``: the same batch as one multipart answer over ``http.client``, read by
+  ``MultipartParser`` alone (256 KiB reads), each part's data joined into ``bytes``: the parser's
+  own cost beside ``tarfile``'s on the same transport;
 - ``aiohttp GET``: one ``GET /files/<path>`` a file, four at once, ``await response.read()``.
 """
 
@@ -85,6 +88,31 @@ def plain_tarfile(address: str, rels: list[str]) -> list[bytes]:
     return out
 
 
+def bare_parser(address: str, rels: list[str]) -> list[bytes]:
+    from axon.http.multipart_parser import MultipartParser, Part, PartData, PartEnd
+
+    host, _, port = address.partition(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    connection.request("POST", "/api/stream-files", json.dumps({"files": rels}), {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    parser = MultipartParser.from_content_type(response.getheader("Content-Type"), whole_parts=True)
+    out: list[bytes] = []
+    pieces: list[bytes] = []
+    while chunk := response.read1(256 * 1024):
+        for event in parser.feed(chunk):
+            kind = type(event)
+            if kind is PartData:
+                pieces.append(event.data)
+            elif kind is PartEnd:
+                out.append(b"".join(pieces))
+                pieces = []
+            elif kind is Part:
+                out.append(bytes(event.data))
+    parser.close()
+    connection.close()
+    return out
+
+
 def aiohttp_get(address: str, rels: list[str]) -> list[bytes]:
     import aiohttp
 
@@ -101,37 +129,50 @@ def aiohttp_get(address: str, rels: list[str]) -> list[bytes]:
 
 
 READERS: dict[str, Callable[[str, list[str]], list[bytes]]] = {
-    "axon:// cat": axon_cat, "AxonShards": axon_shards, "tarfile": plain_tarfile, "aiohttp GET": aiohttp_get,
+    "axon:// cat": axon_cat, "AxonShards": axon_shards, "tarfile": plain_tarfile, "parser": bare_parser,
+    "aiohttp GET": aiohttp_get,
 }
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--files", type=int, default=1000)
-    parser.add_argument("--kib", type=int, default=256)
+    parser.add_argument("--sets", type=sets, default=sets("4000x4,256x256,2x65536"),
+                        help="comma-separated NxK: N files of K KiB each")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--readers", type=lambda v: v.split(","), default=list(READERS),
+                        help=f"comma-separated, of: {', '.join(READERS)}")
     args = parser.parse_args(argv)
+    for count, kib in args.sets:
+        measure(count, kib, args.repeat, args.readers)
+
+
+def sets(value: str) -> list[tuple[int, int]]:
+    return [(int(n), int(k)) for n, _, k in (one.partition("x") for one in value.split(","))]
+
+
+def measure(count: int, kib: int, repeat: int, readers: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        rels = [f"f/{i:05}.bin" for i in range(args.files)]
+        rels = [f"f/{i:05}.bin" for i in range(count)]
         (root / "f").mkdir()
         for rel in rels:
-            (root / rel).write_bytes(os.urandom(args.kib * 1024))
+            (root / rel).write_bytes(os.urandom(kib * 1024))
         want = [(root / rel).read_bytes() for rel in rels]
-        megabytes = args.files * args.kib / 1024
+        megabytes = count * kib / 1024
         proc, address = serve(root)
         try:
-            print(f"{args.files} files of {args.kib} KiB ({megabytes:.0f} MB), client CPU per MB, best of {args.repeat}")
-            for name, read in READERS.items():
+            print(f"{count} files of {kib} KiB ({megabytes:.0f} MB), client CPU per MB, best of {repeat}")
+            for name in readers:
                 runs = []
-                for _ in range(args.repeat):
+                for _ in range(repeat):
                     cpu, wall = time.process_time(), time.perf_counter()
-                    got = read(address, rels)
+                    got = READERS[name](address, rels)
                     runs.append((time.process_time() - cpu, time.perf_counter() - wall))
                     if got != want:
                         raise SystemExit(f"{name} read other bytes")
+                    del got
                 cpu, wall = min(runs)
-                print(f"{name:14} {cpu / megabytes * 1000:6.2f} ms CPU/MB  ({cpu:.2f} s CPU, {wall:.2f} s wall)")
+                print(f"{name:14} {cpu / megabytes * 1000:6.2f} ms CPU/MB  ({cpu:.2f} s CPU, {wall:.2f} s wall)", flush=True)
         finally:
             proc.terminate()
             proc.wait(10)
