@@ -70,20 +70,35 @@ def axon_cat(address: str, rels: list[str]) -> list[bytes]:
         fs.close()
 
 
+# The server's default files per batch: the readers that send one request send one a batch.
+BATCH = 1000
+
+
+def batches(rels: list[str]) -> list[list[str]]:
+    return [rels[i : i + BATCH] for i in range(0, len(rels), BATCH)]
+
+
 def axon_shards(address: str, rels: list[str]) -> list[bytes]:
     from axon.engines.torch_dataset import AxonShards
 
-    return [data for _, data in AxonShards([[f"{address}/{rel}" for rel in rels]])]
+    shards = [[f"{address}/{rel}" for rel in batch] for batch in batches(rels)]
+    return [data for _, data in AxonShards(shards)]
+
+
+def post(connection: http.client.HTTPConnection, target: str, rels: list[str]) -> http.client.HTTPResponse:
+    connection.request("POST", target, json.dumps({"files": rels}), {"Content-Type": "application/json"})
+    return connection.getresponse()
 
 
 def plain_tarfile(address: str, rels: list[str]) -> list[bytes]:
     host, _, port = address.partition(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=60)
-    body = json.dumps({"files": rels})
-    connection.request("POST", "/api/stream-files.tar", body, {"Content-Type": "application/json"})
-    response = connection.getresponse()
-    with tarfile.open(fileobj=response, mode="r|") as archive:
-        out = [archive.extractfile(member).read() for member in archive if member.isfile()]
+    out = []
+    for batch in batches(rels):
+        response = post(connection, "/api/stream-files.tar", batch)
+        with tarfile.open(fileobj=response, mode="r|") as archive:
+            out += [archive.extractfile(member).read() for member in archive if member.isfile()]
+        response.read()  # to its end: the connection carries the next batch
     connection.close()
     return out
 
@@ -91,24 +106,29 @@ def plain_tarfile(address: str, rels: list[str]) -> list[bytes]:
 def bare_parser(address: str, rels: list[str]) -> list[bytes]:
     from axon.http.multipart_parser import MultipartParser, Part, PartData, PartEnd
 
+    try:  # part data as views of what was read, where the parser offers them
+        options = {"whole_parts": True, "views": MultipartParser("b", views=True).views}
+    except TypeError:
+        options = {"whole_parts": True}
     host, _, port = address.partition(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=60)
-    connection.request("POST", "/api/stream-files", json.dumps({"files": rels}), {"Content-Type": "application/json"})
-    response = connection.getresponse()
-    parser = MultipartParser.from_content_type(response.getheader("Content-Type"), whole_parts=True)
     out: list[bytes] = []
-    pieces: list[bytes] = []
-    while chunk := response.read1(256 * 1024):
-        for event in parser.feed(chunk):
-            kind = type(event)
-            if kind is PartData:
-                pieces.append(event.data)
-            elif kind is PartEnd:
-                out.append(b"".join(pieces))
-                pieces = []
-            elif kind is Part:
-                out.append(bytes(event.data))
-    parser.close()
+    for batch in batches(rels):
+        response = post(connection, "/api/stream-files", batch)
+        parser = MultipartParser.from_content_type(response.getheader("Content-Type"), **options)
+        pieces: list = []
+        while chunk := response.read1(256 * 1024):
+            for event in parser.feed(chunk):
+                kind = type(event)
+                if kind is PartData:
+                    pieces.append(event.data)
+                elif kind is PartEnd:
+                    out.append(b"".join(pieces))
+                    pieces = []
+                elif kind is Part:
+                    out.append(bytes(event.data))
+        parser.close()
+        response.read()  # http.client lets the connection go on only once it read the end itself
     connection.close()
     return out
 

@@ -206,15 +206,17 @@ class Transfer:
 
 
 class Collect:
-    """A part kept in memory, cut to the range asked (``cat``)."""
+    """A part kept in memory, cut to the range asked (``cat``): its views joined once into
+    ``bytes`` when it is whole, each byte copied once (a part that came whole in one chunk too,
+    so that it does not keep the rest of that chunk alive)."""
 
     __slots__ = ("chunks", "chosen", "first", "index", "out")
 
     def __init__(self, out: list, index: int, chosen: Slice, first: int) -> None:
         self.out, self.index, self.chosen, self.first = out, index, chosen, first
-        self.chunks: list[bytes] = []
+        self.chunks: list[memoryview] = []
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: memoryview) -> None:
         self.chunks.append(data)
 
     def finish(self) -> None:
@@ -231,7 +233,7 @@ class FileSink:
         self.lpath, self.callback = lpath, callback
         self.file = open(lpath, "wb")
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: memoryview) -> None:
         self.file.write(data)
 
     def finish(self) -> None:
