@@ -17,6 +17,7 @@ what it needs (:class:`~.servers.Servers`, the concurrency, the batch size), nev
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 from collections import defaultdict
 from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -206,24 +207,42 @@ class Transfer:
 
 
 class Collect:
-    """A part kept in memory, cut to the range asked (``cat``): its views joined once into
-    ``bytes`` when it is whole, each byte copied once (a part that came whole in one chunk too,
-    so that it does not keep the rest of that chunk alive)."""
+    """A part kept in memory, cut to the range asked (``cat``), its bytes made once.
 
-    __slots__ = ("chunks", "chosen", "first", "index", "out")
+    A part in one piece (a small file, most often) is copied out of its chunk when it is whole,
+    so that it does not keep the rest of that chunk alive. A part in several pieces is copied
+    piece by piece into one ``BytesIO`` as they arrive: each chunk is let go at once (the
+    allocator hands its memory to the next chunk, where holding every piece until the end
+    would take fresh pages for all of them), and ``getvalue`` hands over the buffer itself.
+    """
+
+    __slots__ = ("buffer", "chosen", "first", "index", "out", "piece")
 
     def __init__(self, out: list, index: int, chosen: Slice, first: int) -> None:
         self.out, self.index, self.chosen, self.first = out, index, chosen, first
-        self.chunks: list[memoryview] = []
+        self.piece: memoryview | None = None
+        self.buffer: io.BytesIO | None = None
 
     def write(self, data: memoryview) -> None:
-        self.chunks.append(data)
+        if self.buffer is None:
+            if self.piece is None:
+                self.piece = data
+                return
+            self.buffer = io.BytesIO()
+            self.buffer.write(self.piece)
+            self.piece = None
+        self.buffer.write(data)
 
     def finish(self) -> None:
-        self.out[self.index] = self.chosen.cut(b"".join(self.chunks), self.first)
+        if self.buffer is not None:
+            data = self.buffer.getvalue()
+        else:
+            data = b"" if self.piece is None else bytes(self.piece)
+        self.piece = self.buffer = None
+        self.out[self.index] = self.chosen.cut(data, self.first)
 
     def abort(self) -> None:
-        self.chunks = []
+        self.piece = self.buffer = None
 
 
 class FileSink:
