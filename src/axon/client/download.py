@@ -127,7 +127,7 @@ class _PartFile:
         part.file = os.fdopen(fd, "wb")
         return part
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         self.file.write(data)
         self.written += len(data)
 

@@ -7,7 +7,7 @@ checking that the part is the one asked for (parts come in request order; ``Cont
 names the path, ``Content-Range`` the slice). Memory stays what the sinks keep.
 
 A sink is handed read-only ``memoryview``s of the chunks received (the parser's ``views``), not
-copies: one that keeps a part makes its bytes once, from all its views together.
+copies: one that keeps a part copies what it keeps, once.
 """
 
 from __future__ import annotations

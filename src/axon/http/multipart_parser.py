@@ -191,8 +191,7 @@ class PartData:
     of the bytes fed: no copy is made, and the view stays valid for ever, whatever is fed next
     (it never views a buffer the caller may reuse: a ``bytearray`` or ``memoryview`` fed is
     copied once first). A view keeps the whole chunk it came from alive: a reader that keeps a
-    small part should copy it (``bytes(view)``); one that gathers a large part joins its views
-    (``b"".join(views)``), which copies each byte once.
+    part should copy it (``bytes(view)``, or each view into one buffer as it comes).
     """
 
     data: bytes | memoryview
