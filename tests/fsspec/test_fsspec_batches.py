@@ -8,7 +8,6 @@ import asyncio
 import http.client
 import json
 import random
-import tracemalloc
 
 import pytest
 from live_server import live_server, runtime_available
@@ -249,17 +248,3 @@ def test_a_real_answer_relayed_whole_or_cut_anywhere(awkward, chunked):
             with pytest.raises(OSError, match=rf"the batch from {server.url[7:]} failed: .*cut short"):
                 fs.cat(relayed)
 
-
-def test_a_large_part_in_many_chunks_is_kept_once_not_twice():
-    """fs.cat's sink copies each chunk into the part's buffer as it comes and lets the chunk go:
-    at its peak the reading holds about the part, not the part and all its chunks."""
-    data = random.Random(5).randbytes(8 << 20)
-    stream = build_body([(axon_headers("a.bin", data), data)])
-    tracemalloc.start()
-    try:
-        got = collect((stream[i : i + 65536] for i in range(0, len(stream), 65536)), CONTENT_TYPE, ["a.bin"])
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert got == [data]
-    assert peak < 1.5 * len(data)

@@ -17,7 +17,6 @@ what it needs (:class:`~.servers.Servers`, the concurrency, the batch size), nev
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 from collections import defaultdict
 from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -206,49 +205,27 @@ class Transfer:
         return None
 
 
-# Up to this much of a part is held as the chunks' views and joined once at its end, into a
-# ``bytes`` of its exact size; past it, the part is copied into one growing buffer as it comes.
-_HELD = 1 << 20
-
-
 class Collect:
-    """A part kept in memory, cut to the range asked (``cat``), its bytes made once.
+    """A part kept in memory, cut to the range asked (``cat``): the chunks' views are held and
+    joined once when the part is whole, into one ``bytes`` of its exact size (a part in one
+    piece is copied out too, so that it does not keep the rest of its chunk alive)."""
 
-    The chunks' views are held and joined when the part is whole (a part in one piece is copied
-    out too, so that it does not keep the rest of its chunk alive). A part longer than ``_HELD``
-    is then copied piece by piece into one ``BytesIO``, and each chunk is let go at once: the
-    allocator hands its memory to the next chunk, where holding a large part's every chunk to
-    its end would take fresh pages for all of them (and twice the part's memory). ``getvalue``
-    hands over the buffer itself.
-    """
-
-    __slots__ = ("buffer", "chosen", "first", "held", "index", "out", "pieces")
+    __slots__ = ("chosen", "first", "index", "out", "pieces")
 
     def __init__(self, out: list, index: int, chosen: Slice, first: int) -> None:
         self.out, self.index, self.chosen, self.first = out, index, chosen, first
         self.pieces: list[memoryview] = []
-        self.held = 0
-        self.buffer: io.BytesIO | None = None
 
     def write(self, data: memoryview) -> None:
-        if self.buffer is not None:
-            self.buffer.write(data)
-            return
         self.pieces.append(data)
-        self.held += len(data)
-        if self.held > _HELD:
-            self.buffer = io.BytesIO()
-            for piece in self.pieces:
-                self.buffer.write(piece)
-            self.pieces = []
 
     def finish(self) -> None:
-        data = b"".join(self.pieces) if self.buffer is None else self.buffer.getvalue()
-        self.abort()
+        data = b"".join(self.pieces)
+        self.pieces = []
         self.out[self.index] = self.chosen.cut(data, self.first)
 
     def abort(self) -> None:
-        self.pieces, self.buffer = [], None
+        self.pieces = []
 
 
 class FileSink:
