@@ -1,5 +1,6 @@
 """A real HTTP server on loopback for the transports' tests, answering by path:
-``/api/stream-files`` with ``BODY`` (in chunks, or cut short), a JSON refusal, a server that
+``/api/stream-files`` with ``BODY`` (in chunks, or cut short, or in chunked coding with each
+chunk's closing CRLF sent apart), a JSON refusal, a server that
 closes at once, one that closes its kept connection after answering without saying so. What it
 received is kept in ``seen``, and the client port of each request in ``ports``."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +19,7 @@ REFUSAL = {"error": {"status": 404, "code": "not_found", "message": "no such fil
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # each write goes out as written
 
     def log_message(self, *args: object) -> None:
         pass
@@ -40,6 +43,17 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         elif "drop" in query:  # no answer at all
             self.close_connection = True
+        elif "apart" in query:  # chunked; a chunk's data, then a pause, then the CRLF that ends it
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for at in range(0, len(BODY), 20_000):
+                piece = BODY[at : at + 20_000]
+                for write in (b"%x\r\n%s" % (len(piece), piece), b"\r\n"):
+                    self.wfile.write(write)
+                    self.wfile.flush()
+                    time.sleep(0.02)
+            self.wfile.write(b"0\r\n\r\n")
         else:
             self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")

@@ -41,6 +41,11 @@ def test_an_async_round_trip_reads_the_answer_as_sent(peer):
     assert (method, target) == ("GET", request.target)  # the target as built, not encoded again
 
 
+def test_a_chunked_answer_whose_chunk_ends_arrive_apart_is_read_to_its_end(peer):
+    """aiohttp then reports each chunk's end as an empty read of its own, which is not the end."""
+    assert asyncio.run(fetch(request_to(peer.server_address[1], "apart.bin"))) == (200, BODY)
+
+
 def test_a_refusal_and_failures_in_the_transports_words(peer):
     status, body = asyncio.run(fetch(request_to(peer.server_address[1], "gone.bin")))
     assert status == 404 and b'"not_found"' in body

@@ -72,13 +72,20 @@ class AsyncRoundTrip:
         return body
 
     async def chunks(self, chunk_size: int | None = None) -> AsyncIterator[bytes]:
-        """The body as it arrives (at most ``chunk_size`` bytes a chunk, or whatever came)."""
+        """The body as it arrives: at most ``chunk_size`` bytes a chunk, or without it each
+        chunk as aiohttp received it (``readany`` would join every chunk waiting into one new
+        ``bytes``: a copy of the body whenever the reader falls behind)."""
         assert self._response is not None
         content = self._response.content
         while True:
             with self._errors("receiving the response"):
-                chunk = await (content.readany() if chunk_size is None else content.read(chunk_size))
+                if chunk_size is None:
+                    chunk, http_chunk_ended = await content.readchunk()
+                else:
+                    chunk, http_chunk_ended = await content.read(chunk_size), False
             if not chunk:
+                if http_chunk_ended:  # the end of a chunk of a chunked body, not of the body
+                    continue
                 return
             yield chunk
 

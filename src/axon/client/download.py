@@ -127,7 +127,7 @@ class _PartFile:
         part.file = os.fdopen(fd, "wb")
         return part
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         self.file.write(data)
         self.written += len(data)
 
@@ -165,7 +165,7 @@ class BatchDownload:
         # The parser, the check of each part against what was asked, the body's length: the core's.
         self._reader: BatchReader[str] = BatchReader(
             content_type, self._check, content_length=content_length,
-            max_header_bytes=max_header_bytes, max_parts=max_parts,
+            max_header_bytes=max_header_bytes, max_parts=max_parts, views=True,
         )
         self._root = root
         self._content_type = content_type or ""
@@ -205,7 +205,7 @@ class BatchDownload:
         download = cls(root, requested, saved.content_type, saved.length, journal=journal, etag=saved.etag, **limits)
         download._reader = BatchReader(
             saved.content_type, download._check, content_length=saved.length, parser=saved.parser,
-            body_bytes=saved.offset, **limits,
+            body_bytes=saved.offset, views=True, **limits,
         )
         download.result.body_bytes = saved.offset
         for path, size in saved.done:

@@ -5,6 +5,9 @@
 to the streaming multipart parser as it arrives and hands each part's bytes to a sink, after
 checking that the part is the one asked for (parts come in request order; ``Content-Location``
 names the path, ``Content-Range`` the slice). Memory stays what the sinks keep.
+
+A sink is handed read-only ``memoryview``s of the chunks received (the parser's ``views``), not
+copies: one that keeps a part copies what it keeps, once.
 """
 
 from __future__ import annotations
@@ -48,7 +51,10 @@ class PartSink(Protocol):
     """Where one part's bytes go: ``write`` as they arrive, ``finish`` once the part is whole,
     ``abort`` if the stream fails before that."""
 
-    def write(self, data: bytes) -> None: ...
+    def write(self, data: memoryview) -> None:
+        """A piece of the part: a view of a chunk received, valid for ever but holding the
+        whole chunk (copy what you keep)."""
+        ...
 
     def finish(self) -> None: ...
 
@@ -70,7 +76,7 @@ async def read_parts(
     is not multipart a :class:`~axon.batchclient.errors.FetchError`), and the sink of the part
     under way is aborted.
     """
-    reader = BatchReader(content_type, InOrder(items), max_parts=len(items), whole_parts=True)
+    reader = BatchReader(content_type, InOrder(items), max_parts=len(items), whole_parts=True, views=True)
     sink: PartSink | None = None
     try:
         async for chunk in chunks:

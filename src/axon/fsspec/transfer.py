@@ -206,22 +206,26 @@ class Transfer:
 
 
 class Collect:
-    """A part kept in memory, cut to the range asked (``cat``)."""
+    """A part kept in memory, cut to the range asked (``cat``): the chunks' views are held and
+    joined once when the part is whole, into one ``bytes`` of its exact size (a part in one
+    piece is copied out too, so that it does not keep the rest of its chunk alive)."""
 
-    __slots__ = ("chunks", "chosen", "first", "index", "out")
+    __slots__ = ("chosen", "first", "index", "out", "pieces")
 
     def __init__(self, out: list, index: int, chosen: Slice, first: int) -> None:
         self.out, self.index, self.chosen, self.first = out, index, chosen, first
-        self.chunks: list[bytes] = []
+        self.pieces: list[memoryview] = []
 
-    def write(self, data: bytes) -> None:
-        self.chunks.append(data)
+    def write(self, data: memoryview) -> None:
+        self.pieces.append(data)
 
     def finish(self) -> None:
-        self.out[self.index] = self.chosen.cut(b"".join(self.chunks), self.first)
+        data = b"".join(self.pieces)
+        self.pieces = []
+        self.out[self.index] = self.chosen.cut(data, self.first)
 
     def abort(self) -> None:
-        self.chunks = []
+        self.pieces = []
 
 
 class FileSink:
@@ -231,7 +235,7 @@ class FileSink:
         self.lpath, self.callback = lpath, callback
         self.file = open(lpath, "wb")
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: memoryview) -> None:
         self.file.write(data)
 
     def finish(self) -> None:

@@ -11,6 +11,9 @@ could begin a delimiter. Everything the stream promises is checked: each part's 
 closing delimiter, and the end of input (``feed(b"")`` or :meth:`~MultipartParser.close`)
 arriving only after it. Any violation raises :class:`MultipartError` naming the part.
 
+A part's data is handed out as slices of what was fed: ``bytes`` by default, or, from a parser
+made with ``views=True``, read-only ``memoryview``s that copy nothing (see :class:`PartData`).
+
 The client reads batches with it (``axon.client`` re-exports it). One module of some 600 lines on
 purpose: the parser is one state machine, and its events and errors are its vocabulary; split,
 a reader would follow each state's transition into another module and back.
@@ -182,9 +185,16 @@ class PartStart:
 @dataclass(frozen=True, slots=True)
 class PartData:
     """A chunk of the current part's body: at most the bytes fed, plus a delimiter's length
-    held back from the previous feed."""
+    held back from the previous feed.
 
-    data: bytes
+    ``data`` is ``bytes``, or from a parser made with ``views=True`` a read-only ``memoryview``
+    of the bytes fed: no copy is made, and the view stays valid for ever, whatever is fed next
+    (it never views a buffer the caller may reuse: a ``bytearray`` or ``memoryview`` fed is
+    copied once first). A view keeps the whole chunk it came from alive: a reader that keeps a
+    part should copy it (``bytes(view)``, or each view into one buffer as it comes).
+    """
+
+    data: bytes | memoryview
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,10 +208,11 @@ class Part:
     PartStart, PartData and PartEnd when the part's headers, its Content-Length of bytes and the
     delimiter after them arrived in the same feed (a part split across feeds comes as those three).
     ``path`` and ``content_range`` are ``start.path`` and ``start.content_range``, as the parser
-    read them to check the part: a reader of many parts need not read the headers again."""
+    read them to check the part: a reader of many parts need not read the headers again.
+    ``data`` is as :attr:`PartData.data` is."""
 
     start: PartStart
-    data: bytes
+    data: bytes | memoryview
     path: str | None
     content_range: ContentRange | None
 
@@ -236,6 +247,8 @@ class MultipartParser:
     ``max_header_bytes`` caps each part's header block, ``max_parts`` the number of parts.
     ``whole_parts``: a part that arrives whole within one feed comes as one :class:`Part`
     (for a reader of many small parts, which then handles one event per part instead of three).
+    ``views``: part data comes as read-only ``memoryview``s of the bytes fed, not copied
+    (:class:`PartData` says what that asks of the reader).
     """
 
     def __init__(
@@ -245,6 +258,7 @@ class MultipartParser:
         max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
         max_parts: int = DEFAULT_MAX_PARTS,
         whole_parts: bool = False,
+        views: bool = False,
     ) -> None:
         if isinstance(boundary, str):
             boundary = boundary.encode("ascii")
@@ -253,6 +267,9 @@ class MultipartParser:
         self.max_header_bytes = max_header_bytes
         self.max_parts = max_parts
         self.whole_parts = whole_parts
+        self.views = views
+        # During a feed: what part data is sliced from (its buffer, or a view of it).
+        self._data: bytes | memoryview = b""
         self._delimiter = b"\r\n--" + boundary
         self._state = State.PREAMBLE
         # A stream may open with "--boundary" and no CRLF before it; pretending one was there
@@ -336,8 +353,10 @@ class MultipartParser:
             return self.close()
         if self._state is State.DONE:
             return []  # epilogue
+        # Always an immutable ``bytes``: views of it can never change under their holder.
         buf = self._pending + data if self._pending else bytes(data)
         self._pending = b""
+        self._data = memoryview(buf) if self.views else buf
         events: list[Event] = []
         pos = 0
         try:
@@ -350,6 +369,8 @@ class MultipartParser:
         except MultipartError:
             self._state = State.ERROR
             raise
+        finally:
+            self._data = b""
         self._pending = buf[pos:]  # empty once DONE: the epilogue step consumes everything
         return events
 
@@ -386,7 +407,7 @@ class MultipartParser:
             held = buf.find(b"\r", tail_start)
             end = held if held >= 0 else len(buf)
         if emit and end > pos:
-            events.append(PartData(buf[pos:end]))
+            events.append(PartData(self._data[pos:end]))
             self._received += end - pos
         if found < 0:
             return end
@@ -397,7 +418,7 @@ class MultipartParser:
         """A part with Content-Length: hand over the declared bytes without inspecting them."""
         count = min(self._remaining, len(buf) - pos)
         if count:
-            events.append(PartData(buf[pos : pos + count]))
+            events.append(PartData(self._data[pos : pos + count]))
             self._remaining -= count
             self._received += count
         if self._remaining == 0:
@@ -468,7 +489,7 @@ class MultipartParser:
             end = body + self._remaining
             after = buf[end : end + len(self._delimiter) + 2]
             if after[:-2] == self._delimiter and after[-2:] in (b"\r\n", b"--"):
-                events.append(Part(start, buf[body:end], self._part_path, content_range))
+                events.append(Part(start, self._data[body:end], self._part_path, content_range))
                 self._received, self._remaining, self._in_part = self._remaining, 0, False
                 self._state = State.AFTER_DELIMITER
                 return end + len(self._delimiter)
