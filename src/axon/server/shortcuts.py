@@ -153,9 +153,16 @@ class Remembered:
             self.heads.move_to_end(key)
             head.moved = now
         known_files = cached_files(head.paths)
-        last = self._last
-        if last is not None and last[0] is head and last[1] == known_files:  # the same objects: compared by identity
-            return head, last[2]
+        single = len(known_files) == 1
+        if single:  # one file: its trusted version keeps the answer made of it (below)
+            known = known_files[0]
+            made = None if known is None else known.answer
+            if made is not None and made[0] is head:
+                return head, made[1]
+        else:
+            last = self._last
+            if last is not None and last[0] is head and last[1] == known_files:  # the same objects: compared by identity
+                return head, last[2]
         files: list[File] = []
         bodies: list = []
         read = 0
@@ -180,7 +187,10 @@ class Remembered:
         body = [bodies[t] if type(t) is int else t for t in head.template]
         answer = Prepared(head.head, body, head.length, files, False, read)
         if not files:
-            self._last = (head, known_files, answer)
+            if single:
+                known.answer = (head, answer)
+            else:
+                self._last = (head, known_files, answer)
         return head, answer
 
     def forget(self, key: tuple[bytes, str | None]) -> None:
