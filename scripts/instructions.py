@@ -125,31 +125,37 @@ def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    # Room for every file asked, as nginx's open_file_cache has in a bench (POOL_FILES + 1024), as
+    # far as half the open-files limit allows (the rest: see the warm-up's order).
+    files_cached = POOL_FILES + 1024 + sum(n + WARM for name in kinds if name in FIRST_SIGHT)
     server = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p", sys.executable, "-m", "axon.cli",
          "serve", root, "--port", str(port), "--workers", "0", "--log-level", "warning",
          "--file-cache-valid", str(VALID_UNDER_CALLGRIND), "--file-cache-inactive", str(INACTIVE_UNDER_CALLGRIND),
-         *observe],
+         "--file-cache", str(files_cached), *observe],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     counts = {name: n // 4 if name.startswith(("B32", "R32")) else n for name in kinds}
     try:
         sock = connect(port)
         buf = bytearray()
         requests = {name: request_maker(name, target, seed=1) for name, target in kinds.items()}
+        # The pool's files in an order drawn once: the open-file cache holds at most half the
+        # open-files limit (10,000 here, as many as the pool), and passes in the same order over a
+        # few files more than it holds would evict each file just before it is asked again.
+        order = random.Random(2).sample(range(POOL_FILES), POOL_FILES)
         if any(name in RANDOM_FILES for name in kinds):
             for i in range(4 * POOL_FILES // 32):  # every pool file four times: seen, read, watched, trusted
-                names = "&".join(f"file{k}={pool_name((i * 32 + k) % POOL_FILES)}" for k in range(32))
+                names = "&".join(f"file{k}={pool_name(order[(i * 32 + k) % POOL_FILES])}" for k in range(32))
                 exchange(sock, f"GET /api/stream-files?{names} HTTP/1.1\r\nHost: x\r\n\r\n".encode(), buf)
-        for name, make in requests.items():  # warm: caches filled, code specialised
-            for i in range(WARM):
-                exchange(sock, make(i), buf)
         for name, make in requests.items():
             if name in ("F1", "R1"):
                 # Each file's URL twice, right before (as a bench's burst warms its scenario): seen,
                 # then its head remembered. The heads of F1 and R1 together (20,000) are more than
                 # a worker remembers (shortcuts.HEADS), as they are when a bench runs one after the other.
                 for i in range(2 * POOL_FILES):
-                    exchange(sock, single_request(name, pool_name(i % POOL_FILES)), buf)
+                    exchange(sock, single_request(name, pool_name(order[i % POOL_FILES])), buf)
+            for i in range(WARM):  # warm: caches filled, code specialised (a first sight's own files)
+                exchange(sock, make(i), buf)
             control(server.pid, "-z")
             for i in range(WARM, WARM + counts[name]):
                 exchange(sock, make(i), buf)
