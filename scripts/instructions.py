@@ -15,7 +15,7 @@ F1, R1 and R32 ask for one file (``/files/``), a batch of one and a batch of 32 
 for every request, from a pool of 10,000 files of 4 KiB made in the temporary root (as
 ``axon bench``'s F1, R1 and R32 do); the ``_new`` kinds
 send their request with a header that changes every time. Before them, the warm-up reads the
-whole pool four times over, in batches (and, for F1 and R1, each file's URL twice): a ``wrk``
+whole pool four times over, in batches (and, for F1 and R1, each file's URL three times): a ``wrk``
 run of seconds draws each file many times, so what it measures is the steady state of a pool the
 server has seen, not first opens. The draws
 are the same in every run (a fixed seed), so that two runs compare.
@@ -149,10 +149,11 @@ def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] 
                 exchange(sock, f"GET /api/stream-files?{names} HTTP/1.1\r\nHost: x\r\n\r\n".encode(), buf)
         for name, make in requests.items():
             if name in ("F1", "R1"):
-                # Each file's URL twice, right before (as a bench's burst warms its scenario): seen,
-                # then its head remembered. The heads of F1 and R1 together (20,000) are more than
-                # a worker remembers (shortcuts.HEADS), as they are when a bench runs one after the other.
-                for i in range(2 * POOL_FILES):
+                # Each file's URL three times, right before (as a bench's burst warms its scenario,
+                # drawing each file some ten times): seen, its head remembered, recalled. The heads
+                # of F1 and R1 together (20,000) are more than a worker remembers (shortcuts.HEADS),
+                # as they are when a bench runs one after the other.
+                for i in range(3 * POOL_FILES):
                     exchange(sock, single_request(name, pool_name(order[i % POOL_FILES])), buf)
             for i in range(WARM):  # warm: caches filled, code specialised (a first sight's own files)
                 exchange(sock, make(i), buf)
