@@ -139,13 +139,15 @@ def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] 
         sock = connect(port)
         buf = bytearray()
         requests = {name: request_maker(name, target, seed=1) for name, target in kinds.items()}
-        # The pool's files in an order drawn once: the open-file cache holds at most half the
-        # open-files limit (10,000 here, as many as the pool), and passes in the same order over a
-        # few files more than it holds would evict each file just before it is asked again.
-        order = random.Random(2).sample(range(POOL_FILES), POOL_FILES)
+        # The pool's files in a new order drawn for each pass: the open-file cache holds at most
+        # half the open-files limit (10,000 here, as many as the pool; a few less under valgrind,
+        # which keeps some descriptors), and passes in one order over more files than it holds
+        # would evict each file just before it is asked again.
+        rng = random.Random(2)
+        order = [k for _ in range(4) for k in rng.sample(range(POOL_FILES), POOL_FILES)]
         if any(name in RANDOM_FILES for name in kinds):
             for i in range(4 * POOL_FILES // 32):  # every pool file four times: seen, read, watched, trusted
-                names = "&".join(f"file{k}={pool_name(order[(i * 32 + k) % POOL_FILES])}" for k in range(32))
+                names = "&".join(f"file{k}={pool_name(order[i * 32 + k])}" for k in range(32))
                 exchange(sock, f"GET /api/stream-files?{names} HTTP/1.1\r\nHost: x\r\n\r\n".encode(), buf)
         for name, make in requests.items():
             if name in ("F1", "R1"):
@@ -154,7 +156,7 @@ def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] 
                 # of F1 and R1 together (20,000) are more than a worker remembers (shortcuts.HEADS),
                 # as they are when a bench runs one after the other.
                 for i in range(3 * POOL_FILES):
-                    exchange(sock, single_request(name, pool_name(order[i % POOL_FILES])), buf)
+                    exchange(sock, single_request(name, pool_name(order[i])), buf)
             for i in range(WARM):  # warm: caches filled, code specialised (a first sight's own files)
                 exchange(sock, make(i), buf)
             control(server.pid, "-z")
