@@ -11,10 +11,11 @@ One worker (``--workers 0``) under ``valgrind --tool=callgrind``; one keep-alive
 request at a time, so that each read of the server holds exactly one request. After a warm-up
 the counters are zeroed, ``n`` requests of one kind are made, and the counters dumped; the
 user-space instructions of the whole process, divided by ``n``, are printed for each kind.
-F1 and R32 ask for one and 32 files drawn at random, for every request, from a pool of 10,000
-files of 4 KiB made in the temporary root (as ``axon bench``'s F1 and R32 do); the ``_new`` kinds
+F1, R1 and R32 ask for one file (``/files/``), a batch of one and a batch of 32 drawn at random,
+for every request, from a pool of 10,000 files of 4 KiB made in the temporary root (as
+``axon bench``'s F1, R1 and R32 do); the ``_new`` kinds
 send their request with a header that changes every time. Before them, the warm-up reads the
-whole pool four times over, in batches (and, for F1, each file's ``/files/`` URL twice): a ``wrk``
+whole pool four times over, in batches (and, for F1 and R1, each file's URL three times): a ``wrk``
 run of seconds draws each file many times, so what it measures is the steady state of a pool the
 server has seen, not first opens. The draws
 are the same in every run (a fixed seed), so that two runs compare.
@@ -54,8 +55,14 @@ for _kind in ("health", "file8k", "T1", "T3", "B32"):
     KINDS[f"{_kind}_new"] = KINDS[_kind]
 # Files drawn at random from the pool for every request (axon bench's names and layout).
 POOL_FILES, POOL_PER_DIR, POOL_FILE_SIZE = 10_000, 1_000, 4096
-RANDOM_FILES = {"F1": 1, "R32": 32}
+RANDOM_FILES = {"F1": 1, "R1": 1, "R32": 32}
 KINDS["F1"] = "/files/<a random pool file>"
+KINDS["R1"] = "/api/stream-files?file1=<a random pool file>"
+# The first sight of a file: each request names a file of a pool of its own that no request named
+# before (open, stat, plan, frame: what a draw costs the first time, or once it left the caches).
+FIRST_SIGHT = {"F1_first": "F1", "R1_first": "R1"}
+KINDS["F1_first"] = "/files/<a file not asked before>"
+KINDS["R1_first"] = "/api/stream-files?file1=<a file not asked before>"
 KINDS["R32"] = "/api/stream-files?file1=<a random pool file>&... (32 distinct)"
 
 
@@ -79,6 +86,9 @@ def main() -> None:
                 f.write(os.urandom(4096))
         if any(name in RANDOM_FILES for name in kinds):
             make_pool(root)
+        for name in kinds:
+            if name in FIRST_SIGHT:
+                make_pool(root, f"{name}/%05d.bin", args.n + WARM)
         for name, per_request in measure(root, tmp, args.src, args.n, kinds, OBSERVE[args.observe]).items():
             print(f"{name:9s} {per_request:10.0f} instructions a request")
 
@@ -98,6 +108,10 @@ OBSERVE = {
 #: requests a second would become every one). Scaled up, a draw resolves its path about as often
 #: per request as at full speed.
 VALID_UNDER_CALLGRIND = 250.0
+#: ``--file-cache-inactive`` here, scaled as ``valid`` is: at the default 60 s, files warmed minutes
+#: before (the pool's warm-up takes that long under callgrind) would be closed as idle, and every
+#: draw would open its file anew.
+INACTIVE_UNDER_CALLGRIND = 3000.0
 
 
 def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] = KINDS,
@@ -114,29 +128,42 @@ def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    # Room for every file asked, as nginx's open_file_cache has in a bench (POOL_FILES + 1024), as
+    # far as half the open-files limit allows (the rest: see the warm-up's order).
+    files_cached = POOL_FILES + 1024 + sum(n + WARM for name in kinds if name in FIRST_SIGHT)
     server = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p", sys.executable, "-m", "axon.cli",
          "serve", root, "--port", str(port), "--workers", "0", "--log-level", "warning",
-         "--file-cache-valid", str(VALID_UNDER_CALLGRIND), *observe],
+         "--file-cache-valid", str(VALID_UNDER_CALLGRIND), "--file-cache-inactive", str(INACTIVE_UNDER_CALLGRIND),
+         "--file-cache", str(files_cached), *observe],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     counts = {name: n // 4 if name.startswith(("B32", "R32")) else n for name in kinds}
     try:
         sock = connect(port)
         buf = bytearray()
         requests = {name: request_maker(name, target, seed=1) for name, target in kinds.items()}
+        # The pool's files in a new order drawn for each pass: the open-file cache holds at most
+        # half the open-files limit (10,000 here, as many as the pool; a few less under valgrind,
+        # which keeps some descriptors), and passes in one order over more files than it holds
+        # would evict each file just before it is asked again.
+        rng = random.Random(2)
+        order = [k for _ in range(4) for k in rng.sample(range(POOL_FILES), POOL_FILES)]
         if any(name in RANDOM_FILES for name in kinds):
             for i in range(4 * POOL_FILES // 32):  # every pool file four times: seen, read, watched, trusted
-                names = "&".join(f"file{k}={pool_name((i * 32 + k) % POOL_FILES)}" for k in range(32))
+                names = "&".join(f"file{k}={pool_name(order[i * 32 + k])}" for k in range(32))
                 exchange(sock, f"GET /api/stream-files?{names} HTTP/1.1\r\nHost: x\r\n\r\n".encode(), buf)
-        if "F1" in kinds:  # each file's URL twice: seen, then its head remembered (a wrk run repeats each many times)
-            for i in range(2 * POOL_FILES):
-                exchange(sock, f"GET /files/{pool_name(i % POOL_FILES)} HTTP/1.1\r\nHost: x\r\n\r\n".encode(), buf)
-        for name, make in requests.items():  # warm: caches filled, code specialised
-            for i in range(300):
-                exchange(sock, make(i), buf)
         for name, make in requests.items():
+            if name in ("F1", "R1"):
+                # Each file's URL three times, right before (as a bench's burst warms its scenario,
+                # drawing each file some ten times): seen, its head remembered, recalled. The heads
+                # of F1 and R1 together (20,000) are more than a worker remembers (shortcuts.HEADS),
+                # as they are when a bench runs one after the other.
+                for i in range(3 * POOL_FILES):
+                    exchange(sock, single_request(name, pool_name(order[i])), buf)
+            for i in range(WARM):  # warm: caches filled, code specialised (a first sight's own files)
+                exchange(sock, make(i), buf)
             control(server.pid, "-z")
-            for i in range(counts[name]):
+            for i in range(WARM, WARM + counts[name]):
                 exchange(sock, make(i), buf)
             control(server.pid, "-d", name)
         sock.close()
@@ -153,17 +180,21 @@ def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] 
     return {name: totals[name] / counts[name] for name in kinds if name in totals}
 
 
+#: Requests of each kind before its counted ones.
+WARM = 300
+
+
 def request_maker(name: str, target: str, seed: int | None = None) -> Callable[[int], bytes]:
     """The bytes of the ``i``-th request of a kind: the same each time, new (``_new``: a header
-    that changes), or naming files drawn at random from the pool (F1, R32)."""
+    that changes), naming files drawn at random from the pool (F1, R32), or the ``i``-th file of
+    a pool of the kind's own (``_first``)."""
+    if name in FIRST_SIGHT:
+        return lambda i: single_request(FIRST_SIGHT[name], f"{name}/{i:05d}.bin")
     if name in RANDOM_FILES:
         rng, count = random.Random(seed), RANDOM_FILES[name]
 
         def drawn(i: int) -> bytes:
-            names = [pool_name(k) for k in rng.sample(range(POOL_FILES), count)]
-            path = "/files/" + names[0] if name == "F1" else "/api/stream-files?" + "&".join(
-                f"file{k}={n}" for k, n in enumerate(names, 1))
-            return f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+            return single_request(name, *(pool_name(k) for k in rng.sample(range(POOL_FILES), count)))
 
         return drawn
     head = f"GET {target} HTTP/1.1\r\nHost: x\r\n".encode()
@@ -172,14 +203,23 @@ def request_maker(name: str, target: str, seed: int | None = None) -> Callable[[
     return lambda i: head + b"\r\n"
 
 
+def single_request(name: str, *names: str) -> bytes:
+    """The request of kind ``name`` for pool files ``names``: F1 the first's ``/files/`` URL, the
+    others a batch of them."""
+    path = "/files/" + names[0] if name == "F1" else "/api/stream-files?" + "&".join(
+        f"file{k}={n}" for k, n in enumerate(names, 1))
+    return f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+
+
 def pool_name(index: int) -> str:
     return f"pool/{index // POOL_PER_DIR:02d}/{index:05d}.bin"
 
 
-def make_pool(root: str) -> None:
-    """POOL_FILES files of POOL_FILE_SIZE random bytes, at most POOL_PER_DIR to a directory."""
-    for index in range(POOL_FILES):
-        path = os.path.join(root, pool_name(index))
+def make_pool(root: str, names: str | None = None, count: int = POOL_FILES) -> None:
+    """``count`` files of POOL_FILE_SIZE random bytes: the pool (at most POOL_PER_DIR to a
+    directory), or named ``names % index``."""
+    for index in range(count):
+        path = os.path.join(root, pool_name(index) if names is None else names % index)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             f.write(os.urandom(POOL_FILE_SIZE))

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Client, get
+from conftest import FILES, Client, get
 
 from axon.app import App
 from axon.cli import build_parser
@@ -23,7 +23,8 @@ from axon.server.cli import load_app
 ENV = ["AXON_HOST", "AXON_PORT", "AXON_WORKERS", "AXON_ROOT", "AXON_APP", "AXON_ACCESS_LOG", "AXON_LOG_LEVEL",
        "AXON_GRACEFUL_TIMEOUT", "AXON_CERTFILE", "AXON_KEYFILE", "AXON_MAX_CONNECTIONS", "AXON_JSON_LOGS",
        "AXON_METRICS", "AXON_FILE_CACHE", "AXON_CACHE_CONTROL", "AXON_BROWSE",
-       "AXON_PORTABLE_IDENTITY", "AXON_REUSE_PORT", "AXON_NO_REPLAY", "AXON_FILE_CACHE_VALID"]
+       "AXON_PORTABLE_IDENTITY", "AXON_REUSE_PORT", "AXON_NO_REPLAY", "AXON_FILE_CACHE_VALID",
+       "AXON_FILE_CACHE_INACTIVE"]
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ def test_defaults(clean_env) -> None:
     assert (args.root, args.app, args.access_log, args.log_level) == (None, None, False, "info")
     assert (args.graceful_timeout, args.certfile, args.keyfile) == (30.0, None, None)
     assert args.file_cache == 10000 and args.cache_control is None and args.browse is False
-    assert args.file_cache_valid == 5.0
+    assert args.file_cache_valid == 5.0 and args.file_cache_inactive == 60.0
     assert args.replay is None  # parsed only to be refused (test_server_cli_input)
 
 
@@ -53,7 +54,7 @@ def test_every_flag_has_an_environment_variable(clean_env, tmp_path) -> None:
         "AXON_GRACEFUL_TIMEOUT": "2.5", "AXON_CERTFILE": "c.pem", "AXON_KEYFILE": "k.pem",
         "AXON_MAX_CONNECTIONS": "77", "AXON_JSON_LOGS": "1", "AXON_METRICS": "yes", "AXON_FILE_CACHE": "0",
         "AXON_CACHE_CONTROL": "max-age=60", "AXON_BROWSE": "1", "AXON_PORTABLE_IDENTITY": "1",
-        "AXON_REUSE_PORT": "1", "AXON_FILE_CACHE_VALID": "30",
+        "AXON_REUSE_PORT": "1", "AXON_FILE_CACHE_VALID": "30", "AXON_FILE_CACHE_INACTIVE": "120",
     }
     for name, value in values.items():
         clean_env.setenv(name, value)
@@ -63,7 +64,7 @@ def test_every_flag_has_an_environment_variable(clean_env, tmp_path) -> None:
     assert (args.certfile, args.keyfile, args.max_connections, args.json_logs) == ("c.pem", "k.pem", 77, True)
     assert args.metrics is True and args.file_cache == 0 and args.cache_control == "max-age=60"
     assert args.browse is True and args.portable_identity is True and args.reuse_port is True
-    assert args.file_cache_valid == 30.0
+    assert args.file_cache_valid == 30.0 and args.file_cache_inactive == 120.0
 
 
 def test_cache_control_reaches_the_built_in_app(clean_env, tmp_path) -> None:
@@ -278,3 +279,24 @@ def test_axon_serve_builds_its_app_with_shared_open_files(clean_env, tmp_path, m
     from axon import App
 
     assert App(tmp_path).shared_files is None  # built outside axon serve: WSGI, ASGI
+
+
+@pytest.mark.slow
+def test_a_file_unused_for_file_cache_inactive_is_closed(spawn, root) -> None:
+    """``--file-cache-inactive`` reaches the worker's open-file cache: a file kept open after its
+    request is closed once unused that long (the sweep runs once a second), and kept before."""
+    server = spawn("--workers", "0", "--file-cache-inactive", "1")
+    wanted = os.path.realpath(root / "a.txt")
+
+    def holds() -> bool:
+        fds = f"/proc/{server.proc.pid}/fd"
+        return any(os.path.realpath(os.path.join(fds, n)) == wanted for n in os.listdir(fds))
+
+    with Client(server.port) as c:
+        assert c.get("/files/a.txt").status == 200
+        assert holds()  # kept for the next request
+        deadline = time.monotonic() + 5
+        while holds() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not holds() and time.monotonic() < deadline
+        assert c.get("/files/a.txt").body == FILES["a.txt"]  # opened anew

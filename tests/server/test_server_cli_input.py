@@ -28,6 +28,8 @@ def axon_cli(*argv: str, **env: str) -> subprocess.CompletedProcess:
      "argument --certfile: cannot read /nope.pem: No such file or directory"),
     (["serve", "--file-cache", "-5"], {}, "argument --file-cache: must be 0 or more, not -5"),
     (["serve", "--file-cache-valid", "-1"], {}, "argument --file-cache-valid: must be 0 or more seconds, not -1"),
+    (["serve", "--file-cache-inactive", "-1"], {},
+     "argument --file-cache-inactive: must be 0 or more seconds, not -1"),
     (["serve", "--workers", "-1"], {}, "argument --workers: must be 0 or more, not -1"),
     (["serve", "--max-connections", "0"], {}, "argument --max-connections: must be 1 or more, not 0"),
     (["serve", "--graceful-timeout", "nan"], {}, "argument --graceful-timeout: must be 0 or more seconds"),

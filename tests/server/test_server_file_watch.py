@@ -116,3 +116,41 @@ def test_trusted_files_make_whole_zips_tars_and_ranges_and_follow_a_change(serve
         with open(live_root / "small.txt", "r+b") as f:
             f.write(b"VERSION 2\n")
         check(b"VERSION 2\n")
+
+
+def test_single_files_asked_in_turn_follow_a_change_in_bytes_length_and_etag(serve, live_root, settled) -> None:
+    """Each file asked alone, as /files/ and as a batch of one, in turn with another (a random
+    draw from a pool: no answer is the last one made), is answered from what was made of its
+    trusted version; a change in place (another length, the mtime put back) is in the next
+    answer to each of its targets, with the new length and ETag, and the other file's answers
+    stay as they were."""
+    server = serve(shared_app(live_root))
+    path = live_root / "small.txt"
+    targets = ["/files/small.txt", "/files/other.txt", batch_target(["small.txt"]), batch_target(["other.txt"])]
+
+    def facts(c: Client, target: str) -> tuple[bytes, str | None, str | None]:
+        """The file's bytes, its declared length and the answer's ETag."""
+        resp = c.get(target)
+        assert resp.status == 200
+        if target.startswith("/files/"):
+            return resp.body, resp.header("content-length"), resp.header("etag")
+        (headers, body), = parse_multipart(resp)  # noqa: RUF015 - one part
+        return body, headers["Content-Length"], resp.header("etag")
+
+    new = b"version 2, longer\n"
+    with Client(server.port) as c:
+        for _ in range(5):  # remembered and trusted, each asked between the others
+            for target in targets:
+                facts(c, target)
+        before = {target: facts(c, target) for target in targets}
+        st = os.stat(path)
+        path.write_bytes(new)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # the mtime put back: the ETag must still move
+        for _ in range(4):  # the change found, then its version trusted in turn: each answer follows it
+            for target in targets:
+                body, length, etag = facts(c, target)
+                if "other" in target:
+                    assert (body, length, etag) == before[target]
+                else:
+                    assert (body, length) == (new, str(len(new)))
+                    assert etag != before[target][2]

@@ -264,10 +264,15 @@ def test_a_large_single_file_is_its_head_and_sendfile(serve, counts) -> None:
 
 
 @pytest.mark.parametrize("how", ["file", "batch"])
-def test_a_64k_file_is_its_head_and_one_sendfile_written_at_once(serve, counts, how) -> None:
-    # One write_chunk of file data, sendfile_min: written synchronously (no task), the head held
-    # for the file's data (MSG_MORE), the file by one sendfile (not copied twice by pread and
-    # writev), a batch's closing boundary in one write; asked twice, the same each time.
+def test_a_64k_file_is_its_head_and_one_sendfile_written_at_once(serve, counts, how, monkeypatch) -> None:
+    # One write_chunk of file data, sendfile_min, read from its descriptor (the open-file cache
+    # keeping bytes of smaller files only, as where its byte budget is spent): written
+    # synchronously (no task), the head held for the file's data (MSG_MORE), the file by one
+    # sendfile (not copied twice by pread and writev), a batch's closing boundary in one write;
+    # asked twice, the same each time.
+    from axon.storage import file_cache
+
+    monkeypatch.setattr(file_cache, "SMALL_FILE", 16 * 1024)
     server = serve()
     with Client(server.port) as c:
         for _ in range(2):
@@ -278,6 +283,25 @@ def test_a_64k_file_is_its_head_and_one_sendfile_written_at_once(serve, counts, 
             assert body == FILES["k64.bin"]
     writes = 0 if how == "file" else 2
     assert counts == {"writes": writes, "sendfile": 2, "more": 2, "cork": 0}, counts
+
+
+@pytest.mark.parametrize("how", ["file", "batch"])
+def test_a_64k_file_kept_in_memory_is_one_write(serve, counts, how, monkeypatch) -> None:
+    # A file of 64 KiB is small enough for the open-file cache to keep its bytes (SMALL_FILE):
+    # once kept (from its second use here: settled at once), each answer leaves in one writev,
+    # nothing read, no sendfile.
+    from axon.storage import file_cache
+
+    monkeypatch.setattr(file_cache, "SETTLED_NS", -(10**18))
+    server = serve()
+    with Client(server.port) as c:
+        target = "/files/k64.bin" if how == "file" else batch_target(["k64.bin"])
+        assert c.get(target).status == 200  # its first sight opens it; the next use keeps its bytes
+        counts.update(writes=0, sendfile=0, more=0)
+        for _ in range(3):
+            resp = c.get(target)
+            assert (resp.body if how == "file" else parse_multipart(resp)[0][1]) == FILES["k64.bin"]
+    assert counts == {"writes": 3, "sendfile": 0, "more": 0, "cork": 0}, counts
 
 
 def test_no_sendfile_when_switched_off(serve, counts, monkeypatch) -> None:

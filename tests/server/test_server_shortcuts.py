@@ -235,9 +235,9 @@ def test_a_recalled_head_moves_up_the_order_once_a_second(tree, monkeypatch) -> 
 
 
 def test_an_answer_of_trusted_files_is_made_once_while_they_stay_the_same(tree) -> None:
-    """A remembered head whose files the shared files trust (their bytes in memory) is answered
-    by the answer made last while they give the same objects (one per version); another object
-    makes it anew, another version forgets the head, and a forgotten head's answer is let go."""
+    """A remembered head of one file the shared files trust (its bytes in memory) is answered by
+    the answer made last of that file's version, which the version's object keeps (it goes with
+    the version); another object makes it anew, another version forgets the head."""
     import zlib
 
     from axon.storage.local import TrustedFile
@@ -262,11 +262,41 @@ def test_an_answer_of_trusted_files_is_made_once_while_they_stay_the_same(tree) 
     assert first is not None and again is not None
     assert first[1].files == [] and data in first[1].body
     assert again[1] is first[1]  # made once
+    assert same.answer == (table.heads[key], first[1])  # kept by the version's object
     other = table.recall(key, app.store.open, lambda paths: [trusted()])  # an equal version, another object
     assert other is not None and other[1] is not first[1] and other[1].body == first[1].body
     changed = trusted((*version[:5], version[5] ^ 1))
     assert table.recall(key, app.store.open, lambda paths: [changed]) is None
-    assert len(table) == 0 and table._last is None  # forgotten, its answer with it
+    assert len(table) == 0 and changed.answer is None  # forgotten, nothing made of the new version
+
+
+def test_an_answer_of_several_trusted_files_is_made_once_while_they_stay_the_same(tree) -> None:
+    """A head of several trusted files keeps the answer made last (one for the table) while the
+    shared files give the same objects; another object of any of them makes it anew."""
+    import zlib
+
+    from axon.storage.local import TrustedFile
+
+    app = shared_app(tree)
+    table = Remembered()
+    paths = ["a.txt", "small/f01.bin"]
+    key = (b"/api/stream-files?file1=a.txt&file2=small/f01.bin", None)
+    for _ in range(2):  # remembered on the second sight
+        response = app.send_batch(Request("GET", "/api/stream-files"), paths)
+        table.remember(key, response, "/api/stream-files", "")
+        response.close()
+    head = table.heads[key]
+    made = []
+    for i, path in enumerate(paths):
+        data = FILES[path]
+        head.versions[i] = version = (*head.versions[i][:5], zlib.crc32(data))  # as from the trusted file's bytes
+        made.append(TrustedFile(path, version, data, path, "text/plain"))
+    first = table.recall(key, app.store.open, lambda p: list(made))
+    again = table.recall(key, app.store.open, lambda p: list(made))
+    assert first is not None and again is not None and again[1] is first[1] and first[1].files == []
+    made[1] = TrustedFile(paths[1], head.versions[1], FILES[paths[1]], paths[1], "text/plain")
+    other = table.recall(key, app.store.open, lambda p: list(made))
+    assert other is not None and other[1] is not first[1] and other[1].body == first[1].body
 
 
 def test_a_copy_of_the_tree_is_a_new_version(serve, tree) -> None:

@@ -21,7 +21,7 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from ..config import environment, flag, parse_size, variable
-from ..storage import FILE_CACHE_SIZE, FILE_CACHE_VALID
+from ..storage import FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID
 
 if TYPE_CHECKING:
     from .config import ServerConfig
@@ -178,6 +178,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="how often a cached path is resolved again, as nginx's open_file_cache_valid: what "
                         "inotify cannot see (a path re-pointed, an mmap or NFS write) shows within this "
                         "(AXON_FILE_CACHE_VALID; default 5)")
+    p.add_argument("--file-cache-inactive", type=_seconds(positive=False), metavar="SECONDS",
+                   default=_env("AXON_FILE_CACHE_INACTIVE", FILE_CACHE_INACTIVE),
+                   help="how long a cached file may go unused before it is closed, as nginx's open_file_cache "
+                        "inactive= (AXON_FILE_CACHE_INACTIVE; default 60)")
     # Parsed only to refuse it with a message that says why (see run).
     p.add_argument("--replay", action=argparse.BooleanOptionalAction, default=None, help=argparse.SUPPRESS)
     p.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=_env_bool("AXON_METRICS"),
@@ -294,6 +298,7 @@ def run(args: argparse.Namespace) -> int:
             max_connections=args.max_connections,
             file_cache=args.file_cache,
             file_cache_valid=args.file_cache_valid,
+            file_cache_inactive=args.file_cache_inactive,
             certfile=args.certfile,
             keyfile=args.keyfile,
         )

@@ -103,10 +103,11 @@ class Remembered:
         #: What the writer writes at once (:func:`~.answer.fits_one_write`): a head whose answer
         #: would not be is not worth remembering. None: any.
         self._chunk = chunk
-        #: The last answer recalled whose files were all trusted (their bytes in memory), with the
+        #: The last answer recalled of several files all trusted (their bytes in memory), with the
         #: head it answers and the trusted files it was made from: sent again while the shared
         #: files give the same objects (one per version), which were checked against the head's
-        #: versions when it was made. One answer's bytes, which the shared files hold too.
+        #: versions when it was made. One answer's bytes, which the shared files hold too. A
+        #: head of one file keeps its answer on that file's version instead (``recall``).
         self._last: tuple[Head, list, Prepared] | None = None
 
     def __len__(self) -> int:
@@ -144,7 +145,9 @@ class Remembered:
         from (then it is forgotten, and the App answers). A file whose version and bytes the
         worker's shared files know current (``cached_files``) is sent from those bytes, holding
         nothing; any other is opened by ``open_file`` (the App's store). An answer of trusted
-        files only is made once while they stay the same (``_last``)."""
+        files only is made once while they stay the same: for one file, kept by its trusted
+        version (``answer``, which lives as long as that version: each file of a pool keeps
+        its own), for several, the last one made (``_last``)."""
         head = self.heads.get(key)
         if head is None:
             return None
@@ -153,9 +156,16 @@ class Remembered:
             self.heads.move_to_end(key)
             head.moved = now
         known_files = cached_files(head.paths)
-        last = self._last
-        if last is not None and last[0] is head and last[1] == known_files:  # the same objects: compared by identity
-            return head, last[2]
+        single = len(known_files) == 1
+        if single:  # one file: its trusted version keeps the answer made of it (below)
+            known = known_files[0]
+            made = None if known is None else known.answer
+            if made is not None and made[0] is head:
+                return head, made[1]
+        else:
+            last = self._last
+            if last is not None and last[0] is head and last[1] == known_files:  # the same objects: compared by identity
+                return head, last[2]
         files: list[File] = []
         bodies: list = []
         read = 0
@@ -180,7 +190,10 @@ class Remembered:
         body = [bodies[t] if type(t) is int else t for t in head.template]
         answer = Prepared(head.head, body, head.length, files, False, read)
         if not files:
-            self._last = (head, known_files, answer)
+            if single:
+                known.answer = (head, answer)
+            else:
+                self._last = (head, known_files, answer)
         return head, answer
 
     def forget(self, key: tuple[bytes, str | None]) -> None:

@@ -126,12 +126,13 @@ class ResponseWriter:
         read = answer.read
         if length > self._chunk and not fits_one_write(length, to_read(body) if read is None else read, self._chunk):
             return False  # more to read than one chunk (sendfile, by chunks), or much to hold
-        head = b"".join((answer.head, self._tail(exchange), CRLF))
         files = answer.files
         try:
             if read == 0 or not body or (len(body) == 1 and type(body[0]) is bytes):  # bytes only: nothing to walk
-                self._hold([head, *body], len(head) + length)
+                tail = self._tail(exchange)  # the head completed and the body joined in one (_hold)
+                self._hold([answer.head, tail, CRLF, *body], len(answer.head) + len(tail) + 2 + length)
             else:
+                head = b"".join((answer.head, self._tail(exchange), CRLF))
                 out = [head]
                 i, size = self._gather(out, len(head), body, 0, len(head) + length + 1)
                 if i == len(body):  # every slice read into out: one answer to hold

@@ -75,8 +75,10 @@ from .watch import Events, Watcher, open_watcher
 log = logging.getLogger("axon")
 
 
-#: Files up to this size may keep their bytes in the cache as well, so that a hit needs no read.
-SMALL_FILE = 16 * 1024
+#: Files up to this size may keep their bytes in the cache as well, so that a hit needs no read
+#: (one write_chunk: a file of it is then one writev, where from its descriptor it takes an
+#: fstat, a sendmsg and a sendfile; docs/design-notes.md).
+SMALL_FILE = 64 * 1024
 #: ... once their last change is this old. Two writes within one tick of the filesystem's clock
 #: can leave the size, mtime and ctime as they were (git calls such an entry "racily clean"):
 #: bytes read from a file that settled this long are the bytes of every later request with the

@@ -119,13 +119,16 @@ class TrustedFile(OpenFile):
 
     # ``version`` a plain field: a remembered head's check reads it for every file it sends.
     # ``signature`` made here, once: a batch takes it as it is (see KeptSignature).
-    __slots__ = ("version", "signature")
+    # ``answer``: what a server made last of this version alone, opaque here (the native
+    # server's remembered head and its answer): it lives exactly as long as the version does.
+    __slots__ = ("version", "signature", "answer")
 
     def __init__(self, path: str, version: Token, data: bytes, name: str, content_type: str) -> None:
         facts = version[:5]
         super().__init__(-1, path, name, *facts, content_type, None, data, version[5])
         self.version = version  # type: ignore[misc]
         self.signature = _new_slice(KeptSignature, (path, content_type, *facts, name, None))  # type: ignore[misc]
+        self.answer: object = None
 
     def close(self) -> None:
         pass
