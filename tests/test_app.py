@@ -563,3 +563,28 @@ def test_the_identity_secret_keys_batches_without_signing(root, monkeypatch, tmp
     assert App(other).batch_key == app.batch_key != App(root, portable_identity=False, identity_secret="").batch_key
     status = app.handle(Request("GET", "/api/stream-files", "f=a.txt")).status
     assert status == 200
+
+
+def test_a_handler_with_two_long_plans_on_the_loop_is_answered(tmp_path, open_fds):
+    # One plan is stepped between turns and kept for the handler's next run; a second long plan
+    # in that run is made in the pool, not stepped again (which ran the handler without end).
+    for i in range(1, 41):
+        (tmp_path / f"f{i}").write_text(str(i))
+    app = App(str(tmp_path))
+    runs = []
+
+    @app.route("/two", blocking=False)
+    def two(request):
+        runs.append(request.on_loop)
+        app.send_batch(request, [f"f{i}" for i in range(1, 40)]).close()
+        return app.send_batch(request, [f"f{i}" for i in range(2, 41)])
+
+    before = open_fds()
+
+    async def ask() -> Response:
+        return await asyncio.wait_for(app.handle_async(Request("GET", "/two", "", {}, b"")), 20)
+
+    response = asyncio.run(ask())
+    assert response.status == 200 and runs == [True, True, False]
+    response.close()
+    assert open_fds() <= before

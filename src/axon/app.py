@@ -255,8 +255,12 @@ class App(Router):
             steps.close()  # cancelled midway: the files opened so far are closed
         try:
             response = _to_response(route.handler(request))
-        except WouldBlock as exc:
-            return await self._elsewhere(request, route, started, exc)
+        except WouldBlock:
+            # Another long plan (or a cold read) in the same handler: stepping again would run
+            # the handler again without end (one plan is kept per request), so it runs once
+            # more in the pool, where it plans everything at once.
+            _drop_unused(request)
+            return await self._in_pool(request, route, started)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON response
             response = _failure(exc, request)
         finally:
