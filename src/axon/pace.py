@@ -86,14 +86,3 @@ def pace_of(loop: asyncio.AbstractEventLoop) -> Pace:
     if pace is None:
         pace = _PACES[loop] = Pace(loop)
     return pace
-
-
-def turn_spent() -> bool:
-    """Whether the running loop's turn has run its budget of batch work (starting its clock if
-    this is the turn's first ask): a batch small enough to plan at once is planned in a later
-    turn when others were planned in this one. False with no loop running (nothing to share)."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return pace_of(loop).spent()
