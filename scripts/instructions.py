@@ -215,10 +215,10 @@ def pool_name(index: int) -> str:
     return f"pool/{index // POOL_PER_DIR:02d}/{index:05d}.bin"
 
 
-def make_pool(root: str, names: str | None = None, count: int = POOL_FILES) -> None:
-    """``count`` files of POOL_FILE_SIZE random bytes: the pool (at most POOL_PER_DIR to a
-    directory), or named ``names % index``."""
-    for index in range(count):
+def make_pool(root: str, names: str | None = None, count: int | None = None) -> None:
+    """``count`` files (POOL_FILES unless given) of POOL_FILE_SIZE random bytes: the pool (at most
+    POOL_PER_DIR to a directory), or named ``names % index``."""
+    for index in range(POOL_FILES if count is None else count):
         path = os.path.join(root, pool_name(index) if names is None else names % index)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:

@@ -6,7 +6,7 @@ found ready, back to back. What holds up a waiting client (and the loop's lag ti
 each plan a batch and write a megabyte of it in their own callback make one turn of all fifty.
 So the work that grows with a batch (planning it a slice of files at a time, writing its body a
 chunk at a time, and answering a request at all once this turn has worked long) asks the loop's
-one :class:`Pace` (:func:`pace_of`) first; once the turn has run :data:`BUDGET` seconds of such
+one :class:`Pace` (:func:`pace_of`) first; once the turn has run its budget (seconds, ``AXON_TURN_BUDGET``) of such
 work, what asks waits for a later turn, in the order it asked.
 
 The turn's clock starts at the first ask of a turn and stops with a ``call_soon`` (which runs
@@ -26,9 +26,6 @@ from time import perf_counter
 
 from .config import environment
 
-#: Seconds of batch work a loop turn may run before what asks next waits for a later turn
-#: (``AXON_TURN_BUDGET``).
-BUDGET = environment().turn_budget
 
 
 class Pace:
@@ -37,9 +34,11 @@ class Pace:
 
     __slots__ = ("_loop", "budget", "since", "waiting", "_new_turn")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, budget: float = BUDGET) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, budget: float | None = None) -> None:
         self._loop = loop
-        self.budget = budget
+        # Read when a loop first asks, not at import: a bad variable is then the CLI's clear
+        # error (exit 2), not a traceback from importing this module.
+        self.budget = environment().turn_budget if budget is None else budget
         #: When this turn's asked-for work began (``perf_counter``), or None: none yet.
         self.since: float | None = None
         #: The tasks waiting (:meth:`wait`), each by a future, in the order they began to wait.
