@@ -618,3 +618,27 @@ def test_a_file_planned_before_a_long_plan_on_the_loop_is_not_left_open(tmp_path
 
     gc.collect()  # not the collector's to close: no finaliser closes a dropped OpenFile
     assert open_fds() <= before
+
+
+def test_a_plan_made_in_steps_is_given_only_to_the_same_call(tmp_path, open_fds):
+    # The plan stepped for a tar of 40 files is not what a multipart of the same 40 files gets when
+    # the handler, run again, asks for that instead: a plan is matched on paths, format and slices.
+    for i in range(1, 41):
+        (tmp_path / f"f{i}").write_text(str(i))
+    app = App(str(tmp_path))
+    formats = iter(["tar", "multipart", "multipart"])
+
+    @app.route("/changing", blocking=False)
+    def changing(request):
+        return app.send_batch(request, [f"f{i}" for i in range(1, 41)], next(formats))
+
+    before = open_fds()
+
+    async def ask() -> Response:
+        return await asyncio.wait_for(app.handle_async(Request("GET", "/changing", "", {}, b"")), 20)
+
+    response = asyncio.run(ask())
+    assert response.status == 200
+    assert dict(response.headers)["Content-Type"].startswith("multipart/mixed")
+    response.close()
+    assert open_fds() <= before

@@ -234,6 +234,7 @@ class App(Router):
     def _elsewhere(self, request: Request, route: Route, started: float, exc: WouldBlock) -> Coroutine[Any, Any, Response]:
         """The rest of a request whose handler, called on the loop, would have blocked (in the
         thread pool) or worked long (its ``steps``, between the loop's other work)."""
+        _close_made(request)
         if exc.steps is not None:
             return self._in_steps(request, route, started, exc.steps, exc.of)
         return self._in_pool(request, route, started)
@@ -259,6 +260,7 @@ class App(Router):
             # Another long plan (or a cold read) in the same handler: stepping again would run
             # the handler again without end (one plan is kept per request), so it runs once
             # more in the pool, where it plans everything at once.
+            _close_made(request)
             _drop_unused(request)
             return await self._in_pool(request, route, started)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON response
@@ -355,7 +357,7 @@ class App(Router):
 
     def send_file(self, request: Request, path: str) -> Response:
         """One file under the root, with ETag, Last-Modified, Range (206/416) and 304/412."""
-        return self.cacheable(plan_file(self.store, path, request.method, request.headers, self.limits))
+        return _made(request, self.cacheable(plan_file(self.store, path, request.method, request.headers, self.limits)))
 
     def send_batch(
         self, request: Request, paths: list[str], fmt: str = "multipart", slices: list[Slice | None] | None = None,
@@ -365,18 +367,19 @@ class App(Router):
         (``multipart/mixed``), ``"zip"`` or ``"tar"``. ``slices`` (one per path, None for the
         whole file; multipart only) serves byte ranges of files, each part with its
         ``Content-Range``."""
+        asked = (paths, fmt, slices)
         planned = request.planned
-        if planned is not None and planned[0] == paths:  # planned in steps (WouldBlock's), for this call
+        if planned is not None and planned[0] == asked:  # planned in steps (WouldBlock's), for this call
             request.planned = None
             if planned[2] is not None:
                 raise planned[2]
-            return self.cacheable(planned[1])
+            return _made(request, self.cacheable(planned[1]))
         store = self.store if self._for_batch is None else self._for_batch(paths)
         response = plan_batch(
             store, paths, self.limits, key=self.batch_key, headers=request.headers, method=request.method,
-            fmt=FORMATS[fmt], slices=slices, on_loop=request.on_loop,
+            fmt=FORMATS[fmt], slices=slices, on_loop=request.on_loop, asked=asked,
         )
-        return self.cacheable(response)
+        return _made(request, self.cacheable(response))
 
     def cacheable(self, response: Response) -> Response:
         """``response`` (planned from this App's files) with what every file response gets: the
@@ -389,6 +392,23 @@ class App(Router):
         if self.cache_control:
             response.headers.append(("Cache-Control", self.cache_control))
         return response
+
+
+def _made(request: Request, response: Response) -> Response:
+    """``response``, noted as made by a handler on the loop, whose run WouldBlock may cut short."""
+    if request.on_loop:
+        if request.made is None:
+            request.made = []
+        request.made.append(response)
+    return response
+
+
+def _close_made(request: Request) -> None:
+    """Close what the handler made from files in a run that WouldBlock cut short: it never returned
+    them, so nothing else would (an open file has no finaliser)."""
+    made, request.made = request.made, None
+    for response in made or ():
+        response.close()
 
 
 def _drop_unused(request: Request) -> None:

@@ -25,9 +25,11 @@ class Request:
     there, and the App runs the handler again in its thread pool (``on_loop`` false). ``client``
     is the address of the peer, as the runtime gives it (None where it gives none); for the logs.
     ``planned``: a batch planned over several turns of the loop (WouldBlock's ``steps``), for the
-    handler run again: ``(paths, response or None, error or None)``."""
+    handler run again: ``(what was asked, response or None, error or None)``. ``made``: the
+    responses its handler made from files on the loop, closed by the App if that run is cut short
+    (WouldBlock), since the handler never gets to close them."""
 
-    __slots__ = ("method", "path", "query_string", "headers", "body", "client", "params", "on_loop", "planned", "_query")
+    __slots__ = ("method", "path", "query_string", "headers", "body", "client", "params", "on_loop", "planned", "made", "_query")
 
     def __init__(
         self,
@@ -47,6 +49,7 @@ class Request:
         self.params: dict[str, str] = {}
         self.on_loop = False
         self.planned: tuple | None = None
+        self.made: list | None = None
         self._query: list[tuple[str, str]] | None = None
 
     @property

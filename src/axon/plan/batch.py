@@ -137,15 +137,17 @@ def combine(failures: list[HTTPError], total: int) -> HTTPError:
     )
 
 
-def plan_batch(store: Source, paths: list[str], limits: Limits, *, on_loop: bool = False, **options: Any) -> Response:
+def plan_batch(
+    store: Source, paths: list[str], limits: Limits, *, on_loop: bool = False, asked: Any = None, **options: Any,
+) -> Response:
     """The batch of ``paths``, as :func:`plan_steps` plans it with ``options``, planned now.
     ``on_loop``: called where nothing may block; :class:`~axon.errors.WouldBlock` rather than a
     long read, and rather than planning more than ``INLINE_FILES`` files in one go (its
-    ``steps`` plan them a slice at a time)."""
+    ``steps`` plan them a slice at a time, for the call the caller names ``asked``)."""
     sliced = on_loop and len(paths) > INLINE_FILES
     steps = plan_steps(store, paths, limits, on_loop=on_loop, every=SLICE_FILES if sliced else len(paths) or 1, **options)
     if sliced:
-        raise WouldBlock(f"{len(paths)} files to plan", steps=steps, of=paths)
+        raise WouldBlock(f"{len(paths)} files to plan", steps=steps, of=asked)
     return finish(steps)  # type: ignore[return-value]
 
 
