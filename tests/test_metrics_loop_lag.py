@@ -92,3 +92,21 @@ def test_metrics_show_this_process_lag_once_a_loop_is_timed() -> None:
     samples = parse(metrics.render().decode())
     assert value(samples, "axon_event_loop_lag_seconds_count") == sum(LAG.counts) > 0
     assert value(samples, "axon_requests_in_flight") == 0  # the request metrics are there too
+
+
+def test_metrics_dropped_leave_no_callback_behind() -> None:
+    # Each Metrics asks the process's histogram to be told when a loop is timed; one dropped
+    # takes its callback with it, so a process that makes many holds as many as are alive.
+    import gc
+
+    histogram = LagHistogram()
+    kept = []
+    for i in range(200):
+        metrics = Metrics(Records())
+        histogram.on_timed(metrics._publish_from_now)
+        if i % 50 == 0:
+            kept.append(metrics)
+        del metrics
+        gc.collect(0)
+    assert len(histogram._on_timed) <= len(kept) + 1
+    histogram.start_timing()  # the live ones are called, the dead ones skipped

@@ -93,3 +93,22 @@ except ImportError as exc:
     assert len(lines) == 2, done.stdout + done.stderr
     for line in lines:
         assert "aiohttp" in line and "pip install 'axon-stream[fsspec]'" in line, line
+
+
+def test_a_server_that_is_down_is_not_blamed_on_the_one_that_answered(fs: AxonFileSystem, served):
+    # Servers.request names its own server only for opening its own request: a connect error
+    # from another server, raised in the caller's block, is that server's (or aiohttp's own).
+    import asyncio
+
+    import aiohttp
+
+    dead = dead_netloc()
+
+    async def inside() -> None:
+        async with fs._servers.request("GET", served.netloc, "/api/health"):
+            session = await fs.set_session()
+            async with session.get(f"http://{dead}/"):
+                pass
+
+    with pytest.raises(aiohttp.ClientConnectorError):
+        asyncio.run(inside())

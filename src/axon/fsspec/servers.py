@@ -10,7 +10,7 @@ import asyncio
 import errno
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -78,9 +78,10 @@ class Servers:
         """``method`` on ``target`` of the server at ``netloc``, on the session, released on
         leaving; a server that cannot be reached is :class:`~.errors.ServerDown`, naming it."""
         session = await self.session()
-        with reaching(self.base_url(netloc)):
-            async with session.request(method, self.url(netloc, target), **kwargs) as response:
-                yield response
+        async with AsyncExitStack() as stack:
+            with reaching(self.base_url(netloc)):  # opening it only: the caller's block may reach another server
+                response = await stack.enter_async_context(session.request(method, self.url(netloc, target), **kwargs))
+            yield response
 
     def headers(self, **extra: str) -> dict[str, str]:
         headers = {"Accept-Encoding": "identity", **extra}

@@ -115,7 +115,7 @@ class Metrics:
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: (metrics := ref()) is not None and metrics._reset())
         # A worker whose loop is timed publishes its lags at once, before it counts a request.
-        LAG.on_timed(lambda: (metrics := ref()) is not None and metrics._publish_from_now())
+        LAG.on_timed(self._publish_from_now)
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
 

@@ -28,6 +28,7 @@ import asyncio
 import bisect
 import os
 import threading
+import weakref
 from collections.abc import Callable
 
 __all__ = ["BUCKETS", "INTERVAL", "LAG", "LagHistogram", "LoopLag"]
@@ -50,7 +51,7 @@ class LagHistogram:
 
     def __init__(self) -> None:
         #: Called when a loop of this process begins to be timed (kept across a fork).
-        self._on_timed: list[Callable[[], object]] = []
+        self._on_timed: list[weakref.WeakMethod] = []
         self._reset()
 
     def _reset(self) -> None:
@@ -61,14 +62,19 @@ class LagHistogram:
         self._lock = threading.Lock()  # a lock held by another thread at fork() stays held
 
     def on_timed(self, callback: Callable[[], object]) -> None:
-        """Call ``callback`` whenever a loop of this process begins to be timed (:meth:`LoopLag.start`):
-        the metrics of a worker then publish its lags before it counts a request."""
-        self._on_timed.append(callback)
+        """Call ``callback`` (a bound method, held weakly: the list is as long as the live
+        objects that asked) whenever a loop of this process begins to be timed
+        (:meth:`LoopLag.start`): the metrics of a worker then publish its lags before it counts
+        a request."""
+        self._on_timed = [ref for ref in self._on_timed if ref() is not None]
+        self._on_timed.append(weakref.WeakMethod(callback))  # type: ignore[arg-type]
 
     def start_timing(self) -> None:
         self.timed = True
-        for callback in list(self._on_timed):
-            callback()
+        for ref in list(self._on_timed):
+            callback = ref()
+            if callback is not None:
+                callback()
 
     def add(self, lag: float) -> None:
         with self._lock:
