@@ -8,8 +8,8 @@ between the blocks these functions return, so a file's body still leaves by ``se
   ustar's fields or not ASCII, a size of 8 GiB or more). Each file is padded to 512 bytes; the
   archive ends with two zero blocks. The common header (an ASCII name of at most 100 bytes,
   numbers that fit) is assembled here from ``tarfile``'s own field formatters and a block it
-  made, skipping ``tobuf``'s checks, which cost a tar of small files more than everything else
-  on the server; the tests compare the two byte for byte.
+  made, skipping ``tobuf``'s per-field checks (a cost paid once per file of a tar, measured in
+  BENCHMARKS.md); the tests compare the two byte for byte.
 * zip: stored entries (method 0: the bytes on disk are the entry). Every record, the local
   headers included, is packed here with :mod:`zipfile`'s own structure formats and constants,
   laid out as ``ZipFile`` writes them; ``zipfile``'s methods are not called, since their checks
@@ -73,7 +73,7 @@ def tar_header(name: str, size: int, mtime_ns: int) -> bytes:
 
 def _plain_ustar(name: str, size: int, mtime: int) -> bytes:
     """The one ustar block tarfile's ``tobuf`` gives a name and numbers that need no pax header,
-    without its per-field checks (a tar shard of small files spent most of its time there).
+    without its per-field checks, which are paid per file of a tar.
     Every field is formatted by tarfile's own ``stn``/``itn`` and the constant ones come from its
     template; only the checksum (the block's byte sum, its own field read as eight spaces) is
     summed here. The tests hold the two byte for byte."""
