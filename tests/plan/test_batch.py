@@ -534,9 +534,9 @@ def test_a_large_batch_planned_on_a_loop_is_planned_in_steps_to_the_same_bytes(r
     before = open_fds()
     at_once = plan_batch(store, paths, LIMITS, key=b"k" * 32)
     with pytest.raises(WouldBlock) as caught:
-        plan_batch(store, paths, LIMITS, key=b"k" * 32, on_loop=True)
+        plan_batch(store, paths, LIMITS, key=b"k" * 32, on_loop=True, asked="the caller's name for it")
     steps, stops = caught.value.steps, 0
-    assert caught.value.of is paths
+    assert caught.value.of == "the caller's name for it"
     try:
         while True:
             next(steps)
