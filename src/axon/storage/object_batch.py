@@ -89,7 +89,8 @@ class BatchSource:
                 return found  # (a small object _from_listing gave is one whose bytes are kept)
             return None
 
-        first = await asyncio.gather(*map(held, paths))
+        # In turn, not as tasks: a lookup waits only on a write of that object under way.
+        first = [await held(p) for p in paths] if trusted else [None] * len(paths)
         listed = await self._listed([keys[p] for p, f in zip(paths, first) if f is None and p in keys])
 
         async def one(path: str, found: ObjectFile | None) -> ObjectFile | HTTPError:
