@@ -103,6 +103,10 @@ class Environment:
     #: Name a batch's objects by listing them (``AXON_NO_OBJECT_LISTING=1`` opens each key:
     #: for a store whose listings lag its writes).
     object_listing: bool = True
+    #: Seconds a listing's entries stand for the store's current versions of objects whose bytes
+    #: are kept, so that a batch of them lists nothing (``AXON_OBJECT_LISTING_VALID``;
+    #: ``axon serve --object-listing-valid``); 0: every batch lists.
+    object_listing_valid: float = 0.0
     #: A directory where objects are kept as files, shared by the workers of a node
     #: (``AXON_OBJECT_DISK_CACHE``; ``axon serve --object-disk-cache``); None for none.
     object_disk_cache: str | None = None
@@ -143,6 +147,7 @@ def environment(environ: Mapping[str, str] | None = None) -> Environment:
         store_timeout=number("AXON_STORE_TIMEOUT", 30.0, env, positive=True),
         object_cache_mib=int(number("AXON_OBJECT_CACHE", 64, env, whole=True)),
         object_listing=not flag("AXON_NO_OBJECT_LISTING", env),
+        object_listing_valid=number("AXON_OBJECT_LISTING_VALID", 0.0, env),
         object_disk_cache=variable("AXON_OBJECT_DISK_CACHE", None, env),
         object_disk_size=_size("AXON_OBJECT_DISK_SIZE", OBJECT_DISK_SIZE, env),
         identity_secret=variable("AXON_IDENTITY_SECRET", None, env),

@@ -263,21 +263,37 @@ def test_a_directory_that_fails_is_a_fill_failure_not_an_error(tmp_path, caplog)
     assert tier.counts()["object_disk_fill_failures"] == 1 and "not kept" in caplog.text
 
 
-def test_writes_of_fetched_bytes_in_flight_are_bounded(tmp_path, monkeypatch):
-    # Small objects fetched whole are written by threads; past KEEPS_IN_FLIGHT at once the rest
-    # are not kept this time (their bytes are not queued in memory behind the disk).
-    monkeypatch.setattr(object_disk, "KEEPS_IN_FLIGHT", 2)
-    tier = DiskTier(str(tmp_path), 1 << 20)
-    data = {f"k{i}": os.urandom(4 * KiB) for i in range(5)}
+def keep_all(tier: DiskTier, data: dict[str, bytes]) -> int:
+    """Each object queued by keep_later at once (as a batch's openings do), all written; the
+    writes that were queued."""
 
-    async def flood() -> int:
+    async def burst() -> int:
         for key, body in data.items():
             tier.keep_later(key, etag_of(body), body)
-        in_flight = len(tier._flights)
+        queued = len(tier._flights)
         await asyncio.gather(*list(tier._flights.values()))
-        return in_flight
+        return queued
 
-    assert asyncio.run(flood()) == 2
+    return asyncio.run(burst())
+
+
+def test_a_burst_of_small_objects_is_kept_whole(tmp_path):
+    # Small objects fetched whole are queued for a few threads: a batch's burst of them all ends
+    # up on disk (none is dropped because many arrived at once).
+    tier = DiskTier(str(tmp_path), 10 << 20)
+    data = {f"k{i:03d}": os.urandom(4 * KiB) for i in range(100)}
+    assert keep_all(tier, data) == 100
+    assert [k for k, body in data.items() if tier.open(k, etag_of(body), len(body)) is None] == []
+    assert tier._queued == 0
+
+
+def test_bytes_waiting_to_be_written_are_bounded(tmp_path, monkeypatch):
+    # Past KEEP_QUEUE_BYTES waiting, an object is not kept this time (its bytes are not queued
+    # in memory behind the disk without end).
+    monkeypatch.setattr(object_disk, "KEEP_QUEUE_BYTES", 10 * KiB)
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    data = {f"k{i}": os.urandom(4 * KiB) for i in range(5)}
+    assert keep_all(tier, data) == 2
     kept = [key for key, body in data.items() if tier.open(key, etag_of(body), len(body)) is not None]
     assert kept == ["k0", "k1"]
 

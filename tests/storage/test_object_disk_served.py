@@ -114,6 +114,26 @@ def test_cold_then_warm_then_a_restart(weed, objects, tmp_path, parse_multipart)
         again.stop()
 
 
+def test_within_the_listing_window_a_warm_batch_asks_the_store_nothing(weed, objects, tmp_path, parse_multipart):
+    """``--object-listing-valid``: objects kept on disk are sent under the listing entry of the
+    batch before, so a warm batch costs the store no LIST and no GET."""
+    prefix, data = objects
+    names = sorted(data)
+    cache_dir = tmp_path / "tier"
+    server = started(weed, prefix, tmp_path, cache_dir, "--object-listing-valid", "60")
+    try:
+        quiet(weed)
+        assert batch(server.port, names, parse_multipart) == [data[n] for n in names]
+        wait_for_files(cache_dir, COUNT)
+        before = weed.requests()
+        assert batch(server.port, names, parse_multipart) == [data[n] for n in names]
+        time.sleep(0.2)  # the store counts a request once its answer is written
+        after = weed.requests()
+        assert {kind: after.get(kind, 0) - before.get(kind, 0) for kind in ("GET", "LIST")} == {"GET": 0, "LIST": 0}
+    finally:
+        server.stop()
+
+
 def store_sent(weed) -> int:
     """The bytes the store has sent (its own metrics)."""
     import urllib.request

@@ -21,7 +21,7 @@ pytest.importorskip("obstore")
 import obstore  # noqa: E402
 
 from axon.config import object_store_environment  # noqa: E402
-from axon.storage.object_listing import PAGE, Run, plan_runs  # noqa: E402
+from axon.storage.object_listing import ENTRY_OVERHEAD, PAGE, ListedKeys, Run, plan_runs  # noqa: E402
 from axon.storage.object_stream import ObjectStreamBroken  # noqa: E402
 from axon.storage.objects import OPEN_READ, ObjectSource  # noqa: E402
 from test_objects import call  # noqa: E402  # one App call, its body read whole, for both files
@@ -115,6 +115,33 @@ def test_a_small_batch_is_not_listed():
     assert plan_runs(["a", "b", "a"] * 10, list_min=16) == []
     assert plan_runs([f"k{i}" for i in range(16)], list_min=16) == [
         Run("", "k", "k9", frozenset(f"k{i}" for i in range(16)))]
+
+
+def entries(count: int, length: int) -> dict[str, dict]:
+    keys = [f"{i:04d}".ljust(length, "k") for i in range(count)]
+    return {k: {"path": k, "size": 1, "e_tag": '"e"'} for k in keys}
+
+
+def test_listed_keys_stand_for_their_window_only():
+    table = ListedKeys(10.0)
+    named = entries(3, 10)
+    table.note(named, 100.0, list(named))
+    assert table.current(list(named), 110.0) == named  # listed at most 10 s before the batch began
+    assert table.current(list(named), 110.5) == {} and len(table) == 0  # past it: gone, listed again
+    off = ListedKeys(0.0)
+    off.note(named, 100.0, list(named))
+    assert len(off) == 0 and off.current(list(named), 100.0) == {}  # 0: nothing kept, every batch lists
+
+
+def test_listed_keys_keep_within_their_count_and_bytes():
+    by_count = ListedKeys(10.0, keys=20)
+    named = entries(300, 10)
+    by_count.note(named, 0.0, ["0003kkkkkk"])
+    assert len(by_count) == 20 and "0003kkkkkk" in by_count.current(["0003kkkkkk"], 1.0)  # the wanted key last
+    long_key = 1024 + 3 + ENTRY_OVERHEAD  # S3's longest key, its ETag, the entry
+    by_bytes = ListedKeys(10.0, capacity=10 * long_key)
+    by_bytes.note(entries(300, 1024), 0.0, [])
+    assert len(by_bytes) == 10 and by_bytes.used <= by_bytes.capacity
 
 
 # -- against the store --------------------------------------------------------------------------------

@@ -80,6 +80,7 @@ def test_the_start_line_names_what_sends_the_bytes(server):
         pytest.skip("the start line is axon serve's")
     line = next(line for line in server.log_text().splitlines() if "listening on" in line)
     assert "ranged GETs" in line and "sendfile" not in line, line
+    assert "a listing per batch" in line, line  # --object-listing-valid 0, the default
 
 
 def test_a_range(server):
@@ -190,11 +191,13 @@ def test_a_store_that_stops_answering_mid_batch_cuts_the_connection(server, weed
     (["--object-cache", "1"], {"GET": 0, "LIST": 1}),
     (["--object-cache", "0"], {"GET": SMALL_COUNT, "LIST": 1}),
     (["--no-object-listing"], {"GET": SMALL_COUNT, "LIST": 0}),
+    (["--object-listing-valid", "60"], {"GET": 0, "LIST": 0}),
 ])  # fmt: skip
 def test_a_repeated_batch_costs_the_store_one_listing(weed, prefix, tmp_path, flags, asked):
     """``axon serve --object-cache MIB``: a worker keeps small objects' bytes, and a repeated
     batch is then one listing and no GET, as the store's own metrics count them; with 0, every
-    object is asked again; with ``--no-object-listing``, each key is opened."""
+    object is asked again; with ``--no-object-listing``, each key is opened; with
+    ``--object-listing-valid 60``, the first batch's listing stands for the second: no request."""
     served = serve("native", weed.url(prefix), weed, tmp_path, *flags)
     try:
         target = "/api/stream-files?" + "&".join(f"f=small/{i:02d}.bin" for i in range(SMALL_COUNT))
@@ -208,3 +211,5 @@ def test_a_repeated_batch_costs_the_store_one_listing(weed, prefix, tmp_path, fl
     assert first[0] == second[0] == 200 and second[2] == first[2]
     assert b"%02d" % 7 * 1000 in second[2]
     assert {kind: after.get(kind, 0) - before.get(kind, 0) for kind in ("GET", "LIST")} == asked
+    if "--object-listing-valid" in flags:
+        assert "a listing valid 60 s for kept objects" in served.log_text()  # the start line says it

@@ -3,11 +3,13 @@ direct, over a long link: issue 38's goals, side by side in one run.
 
     python -m axon.bench.objects_tier                      # 20 ms round trip, 2 x 64 MiB
     python -m axon.bench.objects_tier --rounds 1 --large 1 --batches 50   # a quick look
+    python -m axon.bench.objects_tier --listing-valid 60   # the tier trusts a listing for 60 s
 
 It starts a SeaweedFS (:mod:`.seaweed`) on loopback and uploads three sets under one prefix: small
 (4 KiB), mid (512 KiB) and large (64 MiB) objects; the same bytes are written to a local
 directory. Two ``axon serve`` (one worker each) serve them: the local directory, and the bucket
-with its disk tier (``--object-disk-cache``, ``--object-cache 0``), filled beforehand by one
+with its disk tier (``--object-disk-cache``, ``--object-cache 0``, and ``--object-listing-valid``
+as ``--listing-valid`` says: 0 by default, a listing per batch), filled beforehand by one
 untimed pass. The client reaches each, and the store, through its own delay relay (:mod:`.relay`).
 Rows, best of ``rounds`` (the local and tiered rows of a round run one after the other, so that
 a busy machine weighs on both alike):
@@ -90,6 +92,11 @@ async def store_get(client, key: str) -> float:
     return time.perf_counter() - started
 
 
+def tier_flags(args: argparse.Namespace, directory: Path) -> list[str]:
+    """The tiered server's flags: the disk tier in ``directory``, and the listing's validity."""
+    return [*TIER_FLAGS, str(directory), "--object-listing-valid", str(args.listing_valid)]
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     from obstore.store import S3Store
 
@@ -113,7 +120,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         (local / WARMUP).write_bytes(WARMUP_BYTES)
         tier_dir = tmp / "tier"
         servers = [start_axon(store, tmp / "local.log", [], root=str(local)),
-                   start_axon(store, tmp / "tier.log", [*TIER_FLAGS, str(tier_dir)])]
+                   start_axon(store, tmp / "tier.log", tier_flags(args, tier_dir))]
         store_port = int(store.endpoint.rsplit(":", 1)[1])
         relays = [relay_module.start("127.0.0.1:0", ("127.0.0.1", port), args.delay_ms) for _, port in servers]
         relays.append(relay_module.start("127.0.0.1:0", ("127.0.0.1", store_port), args.delay_ms))
@@ -137,7 +144,8 @@ def run(args: argparse.Namespace) -> list[dict]:
                 for _ in range(args.rounds):
                     best["local"] = min(best["local"], timed(to_local, targets, concurrency))
                     best["tier"] = min(best["tier"], timed(to_tier, targets, concurrency))
-                rows.append({"row": f"warm: {shape}", "local s": round(best["local"], 3),
+                valid = f" (listing valid {args.listing_valid:g} s)" if args.listing_valid else ""
+                rows.append({"row": f"warm: {shape}{valid}", "local s": round(best["local"], 3),
                              "tier s": round(best["tier"], 3), "ratio": round(best["local"] / best["tier"], 2),
                              "goal": goal})
             client = S3Store(store.bucket, endpoint=f"http://127.0.0.1:{to_store}", access_key_id=seaweed.ACCESS_KEY,
@@ -164,11 +172,11 @@ def via_files(port: int):
     return HTTPStore.from_url(f"http://127.0.0.1:{port}/files/", client_options={"allow_http": True})
 
 
-def on_fresh_tier(store: seaweed.Seaweed, tmp: Path, directory: Path, delay_ms: float, work) -> tuple[Any, dict]:
+def on_fresh_tier(args: argparse.Namespace, store: seaweed.Seaweed, tmp: Path, directory: Path, work) -> tuple[Any, dict]:
     """``work(port)`` on a fresh tiered server on ``directory``, behind its own relay, its store
     connection made first; with the store's requests it caused, by kind."""
-    proc, port = start_axon(store, tmp / "cold.log", [*TIER_FLAGS, str(directory)])
-    relay = relay_module.start("127.0.0.1:0", ("127.0.0.1", port), delay_ms)
+    proc, port = start_axon(store, tmp / "cold.log", tier_flags(args, directory))
+    relay = relay_module.start("127.0.0.1:0", ("127.0.0.1", port), args.delay_ms)
     try:
         asyncio.run(fetch_all(relay.port, [f"/files/{WARMUP}"], 1))
         time.sleep(0.3)  # the store counts a request once its answer is written
@@ -189,7 +197,7 @@ def cold_rows(args: argparse.Namespace, store: seaweed.Seaweed, tmp: Path, large
     for r in range(args.rounds):
         for key in large:
             best["store"] = min(best["store"], asyncio.run(store_get(client, f"{PREFIX}/{key}")))
-            seconds, asked = on_fresh_tier(store, tmp, tmp / f"cold-{r}-{key.replace('/', '-')}", args.delay_ms,
+            seconds, asked = on_fresh_tier(args, store, tmp, tmp / f"cold-{r}-{key.replace('/', '-')}",
                                            lambda port: asyncio.run(store_get(via_files(port), key)))
             best["axon"] = min(best["axon"], seconds)
     rows = [{"row": f"cold: {args.large_mib} MiB, /files/, first request", "store direct s": round(best["store"], 3),
@@ -198,7 +206,7 @@ def cold_rows(args: argparse.Namespace, store: seaweed.Seaweed, tmp: Path, large
     best_together = float("inf")
     for r in range(args.rounds):
         targets = [f"/files/{large[0]}"] * args.together
-        seconds, asked = on_fresh_tier(store, tmp, tmp / f"together-{r}", args.delay_ms,
+        seconds, asked = on_fresh_tier(args, store, tmp, tmp / f"together-{r}",
                                        lambda port: timed(port, targets, args.together))
         best_together = min(best_together, seconds)
     rows.append({"row": f"cold: {args.large_mib} MiB, {args.together} requests at once for one object",
@@ -208,7 +216,7 @@ def cold_rows(args: argparse.Namespace, store: seaweed.Seaweed, tmp: Path, large
 
 def restart_row(args: argparse.Namespace, store: seaweed.Seaweed, tmp: Path, tier_dir: Path, names: list[str]) -> dict:
     target = "/api/stream-files?" + "&".join(f"f={k}" for k in names)
-    seconds, asked = on_fresh_tier(store, tmp, tier_dir, args.delay_ms, lambda port: timed(port, [target], 1))
+    seconds, asked = on_fresh_tier(args, store, tmp, tier_dir, lambda port: timed(port, [target], 1))
     return {"row": "restart: first batch of 32 x 4 KiB", "tier s": round(seconds, 3), "store LISTs": asked["LIST"],
             "store GETs": asked["GET"], "goal GETs": 0}
 
@@ -233,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--together", type=int, default=20, help="requests at once for one cold object (20)")
     parser.add_argument("--delay-ms", type=float, default=10.0, help="each way (default 10: a 20 ms round trip)")
     parser.add_argument("--concurrency", type=int, default=16, help="requests at once for the warm rows (16)")
+    parser.add_argument("--listing-valid", type=float, default=0.0, metavar="SECONDS",
+                        help="the tiered server's --object-listing-valid (default 0: a listing per batch)")
     parser.add_argument("--rounds", type=int, default=3, help="each row is timed this many times; best kept")
     parser.add_argument("--rows", default="warm,cold,restart", help="which rows (default warm,cold,restart)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")

@@ -139,6 +139,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="for ROOT s3://...: name a batch of 16 keys or more by listing them (ListObjectsV2) rather "
                         "than by a request each; --no-object-listing for a store whose listings lag its writes "
                         "(AXON_NO_OBJECT_LISTING=1; default on)")
+    p.add_argument("--object-listing-valid", type=_seconds(positive=False), default=None, metavar="SECONDS",
+                   help="for ROOT s3://...: trust a listing's entries this long for objects whose bytes are kept (in "
+                        "memory or on disk), so that a batch of them asks the store nothing; an object may then be "
+                        "served up to SECONDS older than the store's current version (AXON_OBJECT_LISTING_VALID; "
+                        "default 0: every batch lists)")
     p.add_argument("--object-disk-cache", default=None, metavar="DIR",
                    help="for ROOT s3://...: keep objects of any size fetched from the store as files in DIR, shared by "
                         "the workers and kept across restarts, and send them as local files; each is used only under "
@@ -313,6 +318,7 @@ def run(args: argparse.Namespace) -> int:
     for value, name in ((args.endpoint_url, "AWS_ENDPOINT_URL"), (args.region, "AWS_REGION"),
                         (args.allow_http and "true", "AWS_ALLOW_HTTP"), (args.store_timeout, "AXON_STORE_TIMEOUT"),
                         (args.object_cache, "AXON_OBJECT_CACHE"),
+                        (args.object_listing_valid, "AXON_OBJECT_LISTING_VALID"),
                         (args.object_disk_cache, "AXON_OBJECT_DISK_CACHE"),
                         (args.object_disk_size, "AXON_OBJECT_DISK_SIZE"),
                         (args.object_listing is False and "1", "AXON_NO_OBJECT_LISTING")):

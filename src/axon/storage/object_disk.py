@@ -33,6 +33,7 @@ import os
 import re
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, NamedTuple
 
 from . import FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID
@@ -44,9 +45,11 @@ log = logging.getLogger("axon.storage")
 
 #: Seconds a hit leaves a file's mtime (its last use, for the LRU) before setting it again.
 TOUCH = 1.0
-#: Small objects being written from bytes already fetched, at most, per process (each holds its
-#: bytes, at most the opening read's, until written): past it an object is not kept this time.
-KEEPS_IN_FLIGHT = 32
+#: Bytes of small objects (fetched already) waiting to be written, at most, per process: a burst
+#: of them is queued for the KEEPERS threads; past it an object is not kept this time.
+KEEP_QUEUE_BYTES = 16 << 20
+#: Threads per process that write those objects (each write ends with a sync).
+KEEPERS = 4
 #: Large objects filled at once per process (each holds a few pieces in memory).
 LARGE_FILLS = 2
 #: Seconds between polls of a fill that another process holds.
@@ -129,7 +132,8 @@ class DiskTier:
         """This process's own counts and fills (a worker forked after the tier was made)."""
         self._flights: dict[str, asyncio.Future[None]] = {}
         self._versions: OrderedDict[str, tuple[str, int, int]] = OrderedDict()
-        self._keeping = 0  # keep_later's writes in flight
+        self._queued = 0  # bytes of keep_later's writes queued or under way
+        self._keepers: ThreadPoolExecutor | None = None  # made at the first keep (threads do not fork)
         #: Fills by ranged GETs this process makes at once (object_tiered): their pieces are in memory.
         self.large_fills = asyncio.Semaphore(LARGE_FILLS)
         self._logged = float("-inf")
@@ -309,16 +313,20 @@ class DiskTier:
             made.abandon()
 
     def keep_later(self, key: str, etag: str, data: bytes) -> None:
-        """:meth:`keep` in a thread, from the store's loop: a fill in flight until it is done, so
-        that a batch right behind this one waits for the file rather than fetch the object again."""
-        path = self.path_of(key, etag)
-        if path in self._flights or not self.fits(len(data)) or self._keeping >= KEEPS_IN_FLIGHT:
+        """:meth:`keep` by a thread of :data:`KEEPERS`, queued from the store's loop while the
+        queue holds at most :data:`KEEP_QUEUE_BYTES`: a fill in flight until it is done, so that a
+        batch right behind this one waits for the file rather than fetch the object again."""
+        path, size = self.path_of(key, etag), len(data)
+        if path in self._flights or not self.fits(size) or self._queued + size > KEEP_QUEUE_BYTES:
             return
-        self._keeping += 1
-        flight = self._flights[path] = asyncio.get_running_loop().run_in_executor(None, self.keep, key, etag, data)
+        if self._keepers is None:
+            self._keepers = ThreadPoolExecutor(KEEPERS, thread_name_prefix="axon-keep")
+        self._queued += size
+        flight = self._flights[path] = asyncio.get_running_loop().run_in_executor(
+            self._keepers, self.keep, key, etag, data)
 
         def done(_: object) -> None:
-            self._keeping -= 1
+            self._queued -= size
             self._flights.pop(path, None)
 
         flight.add_done_callback(done)

@@ -18,6 +18,12 @@ fetched with ``If-Match`` on it (:mod:`.object_stream`), or sent from the bytes 
 ETag (:mod:`.object_cache`). A listing is as fresh as the store makes it; S3's has been strongly
 consistent since 2020, as SeaweedFS's filer is.
 
+A listing may be trusted for a while (``--object-listing-valid SECONDS``, as nginx's
+``proxy_cache_valid`` trusts a cached answer): :class:`ListedKeys` keeps what listings named, key
+-> (entry, time listed), and :meth:`ListedKeys.current` is the freshness rule, the one place it
+is decided: an entry listed at most ``valid`` seconds before a batch began stands for the
+store's current version. With 0 (the default) nothing is kept and every batch lists.
+
 :func:`plan_runs` is pure (keys in, runs out); :func:`list_runs` does the requests.
 """
 
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import groupby
 from os.path import commonprefix
@@ -42,6 +49,11 @@ PAGE = 1000
 LIST_MIN = 16
 #: Pages one run may read: its keys may be spread over twice a page of other keys.
 PAGES_PER_RUN = 2
+#: Listing entries a process keeps for the validity window, at most, and the bytes they may
+#: take: each is charged its key, its ETag and ENTRY_OVERHEAD (the entry's dict, date and node).
+LISTED_KEYS = 65536
+LISTED_BYTES = 48 << 20
+ENTRY_OVERHEAD = 512
 
 
 class ListingRefused(Exception):
@@ -106,9 +118,10 @@ def _run(chunk: list[str]) -> Run:
 
 
 async def list_runs(store: Any, runs: list[Run], concurrency: int, timeout: float) -> dict[str, dict[str, Any]]:
-    """Each key of ``runs`` that the listings named: key -> obstore's ObjectMeta (path, size,
-    e_tag, last_modified). A run that fails names what it listed before (its other keys are
-    opened instead); :class:`ListingRefused` when the store refuses to list."""
+    """Each key the listings of ``runs`` named, the runs' own and the others on their pages:
+    key -> obstore's ObjectMeta (path, size, e_tag, last_modified). A run that fails names what
+    it listed before (its other keys are opened instead); :class:`ListingRefused` when the
+    store refuses to list."""
     found: dict[str, dict[str, Any]] = {}
     gate = asyncio.Semaphore(concurrency)
 
@@ -118,8 +131,7 @@ async def list_runs(store: Any, runs: list[Run], concurrency: int, timeout: floa
             stream = obstore.list(store, run.prefix or None, offset=run.offset, chunk_size=PAGE)
             async for chunk in stream:
                 for meta in chunk:
-                    if meta["path"] in run.keys:
-                        found[meta["path"]] = meta
+                    found[meta["path"]] = meta
                 pages += 1
                 # Leaving the loop drops the stream: no further page is asked for.
                 if not chunk or chunk[-1]["path"] >= run.last or pages >= run.pages:
@@ -139,3 +151,65 @@ async def list_runs(store: Any, runs: list[Run], concurrency: int, timeout: floa
     if refusals:
         raise ListingRefused(refusals[0])
     return found
+
+
+class ListedKeys:
+    """What listings named, for ``valid`` seconds: key -> (entry, time listed), least recently
+    used out first beyond ``keys`` entries or ``capacity`` bytes (:data:`ENTRY_OVERHEAD` each
+    beside its key and ETag). A process's own, used on its store loop only (no lock)."""
+
+    def __init__(self, valid: float, keys: int | None = None, capacity: int | None = None) -> None:
+        keys = LISTED_KEYS if keys is None else keys
+        capacity = LISTED_BYTES if capacity is None else capacity
+        if valid < 0 or keys < 0 or capacity < 0:
+            raise ValueError("the listing's validity, keys and bytes must not be negative")
+        self.valid = valid
+        self.keys = keys
+        self.capacity = capacity
+        self.used = 0  # bytes charged: always <= capacity
+        self._entries: OrderedDict[str, tuple[dict[str, Any], float, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def current(self, keys: list[str], started: float) -> dict[str, dict[str, Any]]:
+        """The freshness rule: the entries of ``keys`` listed at most ``valid`` seconds before
+        ``started`` (the monotonic time a batch began). A key absent here is listed or opened:
+        the table never says that a key is not there."""
+        entries, since = self._entries, started - self.valid
+        found = {}
+        for key in keys:
+            kept = entries.get(key)
+            if kept is not None:
+                if kept[1] >= since:
+                    found[key] = kept[0]
+                    entries.move_to_end(key)
+                else:
+                    self.forget(key)
+        return found
+
+    def note(self, named: dict[str, dict[str, Any]], listed: float, wanted: list[str]) -> None:
+        """Keep what a listing sent at monotonic time ``listed`` named (key -> entry): the
+        ``wanted`` keys (a batch's) last, so that they stay longest when the bound is reached."""
+        if not self.valid:
+            return
+        entries = self._entries
+        asked = {key: named[key] for key in wanted if key in named}
+        for key, meta in [*((k, m) for k, m in named.items() if k not in asked), *asked.items()]:
+            cost = len(key) + len(meta.get("e_tag") or "") + ENTRY_OVERHEAD
+            if cost > self.capacity:
+                continue
+            old = entries.pop(key, None)
+            if old is not None:
+                self.used -= old[2]
+            entries[key] = (meta, listed, cost)
+            self.used += cost
+            while self.used > self.capacity or len(entries) > self.keys:
+                _, (_, _, gone) = entries.popitem(last=False)
+                self.used -= gone
+
+    def forget(self, key: str) -> None:
+        """Drop ``key`` (its entry expired, or the key was found deleted)."""
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.used -= old[2]

@@ -39,6 +39,8 @@ class TieredSource:
     """The disk tier's part of :class:`~.objects.ObjectSource`, which provides the rest."""
 
     tier: DiskTier | None
+    listing: bool
+    listing_valid: float
     _store: Any
 
     async def _open(self, requested: str, room: list[int] | None = None,
@@ -54,11 +56,17 @@ class TieredSource:
 
     @property
     def sending(self) -> str:
-        """What sends an object's bytes, for ``axon serve``'s start line."""
+        """What sends an object's bytes, and how long a listing stands, for ``axon serve``'s start line."""
+        if not self.listing:
+            listed = "each key opened (no listing)"
+        elif self.listing_valid:
+            listed = f"a listing valid {self.listing_valid:g} s for kept objects"
+        else:
+            listed = "a listing per batch"
         if self.tier is None:
-            return "bytes fetched from the store by ranged GETs"
+            return f"bytes fetched from the store by ranged GETs, {listed}"
         return (f"objects kept on disk in {self.tier.directory} (at most {self.tier.size} bytes; sent as files), "
-                "else fetched from the store by ranged GETs")
+                f"else fetched from the store by ranged GETs, {listed}")
 
     def counts(self) -> dict[str, int]:
         """This process's counts of the disk tier (:meth:`.object_disk.DiskTier.counts`); none without one."""

@@ -18,10 +18,11 @@ at a time). Its bytes are fetched later, with ``If-Match`` on that ETag, by
 connection is cut, never serving another version's bytes.
 
 A batch of many keys is listed first (:mod:`.object_listing`: a page of the store's listing names
-a thousand keys' sizes and ETags in one request). A listed object larger than ``OPEN_READ`` is
-then not opened at all; a small one whose bytes are kept for the listed ETag
+a thousand keys' sizes and ETags in one request; :mod:`.object_batch`). A listed object larger
+than ``OPEN_READ`` is then not opened at all; a small one whose bytes are kept for the listed ETag
 (:mod:`.object_cache`, ``cache_bytes``) is sent from memory; any other is opened as above, which
-keeps its bytes for the next batch.
+keeps its bytes for the next batch. With ``listing_valid`` seconds, a listing's entries stand for
+that long for the objects whose bytes are kept (:class:`~.object_listing.ListedKeys`).
 
 obstore's calls run on one event loop per process, in a thread of its own: the synchronous
 callers (a handler in a thread, a WSGI body) wait on it, async runtimes await it, and no
@@ -33,10 +34,6 @@ A store that refuses the server's credentials, or has no such bucket, is a setti
 an outage: :meth:`ObjectSource.check` asks at start; a refusal later is a 502 or a 403, never
 the 503 of a store that did not answer (:mod:`.object_store`). Each request's outcome is noted
 (:mod:`.object_health`): ``/api/health`` says what the store last did.
-
-Why one module of some 500 lines, past the guide of 450: it is the one place where the store's
-facts (listing, opening, the memory cache, the disk tier) become a batch's files, and each of
-those parts already lives in a module of its own (``object_*``).
 """
 
 from __future__ import annotations
@@ -45,7 +42,6 @@ import asyncio
 import logging
 import os
 import threading
-import time
 import zlib
 from collections import OrderedDict
 from typing import Any, Coroutine, TypeVar
@@ -62,13 +58,14 @@ from . import Entry
 from .batch_key import derive_url_key
 from .jail import normalize
 from .local import FileStore
+from .object_batch import BatchSource
 from .object_cache import ObjectCache
 from .object_disk import DiskTier
 from .object_file import ObjectFile
 # OPEN_READ: bytes of an object read when it is opened, a smaller object then held whole.
 from .object_tiered import OPEN_READ, TieredSource, keep_on_disk
 from .object_health import StoreHealth
-from .object_listing import ListingRefused, list_runs, plan_runs
+from .object_listing import ListedKeys
 from .object_store import NoCredentials, StoreMisconfigured  # noqa: F401 - raised from here, named here
 from .object_store import connect, refused, require_credentials, unavailable
 from .object_store import check as check_store
@@ -83,12 +80,9 @@ CONCURRENCY = 64
 CRC_CACHE = 65536
 #: The key a health check opens: one that is not there (a 404 is the store answering).
 HEALTH_KEY = "axon-health-check"
-#: Seconds batches are opened without listing after the store refused to list (credentials
-#: that may GET but not LIST are common): then it is asked again.
-LISTING_RETRY = 300.0
 
 
-class ObjectSource(TieredSource):
+class ObjectSource(BatchSource, TieredSource):
     """Serves the objects under ``url`` (``s3://bucket/prefix``; ``gs://``, ``az://`` as obstore
     reads them). Connection settings come from ``env`` (default: the ``AWS_*`` variables,
     :func:`~axon.config.object_store_environment`) and the arguments. ``timeout`` (default
@@ -97,7 +91,10 @@ class ObjectSource(TieredSource):
     a cut connection after it. ``cache_bytes`` (default ``$AXON_OBJECT_CACHE`` MiB, else 64
     MiB; 0 for none) bounds the memory each process keeps small objects' bytes in
     (:mod:`.object_cache`); ``listing`` false (default: not ``$AXON_NO_OBJECT_LISTING``) opens
-    every key of a batch one by one. ``disk_cache`` (default ``$AXON_OBJECT_DISK_CACHE``; None for
+    every key of a batch one by one; ``listing_valid`` (default ``$AXON_OBJECT_LISTING_VALID``,
+    else 0) is the seconds a listing's entries are trusted for objects whose bytes are kept, so
+    that a batch of them lists nothing (an object may then be served that much older than the
+    store's current version; 0: every batch lists). ``disk_cache`` (default ``$AXON_OBJECT_DISK_CACHE``; None for
     none) is a directory where objects are kept as files, shared by the node's workers, at most
     ``disk_size`` bytes on disk (default ``$AXON_OBJECT_DISK_SIZE``, else 10 GiB;
     :mod:`.object_disk`)."""
@@ -113,7 +110,7 @@ class ObjectSource(TieredSource):
         self, url: str, *, allow_hidden: bool = False, env: ObjectStoreEnvironment | None = None,
         timeout: float | None = None, concurrency: int = CONCURRENCY, prefetch_bytes: int | None = None,
         cache_bytes: int | None = None, listing: bool | None = None, store: Any = None, check: bool = True,
-        disk_cache: str | None = None, disk_size: int | None = None,
+        disk_cache: str | None = None, disk_size: int | None = None, listing_valid: float | None = None,
     ) -> None:
         from .object_stream import PREFETCH_BYTES
 
@@ -124,10 +121,12 @@ class ObjectSource(TieredSource):
         timeout = given.store_timeout if timeout is None else timeout
         cache_bytes = given.object_cache_mib << 20 if cache_bytes is None else cache_bytes
         listing = given.object_listing if listing is None else listing
+        listing_valid = given.object_listing_valid if listing_valid is None else listing_valid
         disk_cache = given.object_disk_cache if disk_cache is None else disk_cache
         disk_size = given.object_disk_size if disk_size is None else disk_size
-        if timeout <= 0 or concurrency < 1 or cache_bytes < 0:
-            raise ValueError("timeout must be positive, concurrency at least 1, cache_bytes not negative")
+        if timeout <= 0 or concurrency < 1 or cache_bytes < 0 or not 0 <= listing_valid < float("inf"):
+            raise ValueError("timeout must be positive, concurrency at least 1, cache_bytes and listing_valid "
+                             "not negative")
         self.root = url.rstrip("/")
         self.scheme = scheme.lower()
         self.allow_hidden = allow_hidden
@@ -136,9 +135,11 @@ class ObjectSource(TieredSource):
         self.prefetch_bytes = PREFETCH_BYTES if prefetch_bytes is None else prefetch_bytes
         self.cache_bytes = cache_bytes
         self.listing = listing
+        self.listing_valid = listing_valid
         #: The node's disk tier (made here, before the workers fork: its start scan runs once).
         self.tier = DiskTier(disk_cache, disk_size, wait=timeout) if disk_cache else None
         self._cache: ObjectCache | None = None  # made per process, with the loop
+        self._listings = ListedKeys(listing_valid)  # likewise
         self._listing_off_until = 0.0
         self._env = env if env is not None else object_store_environment()
         if store is None:
@@ -178,6 +179,7 @@ class ObjectSource(TieredSource):
                                    else connect(self.root, self.scheme, self._env, self.timeout))
                     # A worker's own: one made before a fork would start as the parent's copy.
                     self._cache = ObjectCache(self.cache_bytes, OPEN_READ) if self.cache_bytes else None
+                    self._listings = ListedKeys(self.listing_valid)
                     loop = asyncio.new_event_loop()
                     threading.Thread(target=loop.run_forever, name="axon-objects", daemon=True).start()
                     self._loop, self._pid = loop, os.getpid()
@@ -230,90 +232,6 @@ class ObjectSource(TieredSource):
             raise found
         return found
 
-    def open_many(self, paths: list[str]) -> list[ObjectFile | HTTPError]:
-        """Each of ``paths`` opened, concurrently: an object or why it is not one."""
-        return self.run(self._open_many(paths))
-
-    def for_batch(self, paths: list[str]) -> BatchOpener:
-        """This source as a batch of ``paths`` opens it: each ``open`` answered from HEADs made
-        together (the planner opens one path at a time; the round trips overlap here)."""
-        return BatchOpener(self, paths)
-
-    async def _open_many(self, paths: list[str]) -> list[ObjectFile | HTTPError]:
-        gate = asyncio.Semaphore(self.concurrency)
-        room = [self.prefetch_bytes]  # the small objects' bytes this batch may hold from opening
-        listed = await self._listed(paths)
-
-        async def one(path: str) -> ObjectFile | HTTPError:
-            if listed:
-                try:
-                    meta = listed.get(self.key(path))
-                except HTTPError:
-                    meta = None  # _open says why
-                if meta is not None:
-                    found = self._from_listing(path, meta, room)
-                    if found is not None and found.data is not None:
-                        return found  # from memory
-                    kept = await self._on_disk(path, meta)
-                    if kept is not None:
-                        return kept
-                    if found is not None:
-                        async with gate:
-                            return await self._through_tier(found)
-            async with gate:
-                return await self._open_kept(path, room)
-
-        return list(await asyncio.gather(*map(one, paths)))
-
-    async def _listed(self, paths: list[str]) -> dict[str, dict[str, Any]]:
-        """What listings say of ``paths``' keys (key -> size, ETag, date); empty for a batch
-        too small to list, or while the store refuses to list."""
-        if not self.listing or time.monotonic() < self._listing_off_until:
-            return {}
-        keys = []
-        for path in paths:
-            try:
-                keys.append(self.key(path))
-            except HTTPError:
-                pass  # refused when opened, as before
-        runs = plan_runs(keys)
-        if not runs:
-            return {}
-        try:
-            return await list_runs(self._store, runs, self.concurrency, self.timeout)
-        except ListingRefused as exc:
-            log.warning("the object store refuses to list (%s): batches are opened key by key for %d s",
-                        exc, LISTING_RETRY)
-            self._listing_off_until = time.monotonic() + LISTING_RETRY
-            return {}
-
-    def _from_listing(self, requested: str, meta: dict[str, Any], room: list[int]) -> ObjectFile | None:
-        """The object a listing named, without a request: a large one (its bytes fetched with
-        ``If-Match`` as sent), an empty one, or a small one whose bytes are kept for the listed
-        ETag. None for a small object not kept: opening it brings it whole in one request,
-        which a GET of it after the status line would cost anyway."""
-        key, size, etag = meta["path"], meta["size"], meta.get("e_tag")
-        if etag is None:
-            return None  # nothing to fetch it by with If-Match: opened as before
-        data = None
-        if size == 0:
-            data = b""
-        elif size <= OPEN_READ:
-            kept = self._cache.get(key, etag) if self._cache is not None else None
-            if kept is None or len(kept) != size:
-                return None
-            if room[0] >= size:  # else sent from the cache, or fetched, as the stream reaches it
-                room[0] -= size
-                data = kept
-        return self._listed_file(requested, meta, data)
-
-    def _listed_file(self, requested: str, meta: dict[str, Any], data: bytes | None = None) -> ObjectFile:
-        key = meta["path"]
-        return ObjectFile(
-            self, key, meta.get("e_tag"), requested, key, meta["size"],
-            int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key), data,
-        )
-
     async def _open(self, requested: str, room: list[int] | None = None,
                     unless: str | None = None) -> ObjectFile | HTTPError | None:
         """Open with a ranged GET of the first :data:`OPEN_READ` bytes: its answer names the
@@ -343,6 +261,7 @@ class ObjectSource(TieredSource):
         except (NotFoundError, FileNotFoundError) as exc:
             if self._cache is not None:
                 self._cache.forget(key)
+            self._listings.forget(key)
             return self.store_health.outcome(refused(exc, self.root, requested)
                                              or NotFound("no such object", paths=[requested]))
         except Exception as exc:  # noqa: BLE001 - the store's failure is the client's 503
@@ -484,26 +403,3 @@ class ObjectSource(TieredSource):
             return None  # bytes only (a listing): sent as they are
         return ObjectBody(self, segments, chunk_size)
 
-
-class BatchOpener:
-    """A :class:`~axon.storage.Source` for one batch: the first ``open`` HEADs every distinct
-    path at once, each ``open`` then takes its answer. A path asked again (the planner opens
-    the batch anew when an object changed under its CRC-32) starts a new round."""
-
-    def __init__(self, source: ObjectSource, paths: list[str]) -> None:
-        self._source = source
-        self._paths = list(dict.fromkeys(paths))
-        self._found: dict[str, ObjectFile | HTTPError] = {}
-        self.crc32s = source.crc32s
-        self.ready_files = None
-
-    def open(self, requested: str) -> ObjectFile:
-        found = self._found.pop(requested, None)
-        if found is None:
-            if requested not in self._paths:
-                return self._source.open(requested)
-            self._found = dict(zip(self._paths, self._source.open_many(self._paths)))
-            found = self._found.pop(requested)
-        if isinstance(found, HTTPError):
-            raise found
-        return found

@@ -1,0 +1,191 @@
+"""How an :class:`~.objects.ObjectSource` opens a batch: its keys named by the listing entries
+still valid (:class:`~.object_listing.ListedKeys`) or by a listing made now
+(:mod:`.object_listing`), each then found in memory (:mod:`.object_cache`), on the disk tier
+(:mod:`.object_tiered`), or opened with a ranged GET, ``concurrency`` requests at a time.
+
+A listing entry kept from an earlier batch (``--object-listing-valid SECONDS``) is trusted only
+for an object whose bytes this process holds for that entry's ETag: in memory, in the disk tier,
+or filling there. Such a batch costs the store nothing. Every other key is listed or opened as
+without the window, so bytes fetched from the store are always asked by the ETag the store gives
+now (an entry that went stale never makes a fetch fail its ``If-Match``), and a key the table
+does not hold (new, expired, evicted) is never a 404 for that: the table only vouches for what
+it holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..errors import HTTPError
+from .object_file import ObjectFile, TierFile
+from .object_fill import FillingFile
+from .object_listing import ListedKeys, ListingRefused, list_runs, plan_runs
+from .object_tiered import OPEN_READ
+
+if TYPE_CHECKING:
+    from .object_cache import ObjectCache
+
+log = logging.getLogger("axon.storage")
+
+#: Seconds batches are opened without listing after the store refused to list (credentials
+#: that may GET but not LIST are common): then it is asked again.
+LISTING_RETRY = 300.0
+
+
+class BatchSource:
+    """The batch part of :class:`~.objects.ObjectSource`, which provides the rest."""
+
+    listing: bool
+    concurrency: int
+    prefetch_bytes: int
+    timeout: float
+    _store: Any
+    _cache: ObjectCache | None
+    _listings: ListedKeys
+    _listing_off_until: float
+
+    if TYPE_CHECKING:  # (stubs here would stand before the TieredSource methods they name)
+        def key(self, requested: str) -> str: ...
+
+        def content_type(self, key: str) -> str: ...
+
+        def run(self, coro: Any) -> Any: ...
+
+        async def _open_kept(self, requested: str, room: list[int] | None = None) -> ObjectFile | HTTPError: ...
+
+        async def _on_disk(self, requested: str, meta: dict[str, Any]) -> ObjectFile | None: ...
+
+        async def _through_tier(self, found: ObjectFile) -> ObjectFile: ...
+
+    def open_many(self, paths: list[str]) -> list[ObjectFile | HTTPError]:
+        """Each of ``paths`` opened, concurrently: an object or why it is not one."""
+        return self.run(self._open_many(paths))
+
+    def for_batch(self, paths: list[str]) -> BatchOpener:
+        """This source as a batch of ``paths`` opens it: each ``open`` answered from HEADs made
+        together (the planner opens one path at a time; the round trips overlap here)."""
+        return BatchOpener(self, paths)
+
+    async def _open_many(self, paths: list[str]) -> list[ObjectFile | HTTPError]:
+        gate = asyncio.Semaphore(self.concurrency)
+        room = [self.prefetch_bytes]  # the small objects' bytes this batch may hold from opening
+        started = time.monotonic()
+        keys: dict[str, str] = {}
+        for path in paths:
+            try:
+                keys[path] = self.key(path)
+            except HTTPError:
+                pass  # _open says why
+        trusted = self._listings.current(list(keys.values()), started)
+
+        async def held(path: str) -> ObjectFile | None:
+            """The object from the bytes held for its entry still valid; None to list it."""
+            meta = trusted.get(keys.get(path, ""))
+            found = None if meta is None else await self._listed_object(path, meta, room)
+            if found is None or found.size <= OPEN_READ or isinstance(found, (TierFile, FillingFile)):
+                return found  # (a small object _from_listing gave is one whose bytes are kept)
+            return None
+
+        # In turn, not as tasks: a lookup waits only on a write of that object under way.
+        first = [await held(p) for p in paths] if trusted else [None] * len(paths)
+        listed = await self._listed([keys[p] for p, f in zip(paths, first) if f is None and p in keys])
+
+        async def one(path: str, found: ObjectFile | None) -> ObjectFile | HTTPError:
+            if found is not None:
+                return found
+            meta = listed.get(keys.get(path, ""))
+            if meta is not None:
+                found = await self._listed_object(path, meta, room)
+                if found is not None:
+                    if found.data is not None or isinstance(found, (TierFile, FillingFile)):
+                        return found
+                    async with gate:
+                        return await self._through_tier(found)
+            async with gate:
+                return await self._open_kept(path, room)
+
+        return list(await asyncio.gather(*map(one, paths, first)))
+
+    async def _listed(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        """What listings made now say of ``keys`` and the keys beside them (key -> size, ETag,
+        date), noted for the validity window; empty for too few keys, or while the store
+        refuses to list."""
+        if not self.listing or time.monotonic() < self._listing_off_until:
+            return {}
+        runs = plan_runs(keys)
+        if not runs:
+            return {}
+        sent = time.monotonic()
+        try:
+            named = await list_runs(self._store, runs, self.concurrency, self.timeout)
+        except ListingRefused as exc:
+            log.warning("the object store refuses to list (%s): batches are opened key by key for %d s",
+                        exc, LISTING_RETRY)
+            self._listing_off_until = time.monotonic() + LISTING_RETRY
+            return {}
+        self._listings.note(named, sent, keys)
+        return named
+
+    async def _listed_object(self, requested: str, meta: dict[str, Any], room: list[int]) -> ObjectFile | None:
+        """The object a listing entry names, from memory, else from the disk tier (whole there, or
+        filling), else as :meth:`_from_listing` gives it (a large one, to fetch); None for a small
+        object whose bytes are not kept (opened instead)."""
+        found = self._from_listing(requested, meta, room)
+        if found is not None and found.data is not None:
+            return found  # from memory
+        kept = await self._on_disk(requested, meta)
+        return kept if kept is not None else found
+
+    def _from_listing(self, requested: str, meta: dict[str, Any], room: list[int]) -> ObjectFile | None:
+        """The object a listing named, without a request: a large one (its bytes fetched with
+        ``If-Match`` as sent), an empty one, or a small one whose bytes are kept for the listed
+        ETag. None for a small object not kept: opening it brings it whole in one request,
+        which a GET of it after the status line would cost anyway."""
+        key, size, etag = meta["path"], meta["size"], meta.get("e_tag")
+        if etag is None:
+            return None  # nothing to fetch it by with If-Match: opened as before
+        data = None
+        if size == 0:
+            data = b""
+        elif size <= OPEN_READ:
+            kept = self._cache.get(key, etag) if self._cache is not None else None
+            if kept is None or len(kept) != size:
+                return None
+            if room[0] >= size:  # else sent from the cache, or fetched, as the stream reaches it
+                room[0] -= size
+                data = kept
+        return self._listed_file(requested, meta, data)
+
+    def _listed_file(self, requested: str, meta: dict[str, Any], data: bytes | None = None) -> ObjectFile:
+        key = meta["path"]
+        return ObjectFile(
+            self, key, meta.get("e_tag"), requested, key, meta["size"],  # type: ignore[arg-type]
+            int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key), data,
+        )
+
+
+class BatchOpener:
+    """A :class:`~axon.storage.Source` for one batch: the first ``open`` HEADs every distinct
+    path at once, each ``open`` then takes its answer. A path asked again (the planner opens
+    the batch anew when an object changed under its CRC-32) starts a new round."""
+
+    def __init__(self, source: Any, paths: list[str]) -> None:
+        self._source = source
+        self._paths = list(dict.fromkeys(paths))
+        self._found: dict[str, ObjectFile | HTTPError] = {}
+        self.crc32s = source.crc32s
+        self.ready_files = None
+
+    def open(self, requested: str) -> ObjectFile:
+        found = self._found.pop(requested, None)
+        if found is None:
+            if requested not in self._paths:
+                return self._source.open(requested)
+            self._found = dict(zip(self._paths, self._source.open_many(self._paths)))
+            found = self._found.pop(requested)
+        if isinstance(found, HTTPError):
+            raise found
+        return found
