@@ -32,6 +32,11 @@ def axon_headers(path: str, data: bytes, *, length: int | None = None, legacy: b
     ]
 
 
+def replaced(headers: Headers, name: str, value: str) -> list[tuple[str, str]]:
+    """``headers`` with the value of ``name`` replaced, in its place."""
+    return [(k, value if k == name else v) for k, v in headers]
+
+
 def build_body(parts: Iterable[tuple[Headers, bytes]], boundary: str = BOUNDARY) -> bytes:
     """``--B\\r\\n<headers>\\r\\n\\r\\n<data>\\r\\n`` for each part, then ``--B--\\r\\n``."""
     out = []
