@@ -93,7 +93,8 @@ def plain_ustar_member(block: bytes) -> tuple[str, int] | None:
     writes (the same constant fields, octal numbers, a right checksum), or None for any other
     block, which ``tarfile`` reads (pax and GNU headers, other modes and owners, the end): the
     reader of a tar of small files reads the common header without ``tarfile``'s per-field work."""
-    if block[100:124] != _USTAR_MODE_IDS or block[156:] != _USTAR_TAIL or not _PLAIN_NUMBERS.fullmatch(block, 124, 156):
+    if (len(block) != tarfile.BLOCKSIZE or not block.startswith(_USTAR_MODE_IDS, 100)
+            or not block.endswith(_USTAR_TAIL) or not _PLAIN_NUMBERS.fullmatch(block, 124, 156)):
         return None
     name = block[:100].partition(b"\0")[0]  # tarfile's nts: the field up to its first NUL
     if not name or not name.isascii() or _USTAR_CONSTANT_SUM + sum(block[:100]) + sum(block[124:148]) != int(block[148:154], 8):
