@@ -19,17 +19,22 @@ Headers = Sequence[tuple[str, str]]
 
 
 def axon_headers(path: str, data: bytes, *, length: int | None = None, legacy: bool = False) -> list[tuple[str, str]]:
-    """A part's headers as an Axon server sends them (``length`` overrides Content-Length):
-    Content-Location is the file's URL under ``/files/``, or with ``legacy`` (older servers)
-    the requested path alone."""
+    """A part's headers as an Axon server sends them, in its order (``length`` overrides
+    Content-Length): Content-Location is the file's URL under ``/files/``, or with ``legacy``
+    (older servers) the requested path alone."""
     name = path.rsplit("/", 1)[-1]
     ascii_name = name.encode("ascii", "replace").decode().replace('"', "_").replace("?", "_")
     return [
         ("Content-Type", "application/octet-stream"),
-        ("Content-Length", str(len(data) if length is None else length)),
         ("Content-Disposition", f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}"),
         ("Content-Location", ("" if legacy else "/files/") + quote(path, safe="/")),
+        ("Content-Length", str(len(data) if length is None else length)),
     ]
+
+
+def replaced(headers: Headers, name: str, value: str) -> list[tuple[str, str]]:
+    """``headers`` with the value of ``name`` replaced, in its place."""
+    return [(k, value if k == name else v) for k, v in headers]
 
 
 def build_body(parts: Iterable[tuple[Headers, bytes]], boundary: str = BOUNDARY) -> bytes:

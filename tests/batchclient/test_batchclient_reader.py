@@ -4,7 +4,7 @@ time, and each part refused before a byte of it is handed on."""
 from __future__ import annotations
 
 import pytest
-from multipart_support import CONTENT_TYPE, axon_body, axon_headers, build_body
+from multipart_support import CONTENT_TYPE, axon_body, axon_headers, build_body, replaced
 
 from axon.batchclient.errors import FetchError, UnsafePathError
 from axon.batchclient.parts import AnyOrder, InOrder
@@ -59,7 +59,7 @@ def test_a_part_is_refused_only_when_its_turn_comes():
 @pytest.mark.parametrize("location, error", [("../x", UnsafePathError), ("/etc/x", UnsafePathError),
                                              ("y", MultipartError)])
 def test_any_order_refuses_hostile_and_unasked_names(location, error):
-    headers = axon_headers("x", b"evil")[:-1] + [("Content-Location", location)]
+    headers = replaced(axon_headers("x", b"evil"), "Content-Location", location)
     with pytest.raises(error):
         read(build_body([(headers, b"evil")]), AnyOrder(["x"]))
 

@@ -9,6 +9,7 @@ import tarfile
 import pytest
 
 from axon.batchclient.tar_reader import tar_files
+from axon.http.archive import TAR_END, tar_header, tar_padding
 
 FILES = {
     "a.bin": bytes(range(256)) * 40,
@@ -76,3 +77,28 @@ def test_a_body_cut_anywhere_is_a_read_error(cut):
 def test_an_empty_body_is_a_read_error():
     with pytest.raises(tarfile.ReadError):
         list(tar_files(Body(b"").read))
+
+
+def axon_tar(files: dict[str, bytes]) -> bytes:
+    """A tar as Axon's server frames one (http/archive.py): plain ustar headers where a name
+    allows, pax where not, each file padded, two zero blocks."""
+    return b"".join(tar_header(name, len(data), 0) + data + tar_padding(len(data)) for name, data in files.items()) + TAR_END
+
+
+PLAIN = {"a.bin": b"x" * 700, "b/empty.bin": b"", "c.bin": b"y" * 512}
+
+
+@pytest.mark.parametrize("files", [PLAIN, {**PLAIN, "ü.bin": b"pax", "d.bin": b"after the pax member"}],
+                         ids=["plain headers", "a pax header among them"])
+def test_axon_tars_are_read_whole_plain_headers_and_others(files):
+    data = axon_tar(files)
+    body = Body(data)
+    assert list(tar_files(body.read)) == list(files.items())
+    assert body.position == len(data)
+
+
+@pytest.mark.parametrize("cut", [512 + 100, 512 + 700, 512 + 1000, 2 * 512 + 1024 + 10])
+def test_an_axon_tar_cut_in_a_plain_member_is_a_read_error(cut):
+    data = axon_tar(PLAIN)
+    with pytest.raises(tarfile.ReadError):
+        list(tar_files(Body(data[:cut]).read))

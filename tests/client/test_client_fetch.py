@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from multipart_support import BOUNDARY, CONTENT_TYPE, axon_body, axon_headers, build_body
+from multipart_support import BOUNDARY, CONTENT_TYPE, axon_body, axon_headers, build_body, replaced
 from scripted_server import Recorded, Reply, ScriptedServer
 
 from axon.client import FetchError, FetchResult, MultipartError, UnsafePathError, afetch, fetch
@@ -227,7 +227,7 @@ def test_hostile_content_location_is_refused(
     fetcher: Fetcher, http_server: ScriptedServer, tmp_path: Path, location: str
 ) -> None:
     # Raw header text, so "%2F" stays encoded: it decodes (once) to "../x" on the client.
-    headers = axon_headers("x", b"evil")[:-1] + [("Content-Location", location.replace("\x00", "%00"))]
+    headers = replaced(axon_headers("x", b"evil"), "Content-Location", location.replace("\x00", "%00"))
     body = build_body([(axon_headers("a.bin", b"fine"), b"fine"), (headers, b"evil")])
     http_server.reply = lambda request: Reply(200, [("Content-Type", CONTENT_TYPE)], body)
     dest = tmp_path / "sandbox" / "dest"
@@ -274,7 +274,7 @@ def test_both_content_location_forms_land_where_requested(
 def test_a_full_url_as_content_location_is_not_taken_for_a_path(
     fetcher: Fetcher, http_server: ScriptedServer, tmp_path: Path
 ) -> None:
-    headers = axon_headers("a.bin", b"x")[:-1] + [("Content-Location", "http://elsewhere/files/a.bin")]
+    headers = replaced(axon_headers("a.bin", b"x"), "Content-Location", "http://elsewhere/files/a.bin")
     http_server.reply = lambda request: Reply(200, [("Content-Type", CONTENT_TYPE)], build_body([(headers, b"x")]))
     with pytest.raises(FetchError, match="not requested"):
         fetcher(http_server.url, ["a.bin"], tmp_path / "dest")

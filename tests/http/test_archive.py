@@ -10,7 +10,7 @@ import zipfile
 import pytest
 
 from axon.http.archive import (
-    ZIP64_FROM, tar_header, tar_padding, zip_central_record, zip_end, zip_entry, zip_local_header,
+    ZIP64_FROM, plain_ustar_member, tar_header, tar_padding, zip_central_record, zip_end, zip_entry, zip_local_header,
 )
 
 
@@ -106,3 +106,44 @@ def test_tar_header_is_ustar_unless_a_name_needs_pax():
     assert len(plain) == 512 and plain[257:265] == b"ustar\x0000"
     assert len(tar_header("ü.txt", 5, 0)) == 3 * 512  # a pax header block, its records, the header
     assert tar_padding(0) == b"" and tar_padding(1) == bytes(511) and tar_padding(512) == b""
+
+
+@pytest.mark.parametrize("name, size, mtime", [
+    ("a/b.txt", 5, 1_700_000_000), ("x" * 100, 0, 0), ("d/" * 49 + "ab", 8**11 - 1, 8**11 - 1), ("a b\tc~!.bin", 3, 1),
+])
+def test_plain_ustar_member_reads_what_tarfile_reads_of_a_plain_header(name, size, mtime):
+    block = tar_header(name, size, mtime * 10**9)
+    info = tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+    assert plain_ustar_member(block) == (info.name, info.size) == (name, size)
+
+
+def resum(block: bytes) -> bytes:
+    """``block`` with its checksum made right again (the byte sum, its own field read as spaces)."""
+    return block[:148] + b"%06o\0 " % (sum(block[:148]) + 8 * 32 + sum(block[156:])) + block[156:]
+
+
+def other_blocks() -> dict[str, bytes]:
+    """Header blocks tarfile reads and the plain reading leaves to it."""
+    plain = tar_header("a.bin", 5, 0)
+    assert resum(plain) == plain
+    owned = tarfile.TarInfo("a.bin")
+    owned.uid, owned.uname = 1000, "me"
+    folder = tarfile.TarInfo("d")
+    folder.type = tarfile.DIRTYPE
+    return {
+        "pax": tar_header("ü.txt", 5, 0)[:512],
+        "gnu": tarfile.TarInfo("a.bin").tobuf(tarfile.GNU_FORMAT),
+        "an owner": owned.tobuf(tarfile.USTAR_FORMAT),
+        "a directory": folder.tobuf(tarfile.USTAR_FORMAT),
+        "a wrong checksum": plain[:148] + b"%06o\0 " % (int(plain[148:154], 8) + 1) + plain[156:],
+        "a size not octal": resum(plain[:124] + b"0000000000a\0" + plain[136:]),
+        "a name not ASCII": resum(b"\xc3\xa9" + plain[2:]),
+        "no name": resum(bytes(100) + plain[100:]),
+        "the end": bytes(512),
+        "a cut block": plain[:300],
+    }
+
+
+@pytest.mark.parametrize("kind", list(other_blocks()))
+def test_plain_ustar_member_leaves_every_other_block_to_tarfile(kind):
+    assert plain_ustar_member(other_blocks()[kind]) is None

@@ -3,8 +3,6 @@ as the default's at every split, and never a view of a buffer the caller reuses.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 from multipart_support import BOUNDARY, axon_body, axon_headers, build_body, merge_data
 
@@ -33,7 +31,7 @@ def events_of(chunks: list, *, views: bool, whole_parts: bool) -> list[Event]:
                 data = event.data
                 assert isinstance(data, memoryview) is views
                 assert not views or data.readonly
-                event = dataclasses.replace(event, data=bytes(data))
+                event = event._replace(data=bytes(data)) if isinstance(event, Part) else PartData(bytes(data))
             out.append(event)
     return merge_data(out)
 

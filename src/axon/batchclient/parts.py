@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from ..http.multipart_parser import ContentRange, MultipartError, PartStart
+from ..http.multipart_parser import ContentRange, MultipartError, Part, PartStart
 from .paths import check_path_shape
 from .request import Item
 
@@ -33,7 +33,7 @@ class AnyOrder:
     def __init__(self, paths: Iterable[str]) -> None:
         self._due = Counter(paths)
 
-    def admit(self, start: PartStart, path: str | None, content_range: ContentRange | None) -> str:
+    def admit(self, start: PartStart | Part, path: str | None, content_range: ContentRange | None) -> str:
         """The path part ``start`` carries (``path``, as read from it), taken from those due;
         raises if the part may not be kept."""
         if path is None:
@@ -69,7 +69,7 @@ class InOrder:
         self.paths = [item_path(item) for item in items]
         self.started = 0
 
-    def admit(self, start: PartStart, named: str | None, content_range: ContentRange | None) -> int:
+    def admit(self, start: PartStart | Part, named: str | None, content_range: ContentRange | None) -> int:
         """The position, in the items asked, of the part ``start`` that names ``named`` with
         ``content_range`` (as read from it)."""
         index = start.index

@@ -25,10 +25,11 @@ Key = TypeVar("Key", covariant=True)
 
 
 class PartCheck(Protocol[Key]):
-    """:class:`~.parts.AnyOrder` or :class:`~.parts.InOrder`: what a part answers, or a
-    MultipartError; ``finish`` once the answer ended."""
+    """:class:`~.parts.AnyOrder` or :class:`~.parts.InOrder`: what a part answers (its head, a
+    :class:`PartStart` or a whole :class:`Part`: both have ``index`` and ``content_length``), or
+    a MultipartError; ``finish`` once the answer ended."""
 
-    def admit(self, start: PartStart, path: str | None, content_range: ContentRange | None) -> Key: ...
+    def admit(self, start: PartStart | Part, path: str | None, content_range: ContentRange | None) -> Key: ...
 
     def finish(self) -> None: ...
 
@@ -73,10 +74,8 @@ class BatchReader(Generic[Key]):
         admit = self.check.admit
         for event in self.parser.feed(chunk):
             kind = type(event)
-            if kind is Part:  # a whole small part: its path and range were read by the parser
-                yield admit(event.start, event.path, event.content_range), event  # type: ignore[union-attr]
-            elif kind is PartStart:
-                yield admit(event, event.path, event.content_range), event  # type: ignore[arg-type]
+            if kind is Part or kind is PartStart:  # a part's path and range were read by the parser
+                yield admit(event, event.path, event.content_range), event  # type: ignore[arg-type, union-attr]
             else:
                 yield None, event
 

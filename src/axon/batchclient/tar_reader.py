@@ -1,7 +1,9 @@
 """A tar answer read as it arrives, each file's bytes read into one ``bytes`` object of its size.
 
-``tarfile`` reads the headers (ustar, pax, GNU: its rules, not a copy of them) from a file that
-only goes forward; each member's data is then asked for at once, ``read(size)``, which the
+A plain ustar header as Axon's server writes it is read by :func:`~axon.http.archive.plain_ustar_member`,
+beside the function that writes it; from the first other block on (pax, GNU, another writer's
+header, the end), ``tarfile`` reads the headers (its rules, not a copy of them) from a file that
+only goes forward. Each member's data is asked for at once, ``read(size)``, which the
 transport answers with ``http.client``'s buffered reader: it makes the ``bytes`` object and has
 the socket fill it, so no chunk is copied into another on the way (``tarfile``'s own stream mode
 reads 10 KiB at a time and joins and slices its buffers for every read). ``bytes``, not a
@@ -14,6 +16,9 @@ from __future__ import annotations
 import io
 import tarfile
 from collections.abc import Callable, Iterator
+from tarfile import BLOCKSIZE
+
+from ..http.archive import plain_ustar_member
 
 __all__ = ["tar_files"]
 
@@ -28,15 +33,26 @@ class _Forward:
         self._read = read
         self.position = 0
         self.ended = False  # a read found the body's end
+        self._back = b""  # given back by unread, read again first
 
     def read(self, size: int = -1) -> bytes:
         if size < 0:
             raise io.UnsupportedOperation("a tar answer is read by the size of what comes next")
-        data = self._read(size)
+        if self._back:
+            data, self._back = self._back[:size], self._back[size:]
+            if len(data) < size and not self.ended:
+                data += self._read(size - len(data))
+        else:
+            data = self._read(size)
         self.position += len(data)
         if len(data) < size:
             self.ended = True
         return data
+
+    def unread(self, data: bytes) -> None:
+        """Give back what the last read returned: the next read returns it again."""
+        self._back = data + self._back
+        self.position -= len(data)
 
     def tell(self) -> int:
         return self.position
@@ -58,8 +74,17 @@ def tar_files(read: Read) -> Iterator[tuple[str, bytes]]:
     read to its end (what follows the archive too, so that its connection can carry the next
     request); a cut or malformed one is ``tarfile.ReadError``, one cut between two files too."""
     body = _Forward(read)
+    # The headers Axon's server writes for plain names (http/archive.py) are read here; from the
+    # first other block on (a pax or GNU header, another writer's, the end), tarfile reads.
+    while (member := plain_ustar_member(block := body.read(BLOCKSIZE))) is not None:
+        name, size = member
+        data = body.read(size)
+        if len(data) != size or (size % BLOCKSIZE and len(body.read(BLOCKSIZE - size % BLOCKSIZE)) != -size % BLOCKSIZE):
+            raise tarfile.ReadError(f"unexpected end of data in {name!r}")
+        yield name, data
+    body.unread(block)
     archive = tarfile.TarFile(fileobj=body, mode="r")
-    while (member := archive.next()) is not None:
+    for member in archive:  # not next(): once it has found the end it would read on
         if not member.isfile():
             continue
         body.seek(member.offset_data)

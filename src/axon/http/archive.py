@@ -29,6 +29,7 @@ between the blocks these functions return, so a file's body still leaves by ``se
 
 from __future__ import annotations
 
+import re
 import struct
 import tarfile
 import zipfile
@@ -81,6 +82,24 @@ def _plain_ustar(name: str, size: int, mtime: int) -> bytes:
     numbers = tarfile.itn(size, 12, tarfile.USTAR_FORMAT) + tarfile.itn(mtime, 12, tarfile.USTAR_FORMAT)
     checksum = _USTAR_CONSTANT_SUM + sum(field) + sum(numbers)
     return b"".join((field, _USTAR_MODE_IDS, numbers, b"%06o\0 " % checksum, _USTAR_TAIL))
+
+
+# A plain block's numbers as ``tarfile.itn`` and ``_plain_ustar`` write them: size, mtime, checksum.
+_PLAIN_NUMBERS = re.compile(rb"[0-7]{11}\0[0-7]{11}\0[0-7]{6}\0 ")
+
+
+def plain_ustar_member(block: bytes) -> tuple[str, int] | None:
+    """The name and size of a regular file whose header block is one :func:`_plain_ustar`
+    writes (the same constant fields, octal numbers, a right checksum), or None for any other
+    block, which ``tarfile`` reads (pax and GNU headers, other modes and owners, the end): the
+    reader of a tar of small files reads the common header without ``tarfile``'s per-field work."""
+    if (len(block) != tarfile.BLOCKSIZE or not block.startswith(_USTAR_MODE_IDS, 100)
+            or not block.endswith(_USTAR_TAIL) or not _PLAIN_NUMBERS.fullmatch(block, 124, 156)):
+        return None
+    name = block[:100].partition(b"\0")[0]  # tarfile's nts: the field up to its first NUL
+    if not name or not name.isascii() or _USTAR_CONSTANT_SUM + sum(block[:100]) + sum(block[124:148]) != int(block[148:154], 8):
+        return None
+    return name.decode("ascii"), int(block[124:135], 8)
 
 
 def tar_padding(size: int) -> bytes:

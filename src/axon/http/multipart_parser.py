@@ -61,6 +61,18 @@ _FIELD_LINE = re.compile(r"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*(.*?)[ \t]*")
 # read again line by line, only to say what is wrong.
 _FIELD_BLOCK = re.compile(r"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[\t\x20-\x7e\x80-\xff]*\r\n)*")
 
+# A part's head as Axon's own server writes it (http/multipart.py: ``part_headers``, then
+# ``frame``'s Content-Length), from the CRLF that ends the delimiter line: these four fields in
+# this order, one space after each colon, each value free of control characters and of white space
+# at either end. One match reads such a head; the fields it gives are those the general reading
+# gives, which reads any other head (another server's order, more fields, other spacing).
+_AXON_VALUE = rb"([!-~\x80-\xff](?:[\t -~\x80-\xff]*[!-~\x80-\xff])?)\r\n"
+_AXON_HEAD = re.compile(
+    rb"\r\nContent-Type: " + _AXON_VALUE + rb"Content-Disposition: " + _AXON_VALUE
+    + rb"Content-Location: " + _AXON_VALUE + rb"Content-Length: ([0-9]{1,18})\r\n\r\n"
+)
+_AXON_NAMES = ("Content-Type", "Content-Disposition", "Content-Location", "Content-Length")
+
 
 class MultipartError(ValueError):
     """The stream is malformed, truncated or over a limit.
@@ -202,19 +214,28 @@ class PartEnd:
     """The current part ended, its length checked."""
 
 
-@dataclass(frozen=True, slots=True)
-class Part:
+class Part(NamedTuple):
     """A whole part in one event, from a parser made with ``whole_parts=True``: it stands for
     PartStart, PartData and PartEnd when the part's headers, its Content-Length of bytes and the
     delimiter after them arrived in the same feed (a part split across feeds comes as those three).
     ``path`` and ``content_range`` are ``start.path`` and ``start.content_range``, as the parser
     read them to check the part: a reader of many parts need not read the headers again.
-    ``data`` is as :attr:`PartData.data` is."""
+    ``data`` is as :attr:`PartData.data` is. A named tuple, not a dataclass, and its
+    :attr:`start` made only when asked: a batch of small files is one of these a file."""
 
-    start: PartStart
+    index: int
+    headers: tuple[tuple[str, str], ...]
     data: bytes | memoryview
     path: str | None
     content_range: ContentRange | None
+
+    @property
+    def start(self) -> PartStart:
+        return PartStart(self.index, self.headers)
+
+    @property
+    def content_length(self) -> int | None:
+        return self.start.content_length
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,6 +460,8 @@ class MultipartParser:
 
     def _step_after_delimiter(self, buf: bytes, pos: int, events: list[Event]) -> int:
         """After ``CRLF--boundary``: ``--`` closes the stream, else padding and CRLF open a part."""
+        if self.whole_parts and not self._in_part:
+            pos = self._whole_axon_parts(buf, pos, events)
         if len(buf) - pos < 2:
             return pos
         if buf.startswith(b"--", pos):
@@ -464,6 +487,36 @@ class MultipartParser:
         self._state = State.HEADERS
         return line_end + 2
 
+    def _whole_axon_parts(self, buf: bytes, pos: int, events: list[Event]) -> int:
+        """The parts from ``pos`` on whose head is Axon's own (``_AXON_HEAD``) and that arrived
+        whole, each one :class:`Part`, in one loop; the position after the last one's delimiter.
+        It stops, for the general steps to go on, at the first part it cannot take whole: another
+        head, a part cut by the feed's end, one past a limit or whose path does not decode (which
+        the general steps then refuse with their own error)."""
+        delimiter, size = self._delimiter, len(self._delimiter)
+        match, data, index, last = _AXON_HEAD.match, self._data, self._part_index, self.max_parts - 1
+        taken = None
+        while index < last and (head := match(buf, pos)) is not None:
+            body = head.end()
+            if body - pos - 2 > self.max_header_bytes:
+                break
+            values = [value.decode("latin-1") for value in head.groups()]
+            end = body + int(values[3])
+            if buf[end : end + size] != delimiter or buf[end + size : end + size + 2] not in _AFTER_DELIMITER:
+                break
+            try:
+                path = requested_path(values[2])
+            except UnicodeDecodeError:
+                break
+            index += 1
+            events.append(Part(index, tuple(zip(_AXON_NAMES, values)), data[body:end], path, None))
+            taken = path, end - body
+            pos = end + size
+        if taken is not None:
+            self._part_index, self._remaining = index, 0
+            self._part_path, self._received = taken
+        return pos
+
     def _step_epilogue(self, buf: bytes, pos: int, events: list[Event]) -> int:
         return len(buf)
 
@@ -488,8 +541,8 @@ class MultipartParser:
             # would have (a feed that raises hands over no events either way).
             end = body + self._remaining
             after = buf[end : end + len(self._delimiter) + 2]
-            if after[:-2] == self._delimiter and after[-2:] in (b"\r\n", b"--"):
-                events.append(Part(start, self._data[body:end], self._part_path, content_range))
+            if after[:-2] == self._delimiter and after[-2:] in _AFTER_DELIMITER:
+                events.append(Part(start.index, start.headers, self._data[body:end], self._part_path, content_range))
                 self._received, self._remaining, self._in_part = self._remaining, 0, False
                 self._state = State.AFTER_DELIMITER
                 return end + len(self._delimiter)
@@ -599,6 +652,8 @@ def parse_content_range(value: str) -> ContentRange:
         raise ValueError(f"invalid Content-Range: {value!r}")
     return ContentRange(first, last, complete)
 
+
+_AFTER_DELIMITER = (b"\r\n", b"--")  # what follows a delimiter: a part's head, or the end
 
 _STEPS = {
     State.PREAMBLE: MultipartParser._step_scan,
