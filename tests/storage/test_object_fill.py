@@ -247,3 +247,37 @@ def test_twenty_requests_at_once_read_behind_one_fill(large, slow, served):
     assert sum(during for _, during in started_at) >= 10, "the readers waited for the fill to end"
     ranges = slow.fill_ranges()
     assert ranges == [(s, min(s + 8 * MiB, SIZE) - 1) for s in range(0, SIZE, 8 * MiB)]  # once, whole
+
+
+def test_the_crc_of_a_committed_fill_lets_the_store_loop_turn(tmp_path):
+    # Review: Fill.crc32 runs on the store loop (object_tiered._crc_on_disk: self.run(...)); once
+    # the fill is whole, each read returns without suspending, so the whole object is read and
+    # summed in one callback and every other fill, open and stream of the process waits for it.
+    from axon.storage.object_fill import Fill
+
+    size = 32 * MiB
+    path = tmp_path / "object"
+    path.write_bytes(os.urandom(size))
+
+    async def scenario() -> int:
+        fill = Fill("key", size)
+        fill.finish(os.open(path, os.O_RDONLY))  # committed (by another process, say)
+        turns = 0
+
+        async def other_work() -> None:
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        ticker = asyncio.ensure_future(other_work())
+        await asyncio.sleep(0)
+        before = turns
+        crc = await fill.crc32()
+        during = turns - before
+        ticker.cancel()
+        fill.release()
+        assert crc is not None
+        return during
+
+    assert asyncio.run(scenario()) >= size // MiB // 2, "the store loop did nothing else while the CRC was read"
