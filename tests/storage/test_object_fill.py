@@ -250,34 +250,53 @@ def test_twenty_requests_at_once_read_behind_one_fill(large, slow, served):
 
 
 def test_the_crc_of_a_committed_fill_lets_the_store_loop_turn(tmp_path):
-    # Review: Fill.crc32 runs on the store loop (object_tiered._crc_on_disk: self.run(...)); once
-    # the fill is whole, each read returns without suspending, so the whole object is read and
-    # summed in one callback and every other fill, open and stream of the process waits for it.
-    from axon.storage.object_fill import Fill
+    # A zip's entry asks the source for the CRC-32 of an object read behind a fill
+    # (ObjectSource.crc32, from a handler's thread): the store loop only waits for the fill to be
+    # whole; the object is read and summed elsewhere, so every other fill, open and stream of the
+    # process goes on meanwhile.
+    import zlib
+
+    from axon.storage.object_file import ObjectFile
+    from axon.storage.object_fill import Fill, FillingFile
+    from axon.storage.objects import ObjectSource
 
     size = 32 * MiB
+    payload = os.urandom(size)
     path = tmp_path / "object"
-    path.write_bytes(os.urandom(size))
+    path.write_bytes(payload)
+    # The CRC of an object on disk asks nothing of the store: none is given.
+    source = ObjectSource("s3://bucket/prefix", store=object(), check=False)
+    loop = source._ensure()
 
-    async def scenario() -> int:
-        fill = Fill("key", size)
+    async def committed() -> Fill:
+        fill = Fill("big.bin", size)
         fill.finish(os.open(path, os.O_RDONLY))  # committed (by another process, say)
-        turns = 0
+        return fill
 
-        async def other_work() -> None:
-            nonlocal turns
-            while True:
-                turns += 1
-                await asyncio.sleep(0)
+    turns: list[float] = []  # when the store loop turned
+    done = threading.Event()
 
-        ticker = asyncio.ensure_future(other_work())
-        await asyncio.sleep(0)
-        before = turns
-        crc = await fill.crc32()
-        during = turns - before
-        ticker.cancel()
-        fill.release()
-        assert crc is not None
-        return during
+    async def other_work() -> None:
+        while not done.is_set():
+            turns.append(time.perf_counter())
+            await asyncio.sleep(0)
 
-    assert asyncio.run(scenario()) >= size // MiB // 2, "the store loop did nothing else while the CRC was read"
+    fill = source.run(committed())
+    f = FillingFile(ObjectFile(source, "big.bin", '"e"', "big.bin", "big.bin", size, 0, "application/octet-stream"), fill)
+    fill.release()  # the fill's own use: the file holds one
+    ticker = asyncio.run_coroutine_threadsafe(other_work(), loop)
+    try:
+        while not turns:
+            time.sleep(0.001)
+        started = time.perf_counter()
+        crc = source.crc32(f)
+        ended = time.perf_counter()
+    finally:
+        done.set()
+        ticker.result(5)
+        f.close()
+        loop.call_soon_threadsafe(loop.stop)
+    assert crc == zlib.crc32(payload)
+    during = [started] + [t for t in turns if started < t < ended] + [ended]
+    still = max(b - a for a, b in zip(during, during[1:]))
+    assert still < (ended - started) / 2, f"the store loop stood still {still:.3f} s of the CRC's {ended - started:.3f} s"
