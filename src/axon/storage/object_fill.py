@@ -8,9 +8,13 @@ writer: one set of GETs to the store.
 
 What a reader may take (:meth:`Fill.read`):
 
-* bytes the fill has written, except the object's last piece, which waits for the commit: the
+* bytes the fill has written, except the object's last byte, which waits for the commit: the
   object is renamed into the tier only once whole and checked (its length, the MD5 its ETag
-  states), so a response is never completed with bytes that failed the check;
+  states), so a response that includes the object's end is never completed with bytes that
+  failed the check. A span that ends before it (a ``Range``, a batch's slice) is given as soon as
+  written, and may complete before the check: an MD5 checks only the whole object, a span of it
+  fetched from the store without the tier is not checked either, and it should not wait for the
+  rest of a large object;
 * nothing once a fill that had written bytes fails: :class:`ObjectStreamBroken`, so the runtime
   cuts the connection short of its ``Content-Length`` (never a truncated body that looks whole);
   the temporary file is deleted, and the next request fills again;
