@@ -203,6 +203,23 @@ def test_the_first_bytes_arrive_while_the_object_fills(large, slow, served):
 
 
 @pytest.mark.slow
+def test_a_range_short_of_the_end_completes_while_the_object_fills(large, slow, served):
+    # The README's rule: a span that ends before the object's last byte (past the opening's first
+    # 64 KiB: read behind the fill) does not wait for the whole object to be fetched and checked
+    # (one that includes the last byte does: test_the_last_piece_waits_for_the_commit_...).
+    _, key, payload = large
+    server, cache_dir = served
+    first, last = 8 * MiB + 1, 9 * MiB
+    conn = http.client.HTTPConnection(HOST, server.port, timeout=30)
+    conn.request("GET", f"/files/{key}", headers={"Range": f"bytes={first}-{last}"})
+    response = conn.getresponse()
+    body = response.read()
+    conn.close()
+    assert response.status == 206 and body == payload[first : last + 1]
+    assert files_in(cache_dir)[0] == [], "the range waited for the whole object"
+
+
+@pytest.mark.slow
 def test_a_fill_cut_midway_cuts_the_response_short_and_keeps_nothing(large, slow, served):
     _, key, payload = large
     server, cache_dir = served
