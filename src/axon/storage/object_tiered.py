@@ -17,7 +17,7 @@ from typing import Any
 
 import obstore
 
-from ..errors import HTTPError
+from ..errors import FileChanged, HTTPError
 from .crc_cache import read_crc32
 from .object_disk import DiskTier, FillFailed
 from .object_file import ObjectFile, TierFile
@@ -75,12 +75,12 @@ class TieredSource:
         """The CRC-32 of an object kept on disk, or of one filling once it is (a zip's entry,
         from another thread than the store loop's); None for any other."""
         if isinstance(f, TierFile):
-            return read_crc32(f.fd, f.size)
+            return crc_of_file(f.fd, f)
         fd = self.run(f.fill.whole_file()) if f.fill is not None else None
         if fd is None:
             return None
         try:  # here, not on the store loop: every fill, opening and stream of the process runs there
-            return read_crc32(fd, f.size)
+            return crc_of_file(fd, f)
         finally:
             os.close(fd)
 
@@ -264,3 +264,11 @@ def keep_on_disk(tier: DiskTier | None, key: str, etag: str | None, data: bytes)
     if tier is not None and etag is not None:
         tier.keep_later(key, etag, data)
 
+
+def crc_of_file(fd: int, f: ObjectFile) -> int:
+    """The CRC-32 of ``f`` kept on disk, read from ``fd`` (:class:`FileChanged` naming its path,
+    which a batch's 503 says, should the file be short)."""
+    try:
+        return read_crc32(fd, f.size)
+    except FileChanged:
+        raise FileChanged(f.path) from None
