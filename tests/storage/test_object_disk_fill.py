@@ -154,3 +154,26 @@ def test_keep_leaves_an_object_another_process_fills_to_it(tmp_path):
         assert tier.open("k", etag_of(data), len(data)) is None
     finally:
         os.close(holder)
+
+
+def test_an_abandoned_fill_whose_file_a_scan_took_leaves_the_count_whole(tmp_path):
+    # Review: abandon closes the descriptor (its flock goes) before it releases the reservation.
+    # Another process's scan between the two deletes the unlocked temporary file and recounts
+    # without it; the release must not then take the reservation off a second time.
+    from axon.storage.object_disk_fill import Fill as DiskFill
+    from axon.storage.object_disk_space import Space
+
+    space = Space(str(tmp_path), 1 << 20)
+    kept = os.path.join(tmp_path, "ab", "ab" + "2" * 62 + "-k")
+    os.makedirs(os.path.dirname(kept))
+    with open(kept, "wb") as f:
+        f.write(os.urandom(64 * 1024))
+    assert space.scan() > 0
+    on_disk = space.used()
+    made = DiskFill(space, os.path.join(tmp_path, "ab", "ab" + "3" * 62 + "-f"), 100_000)
+    assert made.reserve()
+    fd, made.fd = made.fd, -1
+    os.close(fd)  # abandon's first step: the lock is gone
+    space.scan()  # another process's scan, between abandon's two steps
+    made.abandon()  # its second: the reservation given back
+    assert space.used() == on_disk

@@ -203,6 +203,23 @@ def test_the_first_bytes_arrive_while_the_object_fills(large, slow, served):
 
 
 @pytest.mark.slow
+def test_a_range_short_of_the_end_completes_while_the_object_fills(large, slow, served):
+    # The README's rule: a span that ends before the object's last byte (past the opening's first
+    # 64 KiB: read behind the fill) does not wait for the whole object to be fetched and checked
+    # (one that includes the last byte does: test_the_last_piece_waits_for_the_commit_...).
+    _, key, payload = large
+    server, cache_dir = served
+    first, last = 8 * MiB + 1, 9 * MiB
+    conn = http.client.HTTPConnection(HOST, server.port, timeout=30)
+    conn.request("GET", f"/files/{key}", headers={"Range": f"bytes={first}-{last}"})
+    response = conn.getresponse()
+    body = response.read()
+    conn.close()
+    assert response.status == 206 and body == payload[first : last + 1]
+    assert files_in(cache_dir)[0] == [], "the range waited for the whole object"
+
+
+@pytest.mark.slow
 def test_a_fill_cut_midway_cuts_the_response_short_and_keeps_nothing(large, slow, served):
     _, key, payload = large
     server, cache_dir = served
@@ -247,3 +264,56 @@ def test_twenty_requests_at_once_read_behind_one_fill(large, slow, served):
     assert sum(during for _, during in started_at) >= 10, "the readers waited for the fill to end"
     ranges = slow.fill_ranges()
     assert ranges == [(s, min(s + 8 * MiB, SIZE) - 1) for s in range(0, SIZE, 8 * MiB)]  # once, whole
+
+
+def test_the_crc_of_a_committed_fill_lets_the_store_loop_turn(tmp_path):
+    # A zip's entry asks the source for the CRC-32 of an object read behind a fill
+    # (ObjectSource.crc32, from a handler's thread): the store loop only waits for the fill to be
+    # whole; the object is read and summed elsewhere, so every other fill, open and stream of the
+    # process goes on meanwhile.
+    import zlib
+
+    from axon.storage.object_file import ObjectFile
+    from axon.storage.object_fill import Fill, FillingFile
+    from axon.storage.objects import ObjectSource
+
+    size = 32 * MiB
+    payload = os.urandom(size)
+    path = tmp_path / "object"
+    path.write_bytes(payload)
+    # The CRC of an object on disk asks nothing of the store: none is given.
+    source = ObjectSource("s3://bucket/prefix", store=object(), check=False)
+    loop = source._ensure()
+
+    async def committed() -> Fill:
+        fill = Fill("big.bin", size)
+        fill.finish(os.open(path, os.O_RDONLY))  # committed (by another process, say)
+        return fill
+
+    turns: list[float] = []  # when the store loop turned
+    done = threading.Event()
+
+    async def other_work() -> None:
+        while not done.is_set():
+            turns.append(time.perf_counter())
+            await asyncio.sleep(0)
+
+    fill = source.run(committed())
+    f = FillingFile(ObjectFile(source, "big.bin", '"e"', "big.bin", "big.bin", size, 0, "application/octet-stream"), fill)
+    fill.release()  # the fill's own use: the file holds one
+    ticker = asyncio.run_coroutine_threadsafe(other_work(), loop)
+    try:
+        while not turns:
+            time.sleep(0.001)
+        started = time.perf_counter()
+        crc = source.crc32(f)
+        ended = time.perf_counter()
+    finally:
+        done.set()
+        ticker.result(5)
+        f.close()
+        loop.call_soon_threadsafe(loop.stop)
+    assert crc == zlib.crc32(payload)
+    during = [started] + [t for t in turns if started < t < ended] + [ended]
+    still = max(b - a for a, b in zip(during, during[1:]))
+    assert still < (ended - started) / 2, f"the store loop stood still {still:.3f} s of the CRC's {ended - started:.3f} s"

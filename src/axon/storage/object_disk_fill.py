@@ -53,12 +53,15 @@ class Fill:
         os.close(fd)
 
     def abandon(self) -> None:
-        """Give back what was not committed: the descriptor, the file and its reservation."""
-        if self.fd >= 0:
-            fd, self.fd = self.fd, -1
-            os.close(fd)
-        if self.made and not self.done:
-            self.space.release([self.temp], self.reserved)
+        """Give back what was not committed: the file and its reservation, then the descriptor
+        (its flock held until the file is gone: a scan meanwhile counts it as a live fill's)."""
+        try:
+            if self.made and not self.done:
+                self.space.release([self.temp], self.reserved)
+        finally:
+            if self.fd >= 0:
+                fd, self.fd = self.fd, -1
+                os.close(fd)
 
 
 async def to_the_end(call: Callable[[], Any]) -> Any:

@@ -153,17 +153,21 @@ class Space:
             self._write(fd, used)
 
     def release(self, paths: list[str], reserved: int | None = None) -> None:
-        """Delete ``paths``, giving back ``reserved`` bytes (a fill abandoned: what it reserved)
-        or, when None, their blocks (an object's older versions)."""
+        """Delete ``paths``, giving back what each one deleted here held: ``reserved`` bytes (a
+        fill abandoned: what it reserved) or, when None, its blocks (an object's older versions).
+        A file already gone was taken off the count by whoever deleted it (a scan deletes a fill's
+        file once its lock is let go, and recounts without it)."""
         with self._held() as fd:
-            freed = reserved or 0
+            freed = 0
             for path in paths:
                 try:
                     taken = disk_bytes(os.lstat(path))
                     os.unlink(path)
                 except FileNotFoundError:
                     continue
-                if reserved is None:
+                if reserved is not None:
+                    freed += reserved
+                else:
                     freed += taken
                     self._deleted(fd)
             self._write(fd, self._read(fd) - freed)

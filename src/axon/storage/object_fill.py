@@ -8,9 +8,13 @@ writer: one set of GETs to the store.
 
 What a reader may take (:meth:`Fill.read`):
 
-* bytes the fill has written, except the object's last piece, which waits for the commit: the
+* bytes the fill has written, except the object's last byte, which waits for the commit: the
   object is renamed into the tier only once whole and checked (its length, the MD5 its ETag
-  states), so a response is never completed with bytes that failed the check;
+  states), so a response that includes the object's end is never completed with bytes that
+  failed the check. A span that ends before it (a ``Range``, a batch's slice) is given as soon as
+  written, and may complete before the check: an MD5 checks only the whole object, a span of it
+  fetched from the store without the tier is not checked either, and it should not wait for the
+  rest of a large object;
 * nothing once a fill that had written bytes fails: :class:`ObjectStreamBroken`, so the runtime
   cuts the connection short of its ``Content-Length`` (never a truncated body that looks whole);
   the temporary file is deleted, and the next request fills again;
@@ -20,7 +24,8 @@ What a reader may take (:meth:`Fill.read`):
 
 All of it runs on the source's store loop, except :meth:`Fill.release`, which a response's
 ``close()`` calls from its runtime's thread: the descriptor is closed under a lock that each
-read holds too.
+read holds too. The loop only waits for a fill: a committed object's CRC-32 is read from a
+descriptor :meth:`Fill.whole_file` gives, in the asker's thread.
 """
 
 from __future__ import annotations
@@ -28,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import zlib
 
 from .object_file import ObjectFile
 from .object_stream import ObjectStreamBroken
@@ -117,20 +121,13 @@ class Fill:
             raise ObjectStreamBroken(f"{self.key}: its file in the disk cache came up short")
         return data
 
-    async def crc32(self) -> int | None:
-        """The object's CRC-32 once it is committed (a zip's entry); None if it was not kept."""
+    async def whole_file(self) -> int | None:
+        """A duplicate of the committed file's descriptor once the object is whole (the caller
+        reads it off the store loop, a zip entry's CRC-32, and closes it); None if it was not kept."""
         while self.state is FILLING:
             await asyncio.shield(self._moved)
-        if self.state is not WHOLE:
-            return None
-        crc = offset = 0
-        while offset < self.size:
-            chunk = await self.read(offset, min(1 << 20, self.size - offset))
-            if chunk is None:
-                return None
-            crc = zlib.crc32(chunk, crc)
-            offset += len(chunk)
-        return crc
+        with self._lock:
+            return os.dup(self._fd) if self.state is WHOLE and self._fd >= 0 else None
 
 
 class FillingFile(ObjectFile):

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import zlib
 from collections import deque
 from typing import Any
 
 import obstore
 
 from ..errors import FileChanged, HTTPError
+from .crc_cache import read_crc32
 from .object_disk import DiskTier, FillFailed
 from .object_file import ObjectFile, TierFile
 from .object_fill import Fill, FillingFile
@@ -83,8 +83,14 @@ class TieredSource:
         """The CRC-32 of an object kept on disk, or of one filling once it is (a zip's entry,
         from another thread than the store loop's); None for any other."""
         if isinstance(f, TierFile):
-            return crc_of_file(f)
-        return self.run(f.fill.crc32()) if f.fill is not None else None
+            return crc_of_file(f.fd, f)
+        fd = self.run(f.fill.whole_file()) if f.fill is not None else None
+        if fd is None:
+            return None
+        try:  # here, not on the store loop: every fill, opening and stream of the process runs there
+            return crc_of_file(fd, f)
+        finally:
+            os.close(fd)
 
     async def _on_disk(self, requested: str, meta: dict[str, Any]) -> ObjectFile | None:
         """The listed object from its file in the disk tier, if that version is whole there, or
@@ -267,13 +273,10 @@ def keep_on_disk(tier: DiskTier | None, key: str, etag: str | None, data: bytes)
         tier.keep_later(key, etag, data)
 
 
-def crc_of_file(f: TierFile) -> int:
-    """The CRC-32 of a kept object's file, read by offset (:class:`FileChanged` should it be short)."""
-    crc = offset = 0
-    while offset < f.size:
-        chunk = os.pread(f.fd, min(1 << 20, f.size - offset), offset)
-        if not chunk:
-            raise FileChanged(f.path)
-        crc = zlib.crc32(chunk, crc)
-        offset += len(chunk)
-    return crc
+def crc_of_file(fd: int, f: ObjectFile) -> int:
+    """The CRC-32 of ``f`` kept on disk, read from ``fd`` (:class:`FileChanged` naming its path,
+    which a batch's 503 says, should the file be short)."""
+    try:
+        return read_crc32(fd, f.size)
+    except FileChanged:
+        raise FileChanged(f.path) from None
