@@ -2,10 +2,14 @@
 --object-listing-valid``), against a real SeaweedFS whose own metrics count the LISTs and GETs it
 answered: within the window a repeated batch asks the store nothing; an overwrite is seen once the
 window has passed; a key made within it is served, not a 404; the table keeps within its bound;
-with 0 every batch lists, as before."""
+with 0 every batch lists, as before. With the disk tier, a batch whose every key is trusted and on
+disk is answered on the caller's thread (no hop to the store loop), and the shortcut still sees an
+overwrite after the window and still serves a key evicted from the tier within it."""
 
 from __future__ import annotations
 
+import json
+import os
 import time
 import uuid
 
@@ -13,8 +17,10 @@ import pytest
 
 pytest.importorskip("obstore")
 
-from axon.app import App  # noqa: E402
+from axon.app import App, Request  # noqa: E402
+from axon.http.segments import FileSlice  # noqa: E402
 from axon.storage import object_listing  # noqa: E402
+from test_object_disk_served import kept_files, wait_for_files  # noqa: E402
 from test_object_listing import SMALL, batch, body_of, counted, parts, put_all, source_of  # noqa: E402
 
 pytestmark = pytest.mark.slow  # counts a real SeaweedFS's requests
@@ -84,3 +90,68 @@ def test_the_table_keeps_within_its_bound_under_many_distinct_keys(weed, monkeyp
     # The last batch's own keys were noted last (after the neighbours its listing named): they stay.
     (status, _, _), asked = counted(weed, lambda: batch(app, [f"m/{i:04d}.bin" for i in range(280, 300)]))
     assert status == 200 and asked == {"GET": 0, "LIST": 0}
+
+
+def tier_batch(app: App, names: list[str]) -> tuple[int, dict, bytes]:
+    """:func:`batch`, a kept file's slices read as a server sends them (by offset)."""
+    response = app.handle(Request("POST", "/api/stream-files", "", {}, json.dumps({"files": names}).encode()))
+    try:
+        data = b"".join(os.pread(s.fd, s.count, s.offset) if isinstance(s, FileSlice) else s for s in response.body)
+    finally:
+        response.close()
+    return response.status, dict(response.headers), data
+
+
+def tiered(weed, prefix, tmp_path, valid: float):
+    """An App whose source keeps objects on disk only (no memory cache), the batch of NAMES
+    served once and every object's file written; the source, whose store-loop calls are counted."""
+    cache_dir = tmp_path / "tier"
+    source = source_of(weed, prefix, listing_valid=valid, cache_bytes=0, disk_cache=str(cache_dir))
+    app = App(store=source)
+    assert tier_batch(app, NAMES)[0] == 200
+    wait_for_files(cache_dir, SMALL)
+    run, source.hops = source.run, 0
+
+    def counted_run(coro):
+        source.hops += 1
+        return run(coro)
+
+    source.run = counted_run
+    return app, source, cache_dir
+
+
+def test_within_the_window_a_batch_on_disk_is_answered_on_the_callers_thread(weed, prefix, tmp_path,
+                                                                              parse_multipart):
+    app, source, _ = tiered(weed, prefix, tmp_path, 60)
+    hits = source.counts()["object_disk_hits"]
+    (status, headers, body), asked = counted(weed, lambda: tier_batch(app, NAMES))
+    assert status == 200 and parts(parse_multipart, headers, body) == [body_of(i, 3000) for i in range(SMALL)]
+    assert asked == {"GET": 0, "LIST": 0} and source.hops == 0
+    assert source.counts()["object_disk_hits"] - hits == SMALL  # each sent from its file
+
+
+def test_on_disk_an_overwrite_is_seen_once_the_window_has_passed(weed, prefix, tmp_path, parse_multipart):
+    valid = 3.0
+    listed = time.monotonic()  # the first batch's LIST was sent between these two
+    app, source, _ = tiered(weed, prefix, tmp_path, valid)
+    listed_by = time.monotonic()
+    weed.put(f"{prefix}/d/005.bin", body_of(5, 3000, b"v2"))
+    (status, headers, body), within = counted(weed, lambda: tier_batch(app, NAMES))
+    assert time.monotonic() - listed < valid, "the machine is too slow for this test's window"
+    assert status == 200 and parts(parse_multipart, headers, body)[5] == body_of(5, 3000)
+    assert within == {"GET": 0, "LIST": 0} and source.hops == 0
+    time.sleep(max(0.0, listed_by + valid - time.monotonic()) + 0.1)
+    (status, headers, body), after = counted(weed, lambda: tier_batch(app, NAMES))
+    got = parts(parse_multipart, headers, body)
+    assert status == 200 and got[5] == body_of(5, 3000, b"v2") and got[4] == body_of(4, 3000)
+    assert after == {"GET": 1, "LIST": 1}
+
+
+def test_a_key_evicted_from_the_disk_within_the_window_is_still_served(weed, prefix, tmp_path, parse_multipart):
+    app, source, cache_dir = tiered(weed, prefix, tmp_path, 60)
+    gone = next(os.path.join(d, f) for d, _, fs in os.walk(cache_dir) for f in fs if f in kept_files(cache_dir))
+    os.unlink(gone)
+    (status, headers, body), asked = counted(weed, lambda: tier_batch(app, NAMES))
+    assert status == 200 and parts(parse_multipart, headers, body) == [body_of(i, 3000) for i in range(SMALL)]
+    assert asked == {"GET": 1, "LIST": 0}  # the evicted key opened alone; the others from disk
+    assert source.hops == 1

@@ -27,6 +27,7 @@ from .object_tiered import OPEN_READ
 
 if TYPE_CHECKING:
     from .object_cache import ObjectCache
+    from .object_disk import DiskTier, Held
 
 log = logging.getLogger("axon.storage")
 
@@ -46,6 +47,7 @@ class BatchSource:
     _cache: ObjectCache | None
     _listings: ListedKeys
     _listing_off_until: float
+    tier: DiskTier | None
 
     if TYPE_CHECKING:  # (stubs here would stand before the TieredSource methods they name)
         def key(self, requested: str) -> str: ...
@@ -54,6 +56,8 @@ class BatchSource:
 
         def run(self, coro: Any) -> Any: ...
 
+        def _ensure(self) -> Any: ...
+
         async def _open_kept(self, requested: str, room: list[int] | None = None) -> ObjectFile | HTTPError: ...
 
         async def _on_disk(self, requested: str, meta: dict[str, Any]) -> ObjectFile | None: ...
@@ -61,36 +65,40 @@ class BatchSource:
         async def _through_tier(self, found: ObjectFile) -> ObjectFile: ...
 
     def open_many(self, paths: list[str]) -> list[ObjectFile | HTTPError]:
-        """Each of ``paths`` opened, concurrently: an object or why it is not one."""
-        return self.run(self._open_many(paths))
+        """Each of ``paths`` opened, concurrently: an object or why it is not one. A batch whose
+        every key is trusted within the window (:meth:`~.object_listing.ListedKeys.current`)
+        and held (in memory, or whole on disk) is answered on the caller's thread: the store
+        loop is asked only for the rest."""
+        self._ensure()
+        batch = _Batch(self, paths)
+        if batch.trusted:
+            batch.first = [None if meta is None else self._held_now(path, meta, batch.room)
+                           for path, meta in zip(paths, batch.metas())]
+            if None not in batch.first:
+                return batch.first  # type: ignore[return-value]
+        return self.run(self._open_many(paths, batch))
 
     def for_batch(self, paths: list[str]) -> BatchOpener:
         """This source as a batch of ``paths`` opens it: each ``open`` answered from HEADs made
         together (the planner opens one path at a time; the round trips overlap here)."""
         return BatchOpener(self, paths)
 
-    async def _open_many(self, paths: list[str]) -> list[ObjectFile | HTTPError]:
+    async def _open_many(self, paths: list[str], batch: _Batch | None = None) -> list[ObjectFile | HTTPError]:
         gate = asyncio.Semaphore(self.concurrency)
-        room = [self.prefetch_bytes]  # the small objects' bytes this batch may hold from opening
-        started = time.monotonic()
-        keys: dict[str, str] = {}
-        for path in paths:
-            try:
-                keys[path] = self.key(path)
-            except HTTPError:
-                pass  # _open says why
-        trusted = self._listings.current(list(keys.values()), started)
+        batch = _Batch(self, paths) if batch is None else batch
+        keys, trusted, room = batch.keys, batch.trusted, batch.room
 
-        async def held(path: str) -> ObjectFile | None:
+        async def held(path: str, meta: dict[str, Any] | None) -> ObjectFile | None:
             """The object from the bytes held for its entry still valid; None to list it."""
-            meta = trusted.get(keys.get(path, ""))
             found = None if meta is None else await self._listed_object(path, meta, room)
             if found is None or found.size <= OPEN_READ or isinstance(found, (TierFile, FillingFile)):
                 return found  # (a small object _from_listing gave is one whose bytes are kept)
             return None
 
         # In turn, not as tasks: a lookup waits only on a write of that object under way.
-        first = [await held(p) for p in paths] if trusted else [None] * len(paths)
+        first = batch.first
+        if trusted:
+            first = [f if f is not None else await held(p, m) for p, f, m in zip(paths, first, batch.metas())]
         listed = await self._listed([keys[p] for p, f in zip(paths, first) if f is None and p in keys])
 
         async def one(path: str, found: ObjectFile | None) -> ObjectFile | HTTPError:
@@ -159,12 +167,52 @@ class BatchSource:
                 data = kept
         return self._listed_file(requested, meta, data)
 
-    def _listed_file(self, requested: str, meta: dict[str, Any], data: bytes | None = None) -> ObjectFile:
+    def _held_now(self, requested: str, meta: dict[str, Any], room: list[int]) -> ObjectFile | None:
+        """:meth:`_listed_object` without waiting, from any thread: the object from memory, or
+        from its file whole on disk; None for the store loop to find (filling, or not held)."""
+        found = self._from_listing(requested, meta, room)
+        if found is not None and found.data is not None:
+            return found
+        tier, etag, size = self.tier, meta.get("e_tag"), meta["size"]
+        if tier is None or etag is None or not tier.fits(size):
+            return None
+        held = tier.open(meta["path"], etag, size)
+        if held is None:
+            return None
+        kept = self._listed_file(requested, meta, held=held)
+        tier.remember_version(kept.key, etag, size, kept.mtime_ns)
+        return kept
+
+    def _listed_file(self, requested: str, meta: dict[str, Any], data: bytes | None = None,
+                     held: Held | None = None) -> ObjectFile:
+        """The object a listing entry names: its bytes ``data`` in memory, or its file ``held``."""
         key = meta["path"]
-        return ObjectFile(
-            self, key, meta.get("e_tag"), requested, key, meta["size"],  # type: ignore[arg-type]
-            int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key), data,
-        )
+        facts = (self, key, meta.get("e_tag"), requested, key, meta["size"],
+                 int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key))
+        return ObjectFile(*facts, data) if held is None else TierFile.of(held, *facts)  # type: ignore[arg-type]
+
+
+class _Batch:
+    """One batch's keys as its paths name them, the entries of them still valid, and the bytes
+    of small objects it may hold from opening (``room``); ``first``: what was found held."""
+
+    def __init__(self, source: BatchSource, paths: list[str]) -> None:
+        self.room = [source.prefetch_bytes]
+        started = time.monotonic()
+        self.keys: dict[str, str] = {}
+        for path in paths:
+            try:
+                self.keys[path] = source.key(path)
+            except HTTPError:
+                pass  # _open says why
+        self.paths = paths
+        self.trusted = source._listings.current(list(self.keys.values()), started)
+        self.first: list[ObjectFile | None] = [None] * len(paths)
+
+    def metas(self) -> list[dict[str, Any] | None]:
+        """Each path's entry still valid, or None."""
+        keys, trusted = self.keys, self.trusted
+        return [trusted.get(keys.get(p, "")) for p in self.paths]
 
 
 class BatchOpener:

@@ -31,6 +31,7 @@ import hashlib
 import logging
 import os
 import re
+import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -132,6 +133,10 @@ class DiskTier:
         """This process's own counts and fills (a worker forked after the tier was made)."""
         self._flights: dict[str, asyncio.Future[None]] = {}
         self._versions: OrderedDict[str, tuple[str, int, int]] = OrderedDict()
+        self._versions_lock = threading.Lock()  # remembered from the store loop and handler threads
+        #: The store loop of this process (set by its source): a sweep found due on a handler
+        #: thread (:meth:`open` called there) is started on it.
+        self.loop: asyncio.AbstractEventLoop | None = None
         self._queued = 0  # bytes of keep_later's writes queued or under way
         self._keepers: ThreadPoolExecutor | None = None  # made at the first keep (threads do not fork)
         #: Fills by ranged GETs this process makes at once (object_tiered): their pieces are in memory.
@@ -165,10 +170,11 @@ class DiskTier:
         that opening the key alone can ask the store whether it is still the current one
         (:meth:`known_version`); at most :data:`VERSIONS_KNOWN` keys, the least recent forgotten."""
         versions = self._versions
-        versions[key] = (etag, size, mtime_ns)
-        versions.move_to_end(key)
-        if len(versions) > VERSIONS_KNOWN:
-            versions.popitem(last=False)
+        with self._versions_lock:
+            versions[key] = (etag, size, mtime_ns)
+            versions.move_to_end(key)
+            if len(versions) > VERSIONS_KNOWN:
+                versions.popitem(last=False)
 
     def known_version(self, key: str) -> tuple[str, int, int] | None:
         """(ETag, size, mtime_ns) of ``key`` as :meth:`remember_version` last had it; None."""
@@ -178,7 +184,8 @@ class DiskTier:
 
     def open(self, key: str, etag: str, size: int) -> Held | None:
         """A read-only descriptor of ``key`` at ``etag`` when its whole file is here (counted a
-        hit), else None (not counted: the caller decides whether it is a miss)."""
+        hit), else None (not counted: the caller decides whether it is a miss). From any thread:
+        a name is only ever a whole file, so a fill under way is no reason to wait here."""
         held = self._open_whole(self.path_of(key, etag), size)
         if held is not None:
             self.hits += 1
@@ -225,9 +232,15 @@ class DiskTier:
         if due is not None and not due.is_closed():  # (a loop that ended took its sweep with it)
             return
         try:
-            loop = asyncio.get_running_loop()
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
+            running = None
+        loop = self.loop or running
+        if loop is None:
             return  # no loop (a test's direct call): descriptors are checked by each use still
+        if loop is not running:  # a handler thread: the sweep is the store loop's to start
+            loop.call_soon_threadsafe(self._sweep_later)
+            return
         loop.call_later(SWEEP, self._sweep)
         self._sweeping = loop
 

@@ -71,6 +71,15 @@ class TierFile(ObjectFile):
         self.fd = held.fd
         self._held: Held | None = held
 
+    @classmethod
+    def of(cls, held: Held, *facts: object) -> TierFile:
+        """A kept object from its facts (:class:`ObjectFile`'s arguments) and its file: one
+        record, where ``TierFile(ObjectFile(...), held)`` makes two."""
+        made = cls.__new__(cls)
+        ObjectFile.__init__(made, *facts)  # type: ignore[arg-type]
+        made.fd, made._held = held.fd, held
+        return made
+
     def __repr__(self) -> str:
         return f"TierFile(key={self.key!r}, etag={self.etag!r}, size={self.size}, fd={self.fd})"
 

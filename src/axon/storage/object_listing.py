@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import groupby
@@ -156,7 +157,8 @@ async def list_runs(store: Any, runs: list[Run], concurrency: int, timeout: floa
 class ListedKeys:
     """What listings named, for ``valid`` seconds: key -> (entry, time listed), least recently
     used out first beyond ``keys`` entries or ``capacity`` bytes (:data:`ENTRY_OVERHEAD` each
-    beside its key and ETag). A process's own, used on its store loop only (no lock)."""
+    beside its key and ETag). A process's own: its store loop notes listings while handler
+    threads ask it for a batch's entries (:meth:`current`), so each call holds a lock."""
 
     def __init__(self, valid: float, keys: int | None = None, capacity: int | None = None) -> None:
         keys = LISTED_KEYS if keys is None else keys
@@ -168,6 +170,7 @@ class ListedKeys:
         self.capacity = capacity
         self.used = 0  # bytes charged: always <= capacity
         self._entries: OrderedDict[str, tuple[dict[str, Any], float, int]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -178,14 +181,15 @@ class ListedKeys:
         the table never says that a key is not there."""
         entries, since = self._entries, started - self.valid
         found = {}
-        for key in keys:
-            kept = entries.get(key)
-            if kept is not None:
-                if kept[1] >= since:
-                    found[key] = kept[0]
-                    entries.move_to_end(key)
-                else:
-                    self.forget(key)
+        with self._lock:
+            for key in keys:
+                kept = entries.get(key)
+                if kept is not None:
+                    if kept[1] >= since:
+                        found[key] = kept[0]
+                        entries.move_to_end(key)
+                    else:
+                        self._drop(key)
         return found
 
     def note(self, named: dict[str, dict[str, Any]], listed: float, wanted: list[str]) -> None:
@@ -199,17 +203,21 @@ class ListedKeys:
             cost = len(key) + len(meta.get("e_tag") or "") + ENTRY_OVERHEAD
             if cost > self.capacity:
                 continue
-            old = entries.pop(key, None)
-            if old is not None:
-                self.used -= old[2]
-            entries[key] = (meta, listed, cost)
-            self.used += cost
-            while self.used > self.capacity or len(entries) > self.keys:
-                _, (_, _, gone) = entries.popitem(last=False)
-                self.used -= gone
+            with self._lock:
+                self._drop(key)
+                entries[key] = (meta, listed, cost)
+                self.used += cost
+                while self.used > self.capacity or len(entries) > self.keys:
+                    _, (_, _, gone) = entries.popitem(last=False)
+                    self.used -= gone
 
     def forget(self, key: str) -> None:
-        """Drop ``key`` (its entry expired, or the key was found deleted)."""
+        """Drop ``key`` (the key was found deleted)."""
+        with self._lock:
+            self._drop(key)
+
+    def _drop(self, key: str) -> None:
+        """Drop ``key`` (expired, deleted, or noted anew), the lock held."""
         old = self._entries.pop(key, None)
         if old is not None:
             self.used -= old[2]

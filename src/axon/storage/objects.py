@@ -186,6 +186,7 @@ class ObjectSource(BatchSource, TieredSource):
                     self.store_health.asking = False  # a check under way in the parent is not this one's
                     if self.tier is not None:
                         self.tier.forked()
+                        self.tier.loop = loop
         return self._loop  # type: ignore[return-value]
 
     def health(self) -> HTTPError | None:
