@@ -75,8 +75,8 @@ class RequestCycle:
         request = ex.request
         if request is None:
             self._answer(ex, error_response(ex.refusal))  # type: ignore[arg-type]
-        elif self._pace.since is not None and (self._pace.waiting or self._pace.spent()):
-            # This turn has run its budget of batch work, or batches wait for their turn
+        elif self._pace.must_wait(False):
+            # Others wait for their turn, or this turn has run its budget of batch work
             # (axon.pace): answered in a later turn, in order.
             self._start(self._run_later(ex), ex)
         else:
@@ -131,7 +131,7 @@ class RequestCycle:
     async def _run_later(self, ex: Exchange) -> bool:
         """:meth:`run`'s work, in a task, once a loop turn has budget for it."""
         await self._pace.wait()
-        answer = self._handle(ex.request)
+        answer = self._pace.run_released(self._handle, ex.request)
         if type(answer) is CoroutineType:
             return await self._respond_later(ex, answer)
         return await self._respond(answer, ex)
