@@ -159,9 +159,10 @@ def test_a_waiter_is_never_passed_by_later_arrivals_and_waits_for_what_is_ahead_
         loop.close()
     ahead = seen["ahead"]
     assert ahead >= 10, seen  # the probe did wait behind the writers
-    # Only those waiting when it asked went before it: each once, none of the later arrivals.
+    # Only those waiting when it asked went before it (each for its share of a turn), none of
+    # the later arrivals.
     between = chunks[seen["asked"]:seen["went"]]
-    assert "late" not in between and len(between) <= ahead, seen
+    assert "late" not in between and len(set(between)) <= ahead, seen
     # Released by the turn's budget, not one waiter a turn: about ahead x chunk / budget turns
     # (twice that and two more, for a busy machine that takes the CPU away for a while).
     assert seen["turns"] <= 2 * (ahead * chunk / budget) + 2 + 2, seen

@@ -27,21 +27,22 @@ from __future__ import annotations
 import asyncio
 import sys
 import weakref
+from asyncio import current_task
 from collections import deque
-from collections.abc import Callable
 from time import perf_counter
-from typing import Any, TypeVar
 
 from .config import environment
 
-T = TypeVar("T")
+#: The share of a turn's budget that a task released from the line may spend on its work before
+#: it goes behind those waiting: a turn serves several, and none waits again after every chunk.
+SHARE = 0.25
 
 
 class Pace:
     """The work of the current loop turn, measured from its first ask, and the tasks waiting
     for a turn with budget left (:meth:`wait`), oldest first."""
 
-    __slots__ = ("_loop", "budget", "since", "waiting", "_new_turn", "_wave", "_went", "_first", "_released")
+    __slots__ = ("_loop", "budget", "since", "waiting", "_new_turn", "_wave", "_went", "_first", "_going", "_went_at")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, budget: float | None = None) -> None:
         self._loop = loop
@@ -59,7 +60,8 @@ class Pace:
         self._wave = sys.maxsize
         self._went = 0  # released tasks that went on in this turn
         self._first = 0.0  # when the first of them went on
-        self._released = False  # within run_released: the task has this turn
+        self._going: asyncio.Task | None = None  # the last of them, while its turn lasts
+        self._went_at = 0.0  # when it went on
 
     def must_wait(self, charge: bool = True) -> bool:
         """Whether work must wait for a later turn (:meth:`wait`): others wait already, or this
@@ -71,19 +73,14 @@ class Pace:
             if charge:
                 self._start()
             return False
-        if self._released:
+        now = perf_counter()
+        if now - since > self.budget:
+            return True
+        if not self.waiting:
             return False
-        return bool(self.waiting) or perf_counter() - since > self.budget
-
-    def run_released(self, call: Callable[..., T], *args: Any) -> T:
-        """``call(*args)`` in a task that :meth:`wait` has just released: what it asks in the
-        call (a request's plan) goes on in this turn, which released it, rather than wait again
-        behind the others."""
-        self._released = True
-        try:
-            return call(*args)
-        finally:
-            self._released = False
+        # Others wait: what asks goes behind them, unless it is the work of the task last
+        # released, which goes on while its share of the turn lasts.
+        return not charge or current_task(self._loop) is not self._going or now - self._went_at > self.budget * SHARE
 
     def _start(self) -> None:
         self.since = perf_counter()
@@ -96,6 +93,7 @@ class Pace:
         if went:  # as many as would have filled the budget at the pace these went
             self._wave = max(1, round(went * self.budget / max(now - self._first, 1e-9)))
             self._went = 0
+            self._going = None
         waiting = self.waiting
         if not waiting:
             self.since = None
@@ -121,17 +119,19 @@ class Pace:
         try:
             while True:
                 await me
+                now = perf_counter()
                 if not self._went:
                     # The turn's first goes on whatever the clock says, and the turn's budget
                     # is for the tasks released: its clock starts again as they start.
-                    self._first = self.since = perf_counter()
+                    self._first = self.since = now
                     break
-                if perf_counter() - self.since <= self.budget:  # type: ignore[operator]
+                if now - self.since <= self.budget:  # type: ignore[operator]
                     break
                 again = self._loop.create_future()
                 waiting[waiting.index(me)] = again
                 me = again
             self._went += 1
+            self._going, self._went_at = current_task(self._loop), now
         finally:
             waiting.remove(me)  # the first, unless the task was cancelled while it waited
 

@@ -131,7 +131,7 @@ class RequestCycle:
     async def _run_later(self, ex: Exchange) -> bool:
         """:meth:`run`'s work, in a task, once a loop turn has budget for it."""
         await self._pace.wait()
-        answer = self._pace.run_released(self._handle, ex.request)
+        answer = self._handle(ex.request)
         if type(answer) is CoroutineType:
             return await self._respond_later(ex, answer)
         return await self._respond(answer, ex)
