@@ -139,18 +139,11 @@ class Pace:
 _PACES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Pace] = weakref.WeakKeyDictionary()
 
 
-_last: Pace | None = None  # the last asked for: a process runs one loop, asked every request
-
-
 def pace_of(loop: asyncio.AbstractEventLoop) -> Pace:
     """``loop``'s one :class:`Pace`: the App's planning and the server's writing share its budget."""
-    global _last
-    pace = _last
-    if pace is None or pace._loop is not loop:
-        pace = _PACES.get(loop)
-        if pace is None:
-            pace = _PACES[loop] = Pace(loop)
-        _last = pace
+    pace = _PACES.get(loop)
+    if pace is None:
+        pace = _PACES[loop] = Pace(loop)
     return pace
 
 

@@ -558,28 +558,3 @@ def test_a_large_batch_planned_on_a_loop_is_planned_in_steps_to_the_same_bytes(r
     assert small.status == 200
     small.close()
     assert open_fds() <= before
-
-
-def test_a_small_batch_is_planned_in_a_later_turn_once_the_turn_has_run_its_budget(root, store, open_fds):
-    import asyncio
-
-    from axon.errors import WouldBlock
-    from axon.pace import pace_of
-
-    (root / "few").mkdir()
-    names = [f"few/{i}.bin" for i in range(2)]
-    for name in names:
-        (root / name).write_bytes(b"x")
-    before = open_fds()
-
-    async def turns() -> None:
-        pace_of(asyncio.get_running_loop()).budget = 0.0  # any work spends a turn
-        plan_batch(store, names, LIMITS, on_loop=True).close()  # the turn's first: at once
-        with pytest.raises(WouldBlock) as caught:  # the same turn, its budget run: a later one
-            plan_batch(store, names, LIMITS, on_loop=True)
-        caught.value.steps.close()
-        await asyncio.sleep(0)  # the loop went round: a new turn
-        plan_batch(store, names, LIMITS, on_loop=True).close()
-
-    asyncio.run(turns())
-    assert open_fds() <= before

@@ -44,7 +44,6 @@ from ..errors import (
 )
 from ..storage import File, Source
 from ..limits import Limits
-from ..pace import must_wait_here
 from ..response import Response
 from ..http.batch_identity import Signature, plain_signature
 from ..http.conditional import evaluate, if_range_allows
@@ -141,11 +140,9 @@ def combine(failures: list[HTTPError], total: int) -> HTTPError:
 def plan_batch(store: Source, paths: list[str], limits: Limits, *, on_loop: bool = False, **options: Any) -> Response:
     """The batch of ``paths``, as :func:`plan_steps` plans it with ``options``, planned now.
     ``on_loop``: called where nothing may block; :class:`~axon.errors.WouldBlock` rather than a
-    long read, and rather than planning more than ``INLINE_FILES`` files in one go, or any once
-    the loop's turn has run its budget or others wait for one (:func:`axon.pace.must_wait_here`;
-    its ``steps`` plan them a slice at a time, in later turns)."""
-    # A small batch asks the turn's clock too: many small plans in one turn hold it as one large.
-    sliced = on_loop and (len(paths) > INLINE_FILES or must_wait_here())
+    long read, and rather than planning more than ``INLINE_FILES`` files in one go (its
+    ``steps`` plan them a slice at a time)."""
+    sliced = on_loop and len(paths) > INLINE_FILES
     steps = plan_steps(store, paths, limits, on_loop=on_loop, every=SLICE_FILES if sliced else len(paths) or 1, **options)
     if sliced:
         raise WouldBlock(f"{len(paths)} files to plan", steps=steps, of=paths)
