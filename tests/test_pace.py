@@ -84,6 +84,15 @@ class Turns:
         self._handle.cancel()
 
 
+def run_and_close(loop: asyncio.AbstractEventLoop, main, turns: Turns | None = None) -> None:
+    try:
+        loop.run_until_complete(main)
+    finally:
+        if turns is not None:
+            turns.stop()
+        loop.close()
+
+
 LOOPS = pytest.mark.parametrize("make_loop", [new_event_loop, asyncio.new_event_loop], ids=["uvloop", "asyncio"])
 
 
@@ -106,11 +115,7 @@ def test_many_waiters_that_need_little_are_released_in_one_turn_in_order(make_lo
         await asyncio.gather(spender(), *[waiter(i) for i in range(50)])
 
     turns = Turns(loop)
-    try:
-        loop.run_until_complete(main())
-    finally:
-        turns.stop()
-        loop.close()
+    run_and_close(loop, main(), turns)
     assert [i for i, _ in went] == list(range(50))
     # All of them in the first turn that releases any (or the next), not one a turn.
     first = went[0][1]
@@ -152,11 +157,7 @@ def test_a_waiter_is_never_passed_by_later_arrivals_and_waits_for_what_is_ahead_
         await asyncio.gather(*tasks)
 
     turns = Turns(loop)
-    try:
-        loop.run_until_complete(main())
-    finally:
-        turns.stop()
-        loop.close()
+    run_and_close(loop, main(), turns)
     ahead = seen["ahead"]
     assert ahead >= 10, seen  # the probe did wait behind the writers
     # Only those waiting when it asked went before it (each for its share of a turn), none of
@@ -193,8 +194,5 @@ def test_a_waiter_the_turn_could_not_hold_waits_again_in_its_place(make_loop) ->
         late = [waiter(f"late{i}", 0.0, late=True) for i in range(3)]
         await asyncio.gather(spender(), *heavy, waiter("probe", 0.0), *late)
 
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    run_and_close(loop, main())
     assert order == ["h0", "h1", "h2", "probe", "late0", "late1", "late2"], order
