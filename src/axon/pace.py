@@ -4,11 +4,11 @@ libuv runs a loop turn as: due timers, the callbacks queued by ``call_soon``, th
 found ready, back to back. What holds up a waiting client (and the loop's lag timer,
 :mod:`axon.metrics.loop_lag`) is the whole turn, not the longest callback: fifty connections that
 each plan a batch and write a megabyte of it in their own callback make one turn of all fifty.
-So the work that grows with a batch (planning it, writing its body a chunk at a time, and
-answering a request at all once this turn has worked long) asks the loop's one :class:`Pace`
-(:func:`pace_of`) first, by one rule (:meth:`Pace.must_wait`); once the turn has run its budget
-(seconds, ``AXON_TURN_BUDGET``) of such work, or while others wait, what asks waits for a later
-turn, in the order it asked.
+So the work that grows with a batch (planning it a slice of files at a time, writing its body a
+chunk at a time, and answering a request at all once this turn has worked long) asks the loop's
+one :class:`Pace` (:func:`pace_of`) first, by one rule (:meth:`Pace.must_wait`); once the turn
+has run its budget (seconds, ``AXON_TURN_BUDGET``) of such work, or while others wait, what
+asks waits for a later turn, in the order it asked.
 
 The turn's clock starts at the first ask of a turn and stops with a ``call_soon`` (which runs
 once the loop has been around: its timers and its sockets had their turn). Each new turn
@@ -16,10 +16,10 @@ releases the tasks that wait, oldest first, as many as the last turn's budget he
 the first time): their steps run back to back in the next pass over the loop's callbacks,
 charged to the turn that released them. The first released always goes on, so no one waits for
 ever; a later one that finds the turn spent waits again in its place, ahead of those that came
-after it. A task that has just had its turn asks again and goes behind those that waited
-meanwhile, and a new request waits behind them too rather than start while they wait. Requests
-that never ask (a light answer written at once, while nothing waits and no batch work ran this
-turn) pay one attribute test.
+after it. A task released goes on with its work for a share of the turn (``SHARE``), then goes
+behind those that waited meanwhile, and a new request waits behind them too rather than start
+while they wait. Requests while nothing waits and no batch work ran this turn (a light answer
+written at once) pay one call that tests one attribute.
 """
 
 from __future__ import annotations
@@ -145,13 +145,3 @@ def pace_of(loop: asyncio.AbstractEventLoop) -> Pace:
     if pace is None:
         pace = _PACES[loop] = Pace(loop)
     return pace
-
-
-def must_wait_here() -> bool:
-    """:meth:`Pace.must_wait` for batch work, asked of the running loop's pace; False with no
-    loop running (nothing to share a turn with)."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return pace_of(loop).must_wait()
