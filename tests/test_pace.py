@@ -33,7 +33,7 @@ def timer_lateness(loop: asyncio.AbstractEventLoop, paced: bool) -> float:
 
     async def work() -> None:
         for _ in range(CHUNKS):
-            if paced and pace.spent():
+            if paced and pace.must_wait():
                 await pace.wait()
             busy(CHUNK_SECONDS)
             await asyncio.sleep(0)  # a write that let the loop go round (the socket took it)
@@ -66,3 +66,133 @@ def test_paced_work_lets_the_loop_turn_where_unpaced_work_holds_it(make_loop) ->
         assert timer_lateness(loop, paced=True) < unpaced / 5
     finally:
         loop.close()
+
+
+class Turns:
+    """Counts the loop's turns: a callback that queues itself again runs once a turn."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.count = 0
+        self._loop = loop
+        self._handle = loop.call_soon(self._tick)
+
+    def _tick(self) -> None:
+        self.count += 1
+        self._handle = self._loop.call_soon(self._tick)
+
+    def stop(self) -> None:
+        self._handle.cancel()
+
+
+def run_and_close(loop: asyncio.AbstractEventLoop, main, turns: Turns | None = None) -> None:
+    try:
+        loop.run_until_complete(main)
+    finally:
+        if turns is not None:
+            turns.stop()
+        loop.close()
+
+
+LOOPS = pytest.mark.parametrize("make_loop", [new_event_loop, asyncio.new_event_loop], ids=["uvloop", "asyncio"])
+
+
+@LOOPS
+def test_many_waiters_that_need_little_are_released_in_one_turn_in_order(make_loop) -> None:
+    loop = make_loop()
+    pace = Pace(loop, budget=0.01)  # far more than fifty need: a busy machine cannot spend it
+    went: list[tuple[int, int]] = []  # (waiter, turn)
+
+    async def waiter(i: int) -> None:
+        assert pace.must_wait()  # the turn is spent: each waits, in the order it asked
+        await pace.wait()
+        went.append((i, turns.count))
+
+    async def spender() -> None:  # runs first in the turn the waiters first run in
+        assert not pace.must_wait()  # the turn's first ask starts its clock
+        busy(0.012)  # and this turn's work spends it
+
+    async def main() -> None:
+        await asyncio.gather(spender(), *[waiter(i) for i in range(50)])
+
+    turns = Turns(loop)
+    run_and_close(loop, main(), turns)
+    assert [i for i, _ in went] == list(range(50))
+    # All of them in the first turn that releases any (or the next), not one a turn.
+    first = went[0][1]
+    assert went[-1][1] - first <= 1, went
+
+
+@LOOPS
+def test_a_waiter_is_never_passed_by_later_arrivals_and_waits_for_what_is_ahead_only(make_loop) -> None:
+    loop = make_loop()
+    budget, chunk = 0.002, 0.0001
+    pace = Pace(loop, budget=budget)
+    chunks: list[str] = []  # who did a chunk of work, in order
+    seen: dict[str, int] = {}
+
+    async def writer(name: str, n: int) -> None:  # as the server's writer: a chunk, then ask again
+        for _ in range(n):
+            if pace.must_wait():
+                await pace.wait()
+            busy(chunk)
+            chunks.append(name)
+            await asyncio.sleep(0)
+
+    async def probe() -> None:
+        seen["ahead"] = len(pace.waiting)
+        seen["asked"], seen["turn"] = len(chunks), turns.count
+        if pace.must_wait():
+            await pace.wait()
+        seen["went"], seen["turns"] = len(chunks), turns.count - seen["turn"]
+        chunks.append("probe")
+
+    async def main() -> None:
+        tasks = [asyncio.ensure_future(writer(f"w{i}", 40)) for i in range(30)]
+        for _ in range(5):  # a few turns into the load
+            await asyncio.sleep(0)
+        tasks.append(asyncio.ensure_future(probe()))
+        for _ in range(10):  # later arrivals, one a turn from the probe's, while it waits
+            await asyncio.sleep(0)
+            tasks.append(asyncio.ensure_future(writer("late", 40)))
+        await asyncio.gather(*tasks)
+
+    turns = Turns(loop)
+    run_and_close(loop, main(), turns)
+    ahead = seen["ahead"]
+    assert ahead >= 10, seen  # the probe did wait behind the writers
+    # Only those waiting when it asked went before it (each for its share of a turn), none of
+    # the later arrivals.
+    between = chunks[seen["asked"]:seen["went"]]
+    assert "late" not in between and len(set(between)) <= ahead, seen
+    # Released by the turn's budget, not one waiter a turn: about ahead x chunk / budget turns
+    # (twice that and two more, for a busy machine that takes the CPU away for a while).
+    assert seen["turns"] <= 2 * (ahead * chunk / budget) + 2 + 2, seen
+
+
+@LOOPS
+def test_a_waiter_the_turn_could_not_hold_waits_again_in_its_place(make_loop) -> None:
+    loop = make_loop()
+    pace = Pace(loop, budget=0.01)
+    order: list[str] = []
+
+    async def spender() -> None:
+        assert not pace.must_wait()
+        busy(0.012)
+
+    async def waiter(name: str, work: float, late: bool = False) -> None:
+        if late:  # asks once the first turn has released those before it
+            await asyncio.sleep(0)
+        assert pace.must_wait()
+        await pace.wait()
+        busy(work)
+        order.append(name)
+
+    async def main() -> None:
+        # The first release frees all four; two heavy ones spend the turn, so the third and the
+        # probe find it spent and wait again: still ahead of those that came meanwhile.
+        heavy = [waiter(f"h{i}", 0.006) for i in range(3)]
+        late = [waiter(f"late{i}", 0.0, late=True) for i in range(3)]
+        await asyncio.gather(spender(), *heavy, waiter("probe", 0.0), *late)
+
+    run_and_close(loop, main())
+    assert order == ["h0", "h1", "h2", "probe", "late0", "late1", "late2"], order

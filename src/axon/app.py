@@ -245,7 +245,7 @@ class App(Router):
         pace = pace_of(asyncio.get_running_loop())
         try:
             while True:
-                if pace.spent():
+                if pace.must_wait():
                     await pace.wait()
                 next(steps)
         except StopIteration as done:

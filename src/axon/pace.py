@@ -6,74 +6,134 @@ found ready, back to back. What holds up a waiting client (and the loop's lag ti
 each plan a batch and write a megabyte of it in their own callback make one turn of all fifty.
 So the work that grows with a batch (planning it a slice of files at a time, writing its body a
 chunk at a time, and answering a request at all once this turn has worked long) asks the loop's
-one :class:`Pace` (:func:`pace_of`) first; once the turn has run its budget (seconds, ``AXON_TURN_BUDGET``) of such
-work, what asks waits for a later turn, in the order it asked.
+one :class:`Pace` (:func:`pace_of`) first, by one rule (:meth:`Pace.must_wait`); once the turn
+has run its budget (seconds, ``AXON_TURN_BUDGET``) of such work, or while others wait, what
+asks waits for a later turn, in the order it asked.
 
 The turn's clock starts at the first ask of a turn and stops with a ``call_soon`` (which runs
-once the loop has been around: its timers and its sockets had their turn). What waits is served
-oldest first, so a batch that has just had a turn goes behind those that waited meanwhile, and
-a new request waits behind them too rather than start while they wait. Requests that never ask
-(a light answer written at once, while no batch is being planned or written) pay one attribute
-test.
+once the loop has been around: its timers and its sockets had their turn). Each new turn
+releases the tasks that wait, oldest first, as many as the last turn's budget held (all of them
+the first time): their steps run back to back in the next pass over the loop's callbacks,
+charged to the turn that released them. The first released always goes on, so no one waits for
+ever; a later one that finds the turn spent waits again in its place, ahead of those that came
+after it. A task released goes on with its work for a share of the turn (``SHARE``), then goes
+behind those that waited meanwhile, and a new request waits behind them too rather than start
+while they wait. Requests while nothing waits and no batch work ran this turn (a light answer
+written at once) pay one call that tests one attribute.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import weakref
+from asyncio import current_task
 from collections import deque
 from time import perf_counter
 
 from .config import environment
 
+#: The share of a turn's budget that a task released from the line may spend on its work before
+#: it goes behind those waiting: a turn serves several, and none waits again after every chunk.
+SHARE = 0.25
 
 
 class Pace:
-    """The work of the current loop turn, measured from its first ask (:meth:`spent`), and the
-    tasks waiting for a turn with budget left (:meth:`wait`), oldest first."""
+    """The work of the current loop turn, measured from its first ask, and the tasks waiting
+    for a turn with budget left (:meth:`wait`), oldest first."""
 
-    __slots__ = ("_loop", "budget", "since", "waiting", "_new_turn")
+    __slots__ = ("_loop", "budget", "since", "waiting", "_new_turn", "_wave", "_went", "_first", "_going", "_went_at")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, budget: float | None = None) -> None:
         self._loop = loop
         # Read when a loop first asks, not at import: a bad variable is then the CLI's clear
         # error (exit 2), not a traceback from importing this module.
         self.budget = environment().turn_budget if budget is None else budget
-        #: When this turn's asked-for work began (``perf_counter``), or None: none yet.
+        #: When this turn's asked-for work began (``perf_counter``), or None: none yet, and
+        #: nobody waits (while anyone waits, a turn's end is queued and its clock runs).
         self.since: float | None = None
-        #: The tasks waiting (:meth:`wait`), each by a future, in the order they began to wait.
+        #: The tasks waiting (:meth:`wait`), each by a future, in the order they began to wait;
+        #: a released one stays until its step has run.
         self.waiting: deque[asyncio.Future] = deque()
         self._new_turn = self._next_turn  # one bound method, not one a turn
+        #: How many waiting tasks a new turn releases: what the last turn's budget held.
+        self._wave = sys.maxsize
+        self._went = 0  # released tasks that went on in this turn
+        self._first = 0.0  # when the first of them went on
+        self._going: asyncio.Task | None = None  # the last of them, while its turn lasts
+        self._went_at = 0.0  # when it went on
 
-    def spent(self) -> bool:
-        """Whether this turn has run its budget; the first ask of a turn starts its clock."""
+    def must_wait(self, charge: bool = True) -> bool:
+        """Whether work must wait for a later turn (:meth:`wait`): others wait already, or this
+        turn has run its budget. The one rule for every asker. ``charge``: the work is batch
+        work, whose first ask of a turn starts the turn's clock; an asker that is not (a
+        request about to be answered) only reads the clock."""
         since = self.since
-        if since is None:
-            self.since = perf_counter()
-            self._loop.call_soon(self._new_turn)
+        if since is None:  # nobody waits, and no batch work ran this turn
+            if charge:
+                self._start()
             return False
-        return perf_counter() - since > self.budget
+        now = perf_counter()
+        if now - since > self.budget:
+            return True
+        if not self.waiting:
+            return False
+        # Others wait: what asks goes behind them, unless it is the work of the task last
+        # released, which goes on while its share of the turn lasts.
+        return not charge or current_task(self._loop) is not self._going or now - self._went_at > self.budget * SHARE
+
+    def _start(self) -> None:
+        self.since = perf_counter()
+        self._loop.call_soon(self._new_turn)
 
     def _next_turn(self) -> None:
-        self.since = None
+        """The turn's end: the next one begins, releasing the waiting tasks its budget may hold."""
+        now = perf_counter()
+        went = self._went
+        if went:  # as many as would have filled the budget at the pace these went
+            self._wave = max(1, round(went * self.budget / max(now - self._first, 1e-9)))
+            self._went = 0
+            self._going = None
+        waiting = self.waiting
+        if not waiting:
+            self.since = None
+            return
+        self.since = now
+        n = self._wave
+        for me in waiting:
+            if not me.done():  # else cancelled, or released and not yet run
+                me.set_result(None)
+            n -= 1
+            if not n:
+                break
+        self._loop.call_soon(self._new_turn)  # after the steps just released
 
     async def wait(self) -> None:
-        """Until this task's turn: a loop turn with budget left, once every task that began to
-        wait before it had its own. Only the first in line goes round the loop (one trip a
-        turn, its timers and sockets between two) and asks the clock; the next is woken when
-        it leaves."""
+        """Until a new turn releases this task, once every task that began to wait before it
+        went on; a task released behind others that spent the turn waits again in its place."""
         waiting = self.waiting
         me = self._loop.create_future()
         waiting.append(me)
+        if self.since is None:
+            self._start()  # the turn's end releases it
         try:
-            if waiting[0] is not me:
+            while True:
                 await me
-            while self.spent():
-                await asyncio.sleep(0)
+                now = perf_counter()
+                if not self._went:
+                    # The turn's first goes on whatever the clock says, and the turn's budget
+                    # is for the tasks released: its clock starts again as they start.
+                    self._first = self.since = now
+                    break
+                if now - self.since <= self.budget:  # type: ignore[operator]
+                    break
+                again = self._loop.create_future()
+                waiting[waiting.index(me)] = again
+                me = again
+            self._went += 1
+            self._going, self._went_at = current_task(self._loop), now
         finally:
             waiting.remove(me)  # the first, unless the task was cancelled while it waited
-            if waiting and not waiting[0].done():
-                waiting[0].set_result(None)
 
 
 _PACES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Pace] = weakref.WeakKeyDictionary()

@@ -65,6 +65,27 @@ def test_a_repeatable_answer_is_remembered_on_its_second_sight(root) -> None:
         assert len(conn.worker.shortcuts.remembered) == 1
 
 
+def test_an_answer_made_in_a_later_turn_is_remembered_too(root) -> None:
+    app = App(root)
+    called = counted(app)
+    with Live(app) as conn:
+        conn.worker.shortcuts.refresh()
+        pace = conn.worker.pace
+        pace.budget = 0.0  # every turn spent from its first ask on
+
+        def batch_work() -> None:  # asks the turn's clock first in every turn, as a batch would
+            pace.must_wait()
+            conn.loop.call_soon(batch_work)
+
+        batch_work()
+        for _ in range(3):
+            conn.client.sendall(b"GET /files/b.bin HTTP/1.1\r\n\r\n")
+            assert conn.response().body == FILES["b.bin"]
+            assert conn.proto.cycle.task is None  # answered by the deferred path's task, now done
+        assert called == ["/files/b.bin"] * 2  # the third from the remembered head
+        assert len(conn.worker.shortcuts.remembered) == 1
+
+
 def test_the_worker_stopping_makes_the_answer_in_flight_the_last(root) -> None:
     app, gate = gated_app(root)
     with Live(app) as conn:

@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import select
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from conftest import Client, get
+from conftest import Client, get, wait_for
+
+from axon.pace import SHARE
 
 pytestmark = pytest.mark.slow  # a server process each
 
@@ -124,3 +127,74 @@ def test_a_worker_without_traffic_shows_its_lag(spawn, tmp_path) -> None:
     while time.monotonic() < deadline and len(list(directory.glob("*.metrics"))) < 2:
         time.sleep(0.05)
     assert len(list(directory.glob("*.metrics"))) == 2  # no request yet, both workers there
+
+
+@pytest.fixture
+def turn_site(tmp_path: Path, thousand_files: Path, monkeypatch) -> str:
+    # The one-file batch of the bench's R1, at a route that also says in which turn of the loop
+    # it was planned: a callback that queues itself again counts the turns.
+    (tmp_path / "turnsite.py").write_text(textwrap.dedent(f"""
+        import asyncio
+        from axon import App
+
+        app = App({str(thousand_files)!r})
+        turns = []
+
+        def tick():
+            turns.append(None)
+            asyncio.get_running_loop().call_soon(tick)
+
+        @app.route("/one", blocking=False)
+        def one(request):
+            if not turns:
+                tick()
+            response = app.send_batch(request, [value for _, value in request.query])
+            response.headers.append(("X-Turn", str(len(turns))))
+            return response
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    return "turnsite"
+
+
+def test_one_file_batches_wait_a_few_turns_while_large_batches_run(spawn, thousand_files, turn_site) -> None:
+    # A budget that holds many slices of the large batches' plans and writes: released one a turn,
+    # a one-file batch waited a turn for each large batch ahead of it, however little each needed.
+    server = spawn("--workers", "1", "--app", f"{turn_site}:app", serve_root=thousand_files,
+                   env={"AXON_TURN_BUDGET": "0.005"})
+    connections = 12
+    stop = threading.Event()
+    done = [0] * connections
+
+    def large(k: int) -> None:
+        names = [f"f{(k * 97 + i) % 1000:04d}.bin" for i in range(256)]
+        body = json.dumps({"files": names}).encode()
+        with Client(server.port, timeout=30) as c:
+            while not stop.is_set():
+                resp = c.request("POST", "/api/stream-files", {"Content-Type": "application/json"}, body)
+                assert resp.status == 200 and resp.body.count(b"Content-Length: 4096\r\n") == 256
+                done[k] += 1
+
+    threads = [threading.Thread(target=large, args=(k,), daemon=True) for k in range(connections)]
+    for t in threads:
+        t.start()
+    try:
+        assert wait_for(lambda: all(done), timeout=30), done  # every large batch under way
+        before = sum(done)
+        stamps = []
+        with Client(server.port) as probe:
+            for i in range(40):
+                resp = probe.get(f"/one?f=f{i * 7:04d}.bin")
+                assert resp.status == 200 and resp.body.count(b"Content-Length: 4096\r\n") == 1
+                stamps.append(int(resp.header("X-Turn")))
+        during = sum(done) - before
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert during >= connections, (during, stamps)  # the large batches ran all along
+    # Turns from one answer to the next: the client's round trip and the request's way into the
+    # line (about four turns), then the wait for the work ahead of it: a share of a turn for
+    # each large batch, not a turn each. The median: a busy machine may hold the client a while.
+    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]))
+    assert gaps[len(gaps) // 2] <= 4 + connections * SHARE + 2, gaps

@@ -75,8 +75,8 @@ class RequestCycle:
         request = ex.request
         if request is None:
             self._answer(ex, error_response(ex.refusal))  # type: ignore[arg-type]
-        elif self._pace.since is not None and (self._pace.waiting or self._pace.spent()):
-            # This turn has run its budget of batch work, or batches wait for their turn
+        elif self._pace.must_wait(False):
+            # Others wait for their turn, or this turn has run its budget of batch work
             # (axon.pace): answered in a later turn, in order.
             self._start(self._run_later(ex), ex)
         else:
@@ -90,7 +90,8 @@ class RequestCycle:
                 else:
                     self._answer(ex, answer)  # the Response
 
-    def _answer(self, ex: Exchange, response: Response) -> None:
+    def _remember(self, ex: Exchange, response: Response) -> None:
+        """Keep ``response``'s head for the shortcuts, if it may be answered again past the App."""
         if response.repeatable and self._shortcuts.remembering and ex.request.method == "GET":  # type: ignore[union-attr]
             key = self._shortcuts.key(ex)
             if key is not None:
@@ -98,6 +99,9 @@ class RequestCycle:
                     self._shortcuts.remembered.remember(key, response, ex.request.path, ex.request.query_string)  # type: ignore[union-attr]
                 except Exception:  # noqa: BLE001 - a bug of ours, or a source's odd File: answer anyway
                     log.exception("remembering a response's head failed")
+
+    def _answer(self, ex: Exchange, response: Response) -> None:
+        self._remember(ex, response)
         if self._respond_now(response, ex):
             self.conn.answered(ex.keep_alive)
             return
@@ -134,6 +138,7 @@ class RequestCycle:
         answer = self._handle(ex.request)
         if type(answer) is CoroutineType:
             return await self._respond_later(ex, answer)
+        self._remember(ex, answer)  # as an answer made at once: the next may be recalled
         return await self._respond(answer, ex)
 
     async def _respond_later(self, ex: Exchange, answer: Awaitable[Response]) -> bool:

@@ -334,7 +334,7 @@ class ResponseWriter:
         size = len(head)
         i, end = 0, len(body)
         while True:
-            if pace.spent():  # this loop turn has done its share of batch work (axon.pace)
+            if pace.must_wait():  # others wait, or this loop turn has done its share (axon.pace)
                 await pace.wait()
             i, size = self._gather(out, size, body, i, chunk)
             if i == end:
