@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from concurrent.futures import ThreadPoolExecutor
@@ -344,14 +344,19 @@ class App(Router):
         return not self.records.logged()
 
     def record_sent(
-        self, path: str, query: str, nbytes: int, files: int, seconds: float, ended: float, client: str | None,
+        self, path: str, query: str, nbytes: int, files: int, started: float, headers: Mapping[str, str],
+        peer: str | None,
     ) -> None:
         """Count, and record for the metrics and the access log, a 200 to a GET that a server sent
-        past the App (a remembered head): the one call it makes for one, as :meth:`handle` would."""
+        past the App (a remembered head): the one call it makes for one, as :meth:`handle` would.
+        ``started``: ``time.perf_counter()`` when the server began it; ``headers`` and ``peer``,
+        the request's and its client's address (read only while the records are wanted)."""
         records = self.records
         next(records.begun)
         if records.wanted:
-            records.add_sent("GET", path, query, 200, nbytes, files, seconds, ended, client)
+            ended = time.perf_counter()
+            client = headers.get("x-forwarded-for") or peer
+            records.add_sent("GET", path, query, 200, nbytes, files, ended - started, ended, client)
 
     # -- responses users build from files --------------------------------------------------
 

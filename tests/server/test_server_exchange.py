@@ -51,3 +51,15 @@ def test_a_chunked_body_s_trailer_may_say_close(conn) -> None:
     resp = conn.response()
     assert resp.status == 200 and resp.header("connection") == "close"
     assert conn.eof()
+
+
+def test_a_new_exchange_has_every_field_set() -> None:
+    """``exchange()`` is the one way to make one: a field added to the class and not set there
+    would fail the first request that reads it."""
+    from axon.server.exchange import Exchange, exchange
+
+    ex = exchange(b"/files/a.txt", {"host": "t"}, False, True)
+    fields = {name: getattr(ex, name) for name in Exchange.__slots__}  # AttributeError for one not set
+    assert (fields["url"], fields["headers"], fields["in_head"], fields["keep_alive"]) == (
+        b"/files/a.txt", {"host": "t"}, False, True)
+    assert exchange(b"/").headers is not exchange(b"/").headers  # each its own

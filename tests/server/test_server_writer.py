@@ -14,12 +14,12 @@ from axon.app import App
 from axon.http.segments import FileSlice
 from axon.response import Response
 from axon.server.answer import Prepared, prepare
-from axon.server.exchange import Exchange
+from axon.server.exchange import Exchange, exchange as new_exchange
 from axon.server.wire import frame_head
 
 
 def exchange(keep_alive: bool = True, http11: bool = True) -> Exchange:
-    ex = Exchange(b"/")
+    ex = new_exchange(b"/")
     ex.keep_alive, ex.http11 = keep_alive, http11
     return ex
 

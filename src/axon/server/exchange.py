@@ -25,24 +25,50 @@ class Exchange:
         "url", "headers", "body", "size", "head_bytes", "head_raw", "nheaders", "in_head", "chunks", "framing",
         "continue_pending", "http11", "keep_alive", "head", "request", "refusal",
     )
+    # Set by :func:`exchange`, each one, when the object is made.
+    url: bytes
+    headers: dict[str, str]
+    body: list[bytes] | None
+    size: int
+    head_bytes: int
+    head_raw: int
+    nheaders: int
+    chunks: int
+    framing: int
+    in_head: bool
+    continue_pending: bool
+    http11: bool
+    keep_alive: bool
+    head: bool
+    request: Request | None
+    refusal: HTTPError | None
 
-    def __init__(self, url: bytes, headers: dict[str, str] | None = None, in_head: bool = True,
-                 keep_alive: bool = False) -> None:
-        # The request as it arrives (a head read whole in one call arrives with its fields).
-        self.url = url
-        self.headers: dict[str, str] = {} if headers is None else headers
-        self.body: list[bytes] | None = None  # the pieces, once one arrived
-        self.size = 0  # body bytes
-        self.head_bytes = 0  # header bytes counted as the parser reports them
-        self.head_raw = 0  # bytes fed while the head was incomplete (a header still arriving)
-        self.nheaders = 0
-        self.chunks = 0  # chunks of a chunked body begun
-        self.framing = 0  # bytes fed past the head that were not body (chunk lines, trailers)
-        self.in_head = in_head
-        self.continue_pending = False  # "Expect: 100-continue", not answered yet
-        # How it is answered.
-        self.http11 = True
-        self.keep_alive = keep_alive  # may the connection carry another request after this one
-        self.head = False
-        self.request: Request | None = None  # None when refused: then ``refusal`` says why
-        self.refusal: HTTPError | None = None
+
+def exchange(url: bytes, headers: dict[str, str] | None = None, in_head: bool = True,
+             keep_alive: bool = False) -> Exchange:
+    """A new :class:`Exchange` for a request whose target is ``url`` (the one way to make one).
+    A function rather than ``__init__``: calling a class with a Python ``__init__`` goes through
+    C and back into a new frame, and a connection makes one for every request."""
+    ex = _new(Exchange)
+    # The request as it arrives (a head read whole in one call arrives with its fields).
+    ex.url = url
+    ex.headers = {} if headers is None else headers
+    ex.body = None  # the pieces, once one arrived
+    ex.size = 0  # body bytes
+    ex.head_bytes = 0  # header bytes counted as the parser reports them
+    ex.head_raw = 0  # bytes fed while the head was incomplete (a header still arriving)
+    ex.nheaders = 0
+    ex.chunks = 0  # chunks of a chunked body begun
+    ex.framing = 0  # bytes fed past the head that were not body (chunk lines, trailers)
+    ex.in_head = in_head
+    ex.continue_pending = False  # "Expect: 100-continue", not answered yet
+    # How it is answered.
+    ex.http11 = True
+    ex.keep_alive = keep_alive  # may the connection carry another request after this one
+    ex.head = False
+    ex.request = None  # None when refused: then ``refusal`` says why
+    ex.refusal = None
+    return ex
+
+
+_new = object.__new__

@@ -35,7 +35,7 @@ from httptools import HttpParserError, HttpParserUpgrade, parse_url
 from ..app import Request
 from ..errors import BadRequest, HeadersTooLarge, HTTPError
 from ..runtime import check_head, declared_length, fold_header
-from .exchange import Exchange
+from .exchange import Exchange, exchange
 from .state import BODY, CLOSING, HEAD, IDLE, NEW, State
 from .wire import CONTINUE
 
@@ -179,7 +179,7 @@ class RequestReading:
                     break  # llhttp's path refuses it, and says why as it counts
             start = end
             # Read whole, HTTP/1.1, and no "Connection" but "keep-alive".
-            ex = Exchange(url, headers, False, True)  # complete (not in its head), kept alive
+            ex = exchange(url, headers, False, True)  # complete (not in its head), kept alive
             try:
                 self._complete(ex, method)
             except Exception:  # noqa: BLE001 - what httptools makes of a callback's exception (_feed)
@@ -190,7 +190,7 @@ class RequestReading:
 
     def _refuse(self, error: HTTPError) -> None:
         """Answer ``error`` once what is queued before it is answered; then close."""
-        ex = self._exchange or Exchange(b"")
+        ex = self._exchange or exchange(b"")
         self._exchange = None
         ex.refusal = error
         ex.keep_alive = False
@@ -214,7 +214,7 @@ class RequestReading:
     def on_url(self, url: bytes) -> None:
         ex = self._exchange
         if ex is None:
-            ex = self._exchange = Exchange(url)
+            ex = self._exchange = exchange(url)
         else:
             ex.url += url
         try:
@@ -331,10 +331,8 @@ class RequestReading:
                 for f in answer.files:
                     f.close()
                 return self._for_app(ex, method, url)  # too much to send at once: the App answers it
-            ended = perf_counter()
             self._record_sent(remembered_head.path, remembered_head.query, remembered_head.length,
-                              len(remembered_head.paths), ended - started, ended,
-                              ex.headers.get("x-forwarded-for") or self.peer)
+                              len(remembered_head.paths), started, ex.headers, self.peer)
             if not ex.keep_alive:  # cut: a file could not be read as planned, or the client left
                 self._abort()  # nothing more is parsed or answered on this connection
                 return None

@@ -49,13 +49,15 @@ class ServedApp(Protocol):
 
     def records_responses(self) -> bool:
         """Whether responses are recorded now: the server then asks each new connection for the
-        client's address, for the records (``Request.client``, ``record_sent``'s ``client``)."""
+        client's address, for the records (``Request.client``, ``record_sent``'s ``peer``)."""
         ...
 
     def record_sent(
-        self, path: str, query: str, nbytes: int, files: int, seconds: float, ended: float, client: str | None,
+        self, path: str, query: str, nbytes: int, files: int, started: float, headers: Mapping[str, str],
+        peer: str | None,
     ) -> None:
-        """Count and record a response the server sent past the App (a remembered head)."""
+        """Count and record a response the server sent past the App (a remembered head), begun
+        at ``started`` (``time.perf_counter()``), to a request with ``headers`` from ``peer``."""
         ...
 
     def fixed_answers(self) -> Mapping[str, Response]:
