@@ -269,7 +269,7 @@ def make_pool(root: str, names: str | None = None, count: int | None = None, spl
 
 
 def connect(port: int) -> socket.socket:
-    for _ in range(600):  # Python starts slowly under valgrind
+    for _ in range(1800):  # Python starts slowly under valgrind, more so on a busy machine
         try:
             return socket.create_connection(("127.0.0.1", port))
         except OSError:

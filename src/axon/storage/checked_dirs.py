@@ -109,14 +109,14 @@ class CheckedDirs:
                 found.refs += 1
                 return found
         fd = self._jail.resolve(head)  # outside the lock: system calls
-        if fd is None:
-            return None
-        found = _Dir(fd, now)
-        found.refs = 1
+        found = None if fd is None else _Dir(fd, now)
         with self._lock:
             old = self._dirs.pop(head, None)
-            if old is not None:
+            if old is not None:  # past its window: what it named is resolved anew, or gone
                 self._drop(old)
+            if found is None:
+                return None
+            found.refs = 1
             self._dirs[head] = found
             while len(self._dirs) > self.size:
                 self._drop(self._dirs.popitem(last=False)[1])

@@ -14,6 +14,7 @@ each change to one process only). When a change on disk is seen, and what the ca
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from collections.abc import Callable
 
@@ -41,6 +42,7 @@ class SharedFiles:
     def __init__(
         self, store: FileStore, size: int = DEFAULT_SIZE, valid: float = DEFAULT_VALID,
         inactive: float = DEFAULT_INACTIVE, small_bytes: int = DEFAULT_SMALL_BYTES, watch: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         store.crcs.valid = valid  # a small file's CRC not kept with its bytes is read again on the same window
@@ -56,9 +58,9 @@ class SharedFiles:
         # never), so that a hit needs no fstat: sync() takes in its news before each request.
         self._make_cache = lambda: (FileCache.watched if watch else FileCache)(
             size, valid, inactive=inactive, small_bytes=small_bytes, recheck=self.dirs.still_names,
-            trusted=TrustedFile,
+            trusted=TrustedFile, clock=clock,
         )
-        self._make_dirs = lambda: CheckedDirs(store, valid, min(size, MAX_DIRS))
+        self._make_dirs = lambda: CheckedDirs(store, valid, min(size, MAX_DIRS), clock)
         self._closed = False
         self._start()
         # A forked worker starts a cache of its own (see the module's docstring).
