@@ -14,6 +14,7 @@ from axon.errors import HTTPError
 from axon.storage.checked_dirs import CheckedDirs
 from axon.storage.local import FileStore
 from axon.storage.shared_files import SharedFiles
+from test_file_cache import fd_targets
 
 VALID = 5.0
 
@@ -24,16 +25,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def fd_targets() -> list[str]:
-    out = []
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            out.append(os.readlink(f"/proc/self/fd/{name}"))
-        except OSError:
-            pass
-    return out
 
 
 def content(shared: SharedFiles, path: str) -> bytes:
