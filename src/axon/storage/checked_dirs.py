@@ -5,8 +5,9 @@ Files of one directory share its path, and a data loader's epoch revalidates tho
 window. So :class:`CheckedDirs` resolves a directory by the jail's rules
 (:meth:`~.jail.RootJail.resolve`: ``openat2``, else the walk, symlinks and hidden names judged as
 for any request) at most once per ``valid`` seconds, keeps its descriptor for that window, and
-checks a file in it with one ``fstatat`` of its last component that follows no link. A last
-component that is a symlink has its whole path resolved again, as a request would.
+checks a file in it with one ``fstatat`` of its last component that follows no link (the same
+regular file) and one ``faccessat`` (still readable by the server, as an ``open`` would decide).
+A last component that is a symlink has its whole path resolved again, as a request would.
 
 A file found so is known to be named by its path as of the directory's resolution, not as of
 now: :meth:`CheckedDirs.still_names` gives that time, and the entry's window starts there. So
@@ -71,33 +72,39 @@ class CheckedDirs:
         return len(self._dirs)
 
     def still_names(self, entry: Named, now: float) -> float | None:
-        """As of when ``entry``'s path is known to name its file, a regular file (at most
-        ``now``: the time its directory was resolved); None if it names anything else now, or
-        nothing, or is refused. The open-file cache's ``recheck``."""
+        """As of when ``entry``'s path is known to name its file, a regular file the server may
+        still read (at most ``now``: the time its directory was resolved); None if it names
+        anything else now, or nothing, or is refused. The open-file cache's ``recheck``."""
         head, _, base = entry.name.rpartition("/")
         found = self._acquire(head, now)
         if found is None:  # the directory is gone, refused, or out of descriptors: open anew
             return None
         try:
             st = os.stat(base, dir_fd=found.fd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                return self._through_link(entry, now)
+            if not _is_file_of(st, entry):
+                return None
+            # Permissions revoked (chmod 000) refuse it, as an open would decide (faccessat with
+            # the effective ids: modes, ACLs, capabilities), without opening it.
+            if not os.access(base, os.R_OK, dir_fd=found.fd, effective_ids=True, follow_symlinks=False):
+                return None
         except OSError:
-            st = None
+            return None
         finally:
             self._release(found)
-        since = found.checked
-        if st is not None and stat.S_ISLNK(st.st_mode):
-            # A link in last place: its target walked by the rules, as a request's would be.
-            fd = self._jail.resolve(entry.name)
-            if fd is None:
-                return None
-            try:
-                st = os.fstat(fd)
-            finally:
-                os.close(fd)
-            since = now
-        if st is None or (st.st_dev, st.st_ino) != entry.identity or not stat.S_ISREG(st.st_mode):
+        return found.checked
+
+    def _through_link(self, entry: Named, now: float) -> float | None:
+        """A link in last place: its target walked by the rules, as a request's would be."""
+        fd = self._jail.resolve(entry.name)
+        if fd is None:
             return None
-        return since
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        return now if _is_file_of(st, entry) else None
 
     def _acquire(self, head: str, now: float) -> _Dir | None:
         """The directory ``head`` resolved within the window, with one more user; None if it
@@ -147,3 +154,8 @@ class CheckedDirs:
         with self._lock:
             while self._dirs:
                 self._drop(self._dirs.popitem(last=False)[1])
+
+
+def _is_file_of(st: os.stat_result, entry: Named) -> bool:
+    """Whether ``st`` is the regular file ``entry`` was opened as."""
+    return (st.st_dev, st.st_ino) == entry.identity and stat.S_ISREG(st.st_mode)
