@@ -6,14 +6,19 @@ that repeats on a busy machine, where timings do not.
     scripts/instructions.py --src /other/src -n 5000
     scripts/instructions.py --kinds T1 --observe both     # with --metrics and a JSON access log
     scripts/instructions.py --kinds T1_new,health_new,F1,R32   # real traffic: nothing repeats
+    scripts/instructions.py --kinds R64,R256 --file-cache-valid 0   # every draw a revalidation
+    scripts/instructions.py --kinds R64_first,R256_first            # every draw a first open
 
 One worker (``--workers 0``) under ``valgrind --tool=callgrind``; one keep-alive connection, one
 request at a time, so that each read of the server holds exactly one request. After a warm-up
 the counters are zeroed, ``n`` requests of one kind are made, and the counters dumped; the
 user-space instructions of the whole process, divided by ``n``, are printed for each kind.
-F1, R1 and R32 ask for one file (``/files/``), a batch of one and a batch of 32 drawn at random,
-for every request, from a pool of 10,000 files of 4 KiB made in the temporary root (as
-``axon bench``'s F1, R1 and R32 do); the ``_new`` kinds
+F1, R1, R32, R64 and R256 ask for one file (``/files/``), a batch of one, of 32, 64 or 256 drawn at
+random, for every request, from a pool of 10,000 files of 4 KiB made in the temporary root (as
+``axon bench``'s F1, R1 and R32 do); ``R64_first`` and ``R256_first`` draw theirs from a pool of
+10,000 of their own that no request named before, each file once (a data loader's first epoch);
+with ``--file-cache-valid 0`` every draw of R64 and R256 resolves its path again (a long epoch,
+where a file comes back more than ``valid`` seconds after its last draw); the ``_new`` kinds
 send their request with a header that changes every time. Before them, the warm-up reads the
 whole pool four times over, in batches (and, for F1 and R1, each file's URL three times): a ``wrk``
 run of seconds draws each file many times, so what it measures is the steady state of a pool the
@@ -55,7 +60,7 @@ for _kind in ("health", "file8k", "T1", "T3", "B32"):
     KINDS[f"{_kind}_new"] = KINDS[_kind]
 # Files drawn at random from the pool for every request (axon bench's names and layout).
 POOL_FILES, POOL_PER_DIR, POOL_FILE_SIZE = 10_000, 1_000, 4096
-RANDOM_FILES = {"F1": 1, "R1": 1, "R32": 32}
+RANDOM_FILES = {"F1": 1, "R1": 1, "R32": 32, "R64": 64, "R256": 256}
 KINDS["F1"] = "/files/<a random pool file>"
 KINDS["R1"] = "/api/stream-files?file1=<a random pool file>"
 # The first sight of a file: each request names a file of a pool of its own that no request named
@@ -63,7 +68,14 @@ KINDS["R1"] = "/api/stream-files?file1=<a random pool file>"
 FIRST_SIGHT = {"F1_first": "F1", "R1_first": "R1"}
 KINDS["F1_first"] = "/files/<a file not asked before>"
 KINDS["R1_first"] = "/api/stream-files?file1=<a file not asked before>"
-KINDS["R32"] = "/api/stream-files?file1=<a random pool file>&... (32 distinct)"
+for _count in (32, 64, 256):
+    KINDS[f"R{_count}"] = f"/api/stream-files?file1=<a random pool file>&... ({_count} distinct)"
+# Batches of files no request named before: a pool of the kind's own, each file drawn once.
+FIRST_BATCH = {"R64_first": 64, "R256_first": 256}
+for _name, _count in FIRST_BATCH.items():
+    KINDS[_name] = f"/api/stream-files?file1=<a file not asked before>&... ({_count})"
+#: Requests of a FIRST_BATCH kind before its counted ones (its pool holds POOL_FILES files).
+WARM_FIRST_BATCH = 4
 
 
 def main() -> None:
@@ -73,6 +85,11 @@ def main() -> None:
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma list of {', '.join(KINDS)} (default: all)")
     parser.add_argument("--observe", choices=tuple(OBSERVE), default="none",
                         help="what observes the requests: none (default), metrics, log (JSON access log), both")
+    parser.add_argument("--file-cache-valid", type=float, default=None, metavar="SECONDS",
+                        help="the server's --file-cache-valid (default: VALID_UNDER_CALLGRIND; 0: every "
+                             "use of a cached file resolves its path again)")
+    parser.add_argument("--callgrind-out", metavar="DIR",
+                        help="keep callgrind's dumps here (one a kind) for callgrind_annotate; default: deleted")
     args = parser.parse_args()
     kinds = {name: KINDS[name] for name in args.kinds.split(",")}
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,8 +106,14 @@ def main() -> None:
         for name in kinds:
             if name in FIRST_SIGHT:
                 make_pool(root, f"{name}/%05d.bin", args.n + WARM)
-        for name, per_request in measure(root, tmp, args.src, args.n, kinds, OBSERVE[args.observe]).items():
-            print(f"{name:9s} {per_request:10.0f} instructions a request")
+            if name in FIRST_BATCH:
+                make_pool(root, f"{name}/%s.bin", split=True)
+        valid = VALID_UNDER_CALLGRIND if args.file_cache_valid is None else args.file_cache_valid
+        out = args.callgrind_out or tmp
+        for name, per_request in measure(root, out, args.src, args.n, kinds, OBSERVE[args.observe], valid).items():
+            files = RANDOM_FILES.get(name) or FIRST_BATCH.get(name) or 0
+            per_file = f" ({per_request / files:8.0f} a file)" if files > 1 else ""
+            print(f"{name:10s} {per_request:10.0f} instructions a request{per_file}")
 
 
 #: ``axon serve`` flags for each ``--observe``: the access log goes to the server's stdout, /dev/null.
@@ -115,7 +138,7 @@ INACTIVE_UNDER_CALLGRIND = 3000.0
 
 
 def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] = KINDS,
-            observe: list[str] = OBSERVE["none"]) -> dict[str, float]:
+            observe: list[str] = OBSERVE["none"], valid: float = VALID_UNDER_CALLGRIND) -> dict[str, float]:
     env = dict(os.environ)
     if src:
         env["PYTHONPATH"] = src
@@ -134,10 +157,10 @@ def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] 
     server = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p", sys.executable, "-m", "axon.cli",
          "serve", root, "--port", str(port), "--workers", "0", "--log-level", "warning",
-         "--file-cache-valid", str(VALID_UNDER_CALLGRIND), "--file-cache-inactive", str(INACTIVE_UNDER_CALLGRIND),
+         "--file-cache-valid", str(valid), "--file-cache-inactive", str(INACTIVE_UNDER_CALLGRIND),
          "--file-cache", str(files_cached), *observe],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    counts = {name: n // 4 if name.startswith(("B32", "R32")) else n for name in kinds}
+    counts = {name: request_count(name, n) for name in kinds}
     try:
         sock = connect(port)
         buf = bytearray()
@@ -160,10 +183,11 @@ def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] 
                 # as they are when a bench runs one after the other.
                 for i in range(3 * POOL_FILES):
                     exchange(sock, single_request(name, pool_name(order[i])), buf)
-            for i in range(WARM):  # warm: caches filled, code specialised (a first sight's own files)
+            for i in range(WARM_FIRST_BATCH if name in FIRST_BATCH else WARM):  # warm: caches filled, code specialised (a first sight's own files)
                 exchange(sock, make(i), buf)
             control(server.pid, "-z")
-            for i in range(WARM, WARM + counts[name]):
+            warm = WARM_FIRST_BATCH if name in FIRST_BATCH else WARM
+            for i in range(warm, warm + counts[name]):
                 exchange(sock, make(i), buf)
             control(server.pid, "-d", name)
         sock.close()
@@ -184,12 +208,26 @@ def measure(root: str, out: str, src: str | None, n: int, kinds: dict[str, str] 
 WARM = 300
 
 
+def request_count(name: str, n: int) -> int:
+    """How many requests of kind ``name`` are counted for ``-n``: a batch of 32 files a quarter of
+    ``n``, larger batches fewer in proportion; a FIRST_BATCH kind as many as its pool holds."""
+    batch = 32 if name.startswith("B32") else RANDOM_FILES.get(name) or FIRST_BATCH.get(name) or 1
+    count = max(1, n * 8 // batch) if batch >= 32 else n
+    if name in FIRST_BATCH:
+        count = min(count, POOL_FILES // batch - WARM_FIRST_BATCH)
+    return count
+
+
 def request_maker(name: str, target: str, seed: int | None = None) -> Callable[[int], bytes]:
     """The bytes of the ``i``-th request of a kind: the same each time, new (``_new``: a header
     that changes), naming files drawn at random from the pool (F1, R32), or the ``i``-th file of
     a pool of the kind's own (``_first``)."""
     if name in FIRST_SIGHT:
         return lambda i: single_request(FIRST_SIGHT[name], f"{name}/{i:05d}.bin")
+    if name in FIRST_BATCH:
+        count = FIRST_BATCH[name]
+        order = random.Random(seed).sample(range(POOL_FILES), POOL_FILES)
+        return lambda i: single_request(name, *(pool_name(k, name) for k in order[i * count:(i + 1) * count]))
     if name in RANDOM_FILES:
         rng, count = random.Random(seed), RANDOM_FILES[name]
 
@@ -211,22 +249,27 @@ def single_request(name: str, *names: str) -> bytes:
     return f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
 
 
-def pool_name(index: int) -> str:
-    return f"pool/{index // POOL_PER_DIR:02d}/{index:05d}.bin"
+def pool_name(index: int, top: str = "pool") -> str:
+    return f"{top}/{index // POOL_PER_DIR:02d}/{index:05d}.bin"
 
 
-def make_pool(root: str, names: str | None = None, count: int | None = None) -> None:
+def make_pool(root: str, names: str | None = None, count: int | None = None, split: bool = False) -> None:
     """``count`` files (POOL_FILES unless given) of POOL_FILE_SIZE random bytes: the pool (at most
-    POOL_PER_DIR to a directory), or named ``names % index``."""
+    POOL_PER_DIR to a directory), or named ``names % index`` (``split``: ``names % "DD/NNNNN"``,
+    in directories as the pool's)."""
     for index in range(POOL_FILES if count is None else count):
-        path = os.path.join(root, pool_name(index) if names is None else names % index)
+        if names is None:
+            name = pool_name(index)
+        else:
+            name = names % (f"{index // POOL_PER_DIR:02d}/{index:05d}" if split else index)
+        path = os.path.join(root, name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             f.write(os.urandom(POOL_FILE_SIZE))
 
 
 def connect(port: int) -> socket.socket:
-    for _ in range(600):  # Python starts slowly under valgrind
+    for _ in range(1800):  # Python starts slowly under valgrind, more so on a busy machine
         try:
             return socket.create_connection(("127.0.0.1", port))
         except OSError:

@@ -14,8 +14,9 @@ seconds at a time.
   opened and closed on every request, and an idle worker does not hold files open for long.
 * **Revalidation.** Once ``valid`` seconds have passed since the path was last checked, the next
   use resolves it again by the store's rules (``recheck``): the same file (device, inode), and
-  the entry keeps its descriptor for another ``valid`` seconds; anything else and the path is
-  opened anew, or refused, as any request's would be.
+  the entry keeps its descriptor for another ``valid`` seconds from the time ``recheck`` says
+  the path was known to name it (:mod:`.checked_dirs` resolves a directory once per window);
+  anything else and the path is opened anew, or refused, as any request's would be.
 
 When a change on disk is seen:
 
@@ -102,6 +103,9 @@ Kept = tuple[tuple[int, int, int], bytes, int]
 #: content type: the open-file sharing makes it a ready file (:class:`~.local.TrustedFile`), so a
 #: request that opens it builds nothing.
 Trusted = Callable[[str, Token, bytes, str, str], Any]
+#: A revalidation's check of an entry's path, at the cache's time ``now``: as of when the path is
+#: known to name the entry's file (at most ``now``), or None if it no longer does.
+Recheck = Callable[["CachedDescriptor", float], "float | None"]
 
 
 def _facts(requested: str, version: Token, data: bytes, name: str, content_type: str) -> Any:
@@ -211,7 +215,7 @@ class FileCache:
 
     def __init__(
         self, size: int = DEFAULT_SIZE, valid: float = DEFAULT_VALID, *, inactive: float = DEFAULT_INACTIVE,
-        small_bytes: int = DEFAULT_SMALL_BYTES, recheck: Callable[[CachedDescriptor], bool] | None = None,
+        small_bytes: int = DEFAULT_SMALL_BYTES, recheck: Recheck | None = None,
         clock: Callable[[], float] = time.monotonic, watcher: Watcher | None = None, trusted: Trusted | None = None,
     ) -> None:
         if size < 1 or valid < 0 or inactive < 0 or small_bytes < 0:
@@ -222,7 +226,7 @@ class FileCache:
         self.small_bytes = small_bytes
         #: Bytes the entries' small files hold now (at most ``small_bytes``).
         self.small_total = 0
-        self._recheck = recheck if recheck is not None else (lambda entry: False)
+        self._recheck = recheck if recheck is not None else (lambda entry, now: None)
         self._trusted = trusted or _facts
         self._clock = clock
         self._entries: OrderedDict[str, CachedDescriptor] = OrderedDict()  # least recently used first
@@ -415,11 +419,13 @@ class FileCache:
     def _revalidate(self, entry: CachedDescriptor, st: os.stat_result, now: float) -> bool:
         """What every ``valid`` seconds of use check, watched or not (inotify misses mmap and NFS
         writes): the path still names the file (``recheck``), and bytes kept are still the file's.
-        False: resolve the path again."""
-        if not self._recheck(entry):
+        False: resolve the path again. The entry's next window starts when the path was known to
+        name the file, which may be before ``now``."""
+        since = self._recheck(entry, now)
+        if since is None:
             return False
         entry.reread(st)
-        entry.checked = now
+        entry.checked = since
         return True
 
     def add(self, requested: str, fd: int, identity: tuple[int, int], name: str, content_type: str) -> CachedDescriptor:

@@ -102,9 +102,14 @@ def normalize(requested: str, *, root_ok: bool = False) -> list[str]:
         requested.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: from JSON's \ud800, or a non-UTF-8 name
         raise BadRequest("path is not valid UTF-8", code="bad_path", paths=[requested]) from None
-    parts: list[str] = []
-    if _walk_parts(parts, requested):
-        raise Forbidden("path leaves the root", code="outside_root", paths=[requested])
+    if requested[0] != "." and "/." not in requested and "//" not in requested and requested[-1] != "/":
+        # No empty, "." or ".." component (each would follow a "/" or start the path): the
+        # components are the pieces as they are.
+        parts = requested.split("/")
+    else:
+        parts = []
+        if _walk_parts(parts, requested):
+            raise Forbidden("path leaves the root", code="outside_root", paths=[requested])
     # Judged on the normalised first component, so that "./c:x" is refused as "c:x" is (and
     # normalising stays idempotent).
     first = parts[0] if parts else ""
@@ -157,10 +162,20 @@ class RootJail:
         if fd >= 0:
             os.close(fd)
 
+    def resolve(self, name: str) -> int | None:
+        """A descriptor for what ``name`` (normalised, relative to the root; ``""`` the root)
+        names, opened by the rules above; None if they refuse it or it cannot be opened. For
+        checks that a path still names what it named (:mod:`.checked_dirs`)."""
+        try:
+            return self._resolve(name.split("/") if name else [], name)
+        except HTTPError:
+            return None
+
     def _resolve(self, parts: list[str], requested: str) -> int:
         """A descriptor for what ``parts`` name under the root (a file, a directory, anything),
         opened by the rules above: the hidden rule, then openat2, else the walk."""
-        if not self.allow_hidden and any(p.startswith(".") for p in parts):
+        joined = "/".join(parts)
+        if not self.allow_hidden and (joined[:1] == "." or "/." in joined):  # a component begins with "."
             raise Forbidden("hidden files are not served", code="hidden", paths=[requested])
         if not parts:  # the root: a descriptor of its own, so that no two readers share a position
             try:
@@ -170,7 +185,7 @@ class RootJail:
         fd = -1
         if self._openat2 is not None:
             try:
-                fd = self._openat2(self._root_fd, "/".join(parts).encode("utf-8", "surrogateescape"))
+                fd = self._openat2(self._root_fd, joined.encode("utf-8", "surrogateescape"))
             except ValueError:  # a NUL cannot get here (normalize refused it); be safe anyway
                 fd = -1
         if fd in (-errno.ENOENT, -errno.ENOTDIR):

@@ -179,20 +179,6 @@ class FileStore(RootJail):
         (:mod:`.batch_key`)."""
         return derive_key(secret, self.root)
 
-    def still_names(self, entry: CachedDescriptor) -> bool:
-        """For the open-file cache (:mod:`.shared_files`): whether the path ``entry`` was opened by
-        still resolves, by every rule a request is opened by (a symlink put in a directory's place
-        is walked, and refused if it leaves the root), to the same regular file."""
-        try:
-            fd = self._resolve(entry.name.split("/"), entry.name)
-        except HTTPError:
-            return False
-        try:
-            st = os.fstat(fd)
-        finally:
-            os.close(fd)
-        return (st.st_dev, st.st_ino) == entry.identity and stat.S_ISREG(st.st_mode)
-
     def open(self, requested: str) -> OpenFile:
         """Open ``requested`` (already decoded once) as a regular file inside the root. Axon's own
         server shares descriptors between requests through :class:`~.shared_files.SharedFiles`."""

@@ -449,10 +449,10 @@ def _touched(fd: int, st: os.stat_result) -> bool:
     return True
 
 
-def _still_named(entry: CachedDescriptor) -> bool:
-    """The open-file cache's revalidation of a kept file: its name still names that file."""
+def _still_named(entry: CachedDescriptor, now: float) -> float | None:
+    """The open-file cache's revalidation of a kept file: ``now`` if its name still names that file."""
     try:
         st = os.lstat(entry.name)
     except OSError:
-        return False
-    return (st.st_dev, st.st_ino) == entry.identity
+        return None
+    return now if (st.st_dev, st.st_ino) == entry.identity else None

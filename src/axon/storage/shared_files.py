@@ -14,11 +14,13 @@ each change to one process only). When a change on disk is seen, and what the ca
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from collections.abc import Callable
 
 from ..errors import HTTPError
 from . import Entry
+from .checked_dirs import MAX_DIRS, CheckedDirs
 from .file_cache import DEFAULT_INACTIVE, DEFAULT_SIZE, DEFAULT_SMALL_BYTES, DEFAULT_VALID, FileCache
 from .local import MAX_CACHED_PATH, FileStore, OpenFile, TrustedFile, portable
 
@@ -40,6 +42,7 @@ class SharedFiles:
     def __init__(
         self, store: FileStore, size: int = DEFAULT_SIZE, valid: float = DEFAULT_VALID,
         inactive: float = DEFAULT_INACTIVE, small_bytes: int = DEFAULT_SMALL_BYTES, watch: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         store.crcs.valid = valid  # a small file's CRC not kept with its bytes is read again on the same window
@@ -54,8 +57,10 @@ class SharedFiles:
         # The kernel watches the cached files where it can (inotify, :mod:`.watch`; ``watch`` false:
         # never), so that a hit needs no fstat: sync() takes in its news before each request.
         self._make_cache = lambda: (FileCache.watched if watch else FileCache)(
-            size, valid, inactive=inactive, small_bytes=small_bytes, recheck=store.still_names, trusted=TrustedFile,
+            size, valid, inactive=inactive, small_bytes=small_bytes, recheck=self.dirs.still_names,
+            trusted=TrustedFile, clock=clock,
         )
+        self._make_dirs = lambda: CheckedDirs(store, valid, min(size, MAX_DIRS), clock)
         self._closed = False
         self._start()
         # A forked worker starts a cache of its own (see the module's docstring).
@@ -63,7 +68,9 @@ class SharedFiles:
         os.register_at_fork(after_in_child=lambda: _restart(mine))
 
     def _start(self) -> None:
-        """A new, empty cache, and the members bound to it."""
+        """A new, empty cache and its checked directories, and the members bound to them."""
+        #: The directories of the cached files, each resolved once per window (the revalidation).
+        self.dirs = self._make_dirs()
         cache = self.cache = self._make_cache()
         #: A request begins: the shared files take in the changes the kernel told of.
         self.sync: Callable[[], None] = cache.sync
@@ -86,6 +93,7 @@ class SharedFiles:
         cache = getattr(self, "cache", None)  # noqa: B009 - a half-built instance has none
         if cache is not None:
             cache.close()
+            self.dirs.close()
 
     def open(self, requested: str) -> OpenFile:
         """Open ``requested`` (already decoded once) as the store would, from the cache when it
@@ -117,14 +125,17 @@ class SharedFiles:
         return f
 
     def prune(self) -> None:
-        """Close what has not been used for the idle time (the server's once-a-second sweep)."""
+        """Close what has not been used for the idle time, and the directories whose window has
+        passed (the server's once-a-second sweep)."""
         self.cache.prune()
+        self.dirs.prune()
 
     def close(self) -> None:
         """Close every descriptor no response holds (the others when their response is done) and
         the kernel's watcher: the server stopped. A later request is served unwatched."""
         self._closed = True
         self.cache.close()
+        self.dirs.close()
 
 
 def _restart(ref: weakref.ref[SharedFiles]) -> None:

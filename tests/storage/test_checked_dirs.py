@@ -1,0 +1,141 @@
+"""axon.storage.checked_dirs: the open-file cache's revalidation with each directory resolved once
+per window, through SharedFiles as the server uses it. Real files and descriptors; the cache's
+clock is a counter the tests move, so that "within" and "after" the window are exact."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from axon.errors import HTTPError
+from axon.storage.checked_dirs import CheckedDirs
+from axon.storage.local import FileStore
+from axon.storage.shared_files import SharedFiles
+from test_file_cache import fd_targets
+
+VALID = 5.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def content(shared: SharedFiles, path: str) -> bytes:
+    f = shared.open(path)
+    try:
+        return f.data if f.data is not None else os.pread(f.fd, f.size + 1, 0)
+    finally:
+        f.close()
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    root = Path(os.path.realpath(tmp_path)) / "root"
+    (root / "sub").mkdir(parents=True)
+    for name in ("x", "y", "z"):
+        (root / "sub" / f"{name}.txt").write_bytes(name.upper().encode())
+    (tmp_path / "outside").mkdir()
+    return root
+
+
+@pytest.fixture(params=[True, False], ids=["openat2", "walk"])
+def shared(root: Path, request):
+    clock = Clock()
+    shared = SharedFiles(FileStore(root, openat2=request.param), size=64, valid=VALID, watch=False, clock=clock)
+    shared.clock = clock
+    yield shared
+    shared.close()
+
+
+def revalidate_directory(shared: SharedFiles, path: str) -> None:
+    """Move past every entry's window and use ``path``: its directory is resolved now."""
+    shared.clock.now += VALID + 1
+    content(shared, path)
+
+
+def test_a_file_checked_through_a_kept_directory_keeps_the_window_of_the_directory(shared, root) -> None:
+    """A directory renamed away after it was resolved: its files are served until the window of
+    that resolution ends, never until a window counted from their own later check."""
+    content(shared, "sub/x.txt"), content(shared, "sub/y.txt")
+    revalidate_directory(shared, "sub/y.txt")
+    os.rename(root / "sub", root / "gone")
+    shared.clock.now += VALID * 0.8
+    assert content(shared, "sub/x.txt") == b"X"  # within the window of the directory's resolution
+    shared.clock.now += VALID * 0.3  # past it, though not past a window counted from x's check
+    with pytest.raises(HTTPError) as err:
+        content(shared, "sub/x.txt")
+    assert err.value.status == 404
+
+
+def test_a_file_replaced_in_a_kept_directory_is_seen_at_its_revalidation(shared, root) -> None:
+    content(shared, "sub/x.txt"), content(shared, "sub/y.txt")
+    os.link(root / "sub" / "x.txt", root / "x-old")  # the old inode keeps a name: st_nlink stays 1
+    revalidate_directory(shared, "sub/y.txt")
+    (root / "sub" / "new").write_bytes(b"X2")
+    os.rename(root / "sub" / "new", root / "sub" / "x.txt")
+    assert content(shared, "sub/x.txt") == b"X2"
+
+
+def test_a_directory_replaced_by_a_symlink_out_of_the_root_is_never_followed(shared, root, tmp_path) -> None:
+    """The directory moves out of the root and a symlink to it takes its place: the same files,
+    by a path that now leaves the root. Within the window the kept descriptor may still name
+    them; nothing new is opened through it; after the window the path is refused."""
+    content(shared, "sub/x.txt"), content(shared, "sub/y.txt")
+    revalidate_directory(shared, "sub/y.txt")
+    os.rename(root / "sub", tmp_path / "outside" / "sub")
+    os.symlink(tmp_path / "outside" / "sub", root / "sub")
+    (tmp_path / "outside" / "sub" / "new.txt").write_bytes(b"SECRET")
+    with pytest.raises(HTTPError) as err:
+        content(shared, "sub/new.txt")  # a first open walks the whole path, whatever is kept
+    assert err.value.status == 403
+    with pytest.raises(HTTPError) as err:
+        content(shared, "sub/z.txt")  # not cached: refused as well
+    assert err.value.status == 403
+    shared.clock.now += VALID
+    for path in ("sub/x.txt", "sub/y.txt"):
+        with pytest.raises(HTTPError) as err:
+            content(shared, path)
+        assert err.value.status == 403
+    assert not any(t.startswith(str(tmp_path / "outside")) for t in fd_targets())
+
+
+def test_a_symlink_in_last_place_is_walked_by_the_rules(shared, root, tmp_path) -> None:
+    os.symlink("x.txt", root / "sub" / "link")
+    os.link(root / "sub" / "x.txt", tmp_path / "outside" / "x.txt")  # the same file, outside the root
+    assert content(shared, "sub/link") == b"X"
+    revalidate_directory(shared, "sub/link")
+    assert content(shared, "sub/link") == b"X"  # a link inside the root stays served
+    os.remove(root / "sub" / "link")
+    os.symlink(tmp_path / "outside" / "x.txt", root / "sub" / "link")
+    shared.clock.now += VALID + 1
+    with pytest.raises(HTTPError) as err:
+        content(shared, "sub/link")
+    assert err.value.status == 403
+
+
+def test_directories_kept_are_bounded_and_closed_past_their_window(root) -> None:
+    clock = Clock()
+    dirs = CheckedDirs(FileStore(root), VALID, 4, clock)
+    entries = []
+    for i in range(12):
+        (root / f"d{i}").mkdir()
+        (root / f"d{i}" / "f").write_bytes(b"F")
+        st = os.stat(root / f"d{i}" / "f")
+        entries.append(SimpleNamespace(name=f"d{i}/f", identity=(st.st_dev, st.st_ino)))
+    kept = lambda: [t for t in fd_targets() if t.startswith(str(root / "d"))]  # noqa: E731
+    for entry in entries:
+        assert dirs.still_names(entry, clock.now) == clock.now
+        assert len(dirs) <= 4
+    assert sorted(kept()) == sorted(str(root / f"d{i}") for i in range(8, 12))  # the evicted ones closed
+    clock.now += 1
+    assert dirs.still_names(entries[11], clock.now) == clock.now - 1  # within its window: kept
+    clock.now += VALID
+    dirs.prune()
+    assert len(dirs) == 0 and kept() == []
