@@ -43,7 +43,7 @@ from .plan.batch import plan_batch
 from .plan.formats import FORMATS
 from .plan.single_file import plan_file
 from .plan.slices import Slice
-from .records import Records
+from .records import Records, client_of
 from .request import Request
 from .response import Response, error_response, json_response, redirect, stream_response, text_response
 from .routing import Route, Router
@@ -355,8 +355,7 @@ class App(Router):
         next(records.begun)
         if records.wanted:
             ended = time.perf_counter()
-            client = headers.get("x-forwarded-for") or peer
-            records.add_sent("GET", path, query, 200, nbytes, files, ended - started, ended, client)
+            records.add_sent("GET", path, query, 200, nbytes, files, ended - started, ended, client_of(headers, peer))
 
     # -- responses users build from files --------------------------------------------------
 

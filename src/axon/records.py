@@ -41,6 +41,8 @@ import weakref
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from .request import Request
     from .response import Response
 
@@ -77,6 +79,12 @@ _log = logging.getLogger("axon")
 _new_record = tuple.__new__
 
 
+def client_of(headers: "Mapping[str, str]", peer: str | None) -> str | None:
+    """Who a record names as the client: the proxy's ``X-Forwarded-For`` where one set it, else
+    the peer's address."""
+    return headers.get("x-forwarded-for") or peer
+
+
 def record_of(request: "Request", response: "Response", seconds: float, ended: float) -> Record:
     """The record of ``response`` to ``request`` (the fields above)."""
     status = response.status
@@ -84,7 +92,7 @@ def record_of(request: "Request", response: "Response", seconds: float, ended: f
     return _new_record(Record, (
         ended, request.method, request.path, request.query_string, status,
         None if response.stream is not None else response.length if body else 0,
-        len(response.files), seconds, request.headers.get("x-forwarded-for") or request.client,
+        len(response.files), seconds, client_of(request.headers, request.client),
         body[0] if status >= 400 and body else None,
     ))
 

@@ -62,6 +62,8 @@ class BatchSource:
 
         async def _on_disk(self, requested: str, meta: dict[str, Any]) -> ObjectFile | None: ...
 
+        def _keeping(self, etag: str | None, size: int) -> DiskTier | None: ...
+
         async def _through_tier(self, found: ObjectFile) -> ObjectFile: ...
 
     def open_many(self, paths: list[str]) -> list[ObjectFile | HTTPError]:
@@ -173,8 +175,9 @@ class BatchSource:
         found = self._from_listing(requested, meta, room)
         if found is not None and found.data is not None:
             return found
-        tier, etag, size = self.tier, meta.get("e_tag"), meta["size"]
-        if tier is None or etag is None or not tier.fits(size):
+        etag, size = meta.get("e_tag"), meta["size"]
+        tier = self._keeping(etag, size)
+        if tier is None:
             return None
         held = tier.open(meta["path"], etag, size)
         if held is None:

@@ -92,11 +92,18 @@ class TieredSource:
         finally:
             os.close(fd)
 
+    def _keeping(self, etag: str | None, size: int) -> DiskTier | None:
+        """The disk tier, if it keeps an object of this ETag and size: not one without an ETag
+        (its versions cannot be told apart), nor one too large for it; else None."""
+        tier = self.tier
+        return tier if tier is not None and etag is not None and tier.fits(size) else None
+
     async def _on_disk(self, requested: str, meta: dict[str, Any]) -> ObjectFile | None:
         """The listed object from its file in the disk tier, if that version is whole there, or
         read behind its fill if this process fills it now."""
-        tier, etag, size = self.tier, meta.get("e_tag"), meta["size"]
-        if tier is None or etag is None or not tier.fits(size):
+        etag, size = meta.get("e_tag"), meta["size"]
+        tier = self._keeping(etag, size)
+        if tier is None:
             return None
         fill = self._fills().get((meta["path"], etag))
         if fill is not None:
@@ -140,8 +147,8 @@ class TieredSource:
         this process fills it already: :mod:`.object_fill`); ``found`` itself when it is not kept
         (no tier, no ETag, too large). An object that opening brought whole is sent from memory
         and kept on disk by a thread."""
-        tier = self.tier
-        if tier is None or found.etag is None or not tier.fits(found.size):
+        tier = self._keeping(found.etag, found.size)
+        if tier is None:
             return found
         tier.remember_version(found.key, found.etag, found.size, found.mtime_ns)
         if found.size <= OPEN_READ:
