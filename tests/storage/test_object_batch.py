@@ -157,8 +157,6 @@ def test_a_key_evicted_from_the_disk_within_the_window_is_still_served(weed, pre
     assert source.hops == 1
 
 
-@pytest.mark.xfail(strict=True, reason="review3: a small object trusted within the window but past the batch's "
-                   "room (data None) is fetched with If-Match on the stale ETag, and the body is cut")
 def test_a_slice_of_an_object_overwritten_within_the_window_is_never_cut(weed, prefix, parse_multipart):
     """The window's promise (object_batch): bytes fetched from the store are asked by the ETag the
     store gives now, so an entry gone stale never makes a fetch fail its If-Match. A small object

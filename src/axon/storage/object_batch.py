@@ -36,6 +36,14 @@ log = logging.getLogger("axon.storage")
 LISTING_RETRY = 300.0
 
 
+def holds_bytes(found: ObjectFile) -> bool:
+    """Whether this process holds ``found``'s bytes for its listed ETag: in memory, or in the disk
+    tier (whole or filling). The one test of what an entry kept from an earlier listing may vouch
+    for, and of what is sent without a fetch; any other object is fetched by the ETag a listing
+    made now gives (a small object's kept bytes past the batch's room are such a fetch too)."""
+    return found.data is not None or isinstance(found, (TierFile, FillingFile))
+
+
 class BatchSource:
     """The batch part of :class:`~.objects.ObjectSource`, which provides the rest."""
 
@@ -93,9 +101,7 @@ class BatchSource:
         async def held(path: str, meta: dict[str, Any] | None) -> ObjectFile | None:
             """The object from the bytes held for its entry still valid; None to list it."""
             found = None if meta is None else await self._listed_object(path, meta, room)
-            if found is None or found.size <= OPEN_READ or isinstance(found, (TierFile, FillingFile)):
-                return found  # (a small object _from_listing gave is one whose bytes are kept)
-            return None
+            return found if found is not None and holds_bytes(found) else None
 
         # In turn, not as tasks: a lookup waits only on a write of that object under way.
         first = batch.first
@@ -110,7 +116,7 @@ class BatchSource:
             if meta is not None:
                 found = await self._listed_object(path, meta, room)
                 if found is not None:
-                    if found.data is not None or isinstance(found, (TierFile, FillingFile)):
+                    if holds_bytes(found):
                         return found
                     async with gate:
                         return await self._through_tier(found)
