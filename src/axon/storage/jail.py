@@ -81,6 +81,13 @@ def _openat2():
 _OPENAT2 = _openat2()
 
 
+def hidden(path: str) -> bool:
+    """The hidden rule: whether a relative ``/``-joined path (one name, or a request's
+    components joined) has a component that begins with ``.``. Requests, links' targets,
+    object keys and listings ask it."""
+    return path[:1] == "." or "/." in path
+
+
 def normalize(requested: str, *, root_ok: bool = False) -> list[str]:
     """The components of a requested path, or an HTTPError saying why it is refused.
 
@@ -175,7 +182,7 @@ class RootJail:
         """A descriptor for what ``parts`` name under the root (a file, a directory, anything),
         opened by the rules above: the hidden rule, then openat2, else the walk."""
         joined = "/".join(parts)
-        if not self.allow_hidden and (joined[:1] == "." or "/." in joined):  # a component begins with "."
+        if not self.allow_hidden and hidden(joined):
             raise Forbidden("hidden files are not served", code="hidden", paths=[requested])
         if not parts:  # the root: a descriptor of its own, so that no two readers share a position
             try:
@@ -243,7 +250,7 @@ class RootJail:
                         current = os.dup(self._root_fd)
                         target = inside
                     target_parts = [p for p in target.split("/") if p not in ("", ".")]
-                    if not self.allow_hidden and any(p.startswith(".") and p != ".." for p in target_parts):
+                    if not self.allow_hidden and hidden("/".join(p for p in target_parts if p != "..")):
                         # _open checked the request, this checks each target before any of it
                         # is opened: a link names its file no less than the request does.
                         raise Forbidden("hidden files are not served", code="hidden", paths=[requested])

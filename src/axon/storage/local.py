@@ -18,7 +18,7 @@ from . import Entry
 from .batch_key import derive_key
 from .crc_cache import CrcCache, Version
 from .file_cache import CachedDescriptor, Token
-from .jail import RootJail, normalize, os_error
+from .jail import RootJail, hidden, normalize, os_error
 from ..http.batch_identity import KeptSignature
 from ..http.segments import FileSlice, Segment
 
@@ -302,7 +302,7 @@ class FileStore(RootJail):
     def _entry(self, item: os.DirEntry[str], parts: list[str]) -> Entry | None:
         """``item`` as a listed entry, or None if it is not to be shown (see :meth:`list_dir`)."""
         name = item.name
-        if (name.startswith(".") and not self.allow_hidden) or "\\" in name or not _is_utf8(name):
+        if (hidden(name) and not self.allow_hidden) or "\\" in name or not _is_utf8(name):
             return None
         try:
             if item.is_symlink():

@@ -56,7 +56,7 @@ from ..errors import FileChanged, Forbidden, HTTPError, NotFound
 from ..http.segments import ObjectSlice, Segment
 from . import Entry
 from .batch_key import derive_url_key
-from .jail import normalize
+from .jail import hidden, normalize
 from .local import FileStore
 from .object_batch import BatchSource
 from .object_cache import ObjectCache
@@ -221,7 +221,7 @@ class ObjectSource(BatchSource, TieredSource):
     def key(self, requested: str, *, root_ok: bool = False) -> str:
         """The key ``requested`` names under the prefix, or the HTTPError saying why not."""
         parts = normalize(requested, root_ok=root_ok)
-        if not self.allow_hidden and any(p.startswith(".") for p in parts):
+        if not self.allow_hidden and hidden("/".join(parts)):
             raise Forbidden("hidden files are not served", code="hidden", paths=[requested])
         if not root_ok and requested.endswith(("/", "/.")):
             raise NotFound("no such object: an object's key does not end in '/'", paths=[requested])
@@ -376,7 +376,7 @@ class ObjectSource(BatchSource, TieredSource):
             name = meta["path"].rsplit("/", 1)[-1]
             if name:
                 entries.append(Entry(name, "file", meta["size"], int(meta["last_modified"].timestamp()) * 10**9))
-        entries = [e for e in entries if self.allow_hidden or not e.name.startswith(".")]
+        entries = [e for e in entries if self.allow_hidden or not hidden(e.name)]
         return entries[:limit], len(entries) > limit
 
     async def _list(self, prefix: str) -> tuple[list[str], list[dict[str, Any]]]:
