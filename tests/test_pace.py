@@ -238,15 +238,15 @@ def test_deferred_requests_are_called_in_order_as_the_turns_budget_holds_them(ma
         for i in range(4):
             assert pace.must_wait()  # the turn is spent: deferred, in order
             pace.defer(lambda i=i: called.append((i, turns.count)))
-        pace.drop(pace.deferred[2])  # its connection went away
-        while pace.deferred:
+        pace.drop(pace.waiting[2])  # its connection went away
+        while pace.waiting:
             await asyncio.sleep(0)
         # While a request waits for a turn, what asks goes behind it, however much budget is left.
         pace.budget = 1.0
         assert pace.must_wait() is False
         pace.defer(lambda: called.append((9, turns.count)))
         assert pace.must_wait()
-        while pace.deferred:
+        while pace.waiting:
             await asyncio.sleep(0)
 
     turns = Turns(loop)

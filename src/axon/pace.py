@@ -12,14 +12,13 @@ while others wait for a turn, what asks waits for a later turn, in the order it 
 by :meth:`Pace.wait`, a request not yet begun by :meth:`Pace.defer` (a callback, no task).
 
 The turn's clock starts at the first ask of a turn and stops with a ``call_soon`` (which runs
-once the loop has been around: its timers and its sockets had their turn). Each new turn first
-calls the deferred requests, oldest first, while its budget lasts, then releases the tasks that
-wait, oldest first, as many as the last turn's budget held at the pace they went (all of them
-the first time), or only one if the requests spent the turn: their steps run back to back in
-the next pass over the loop's callbacks, charged to the turn that released them (its clock is
-not started again for them). The first of each kind always goes on, so no one waits for ever;
-a later task that finds the turn spent waits again in its place, ahead of those that came after
-it. A task released goes on with its work for a share of the turn (``SHARE``), then goes behind
+once the loop has been around: its timers and its sockets had their turn). Each new turn
+takes what waits, oldest first, while its budget lasts: a deferred request is answered there
+and then; a task is released, counted at the pace the last turn's released tasks went (nothing
+the first time), and its step runs in the next pass over the loop's callbacks, charged to the
+turn that released it (its clock is not started again for them). The first task of a turn
+always goes on, and so does the first that waits, so no one waits for ever; a later task that
+finds the turn spent waits again in its place, ahead of those that came after it. A task released goes on with its work for a share of the turn (``SHARE``), then goes behind
 those that waited meanwhile. A request deferred costs a place in a deque, not a task: while a
 line lasts, every new request joins it, and each turn's end answers them as its budget holds.
 """
@@ -49,7 +48,7 @@ class Pace:
     for a turn with budget left (:meth:`wait`), oldest first."""
 
     __slots__ = (
-        "_loop", "budget", "since", "waiting", "deferred", "_new_turn", "_wave", "_went", "_first",
+        "_loop", "budget", "since", "waiting", "_new_turn", "_wave", "_went", "_first",
         "_going", "_went_at",
     )
 
@@ -61,11 +60,10 @@ class Pace:
         #: When this turn's asked-for work began (``perf_counter``), or None: none yet, and
         #: nobody waits (while anyone waits, a turn's end is queued and its clock runs).
         self.since: float | None = None
-        #: The tasks waiting (:meth:`wait`), each by a future, in the order they began to wait;
-        #: a released one stays until its step has run.
-        self.waiting: deque[asyncio.Future] = deque()
-        #: The requests deferred (:meth:`defer`), each by the callback that answers it, in order.
-        self.deferred: deque[Callable[[], object]] = deque()
+        #: What waits, in the order it began to wait: tasks (:meth:`wait`), each by a future (a
+        #: released one stays until its step has run), and requests deferred (:meth:`defer`),
+        #: each by the callback that answers it.
+        self.waiting: deque[asyncio.Future | Callable[[], object]] = deque()
         self._new_turn = self._next_turn  # one bound method, not one a turn
         #: How many waiting tasks a new turn releases: what the last turn's budget held.
         self._wave = sys.maxsize
@@ -85,7 +83,7 @@ class Pace:
         now = perf_counter()
         if now - since > self.budget:
             return True
-        if not self.waiting and not self.deferred:
+        if not self.waiting:
             return False
         # Others wait: what asks goes behind them, unless it is the work of the task last
         # released, which goes on while its share of the turn lasts.
@@ -93,15 +91,15 @@ class Pace:
         return going is None or current_task(self._loop) is not going or now - self._went_at > self.budget * SHARE
 
     def defer(self, callback: Callable[[], object]) -> None:
-        """Call ``callback`` once a turn has budget for it, after every request deferred before
-        it: a request not yet begun, asked for when :meth:`must_wait` said so (the turn's end
-        is then queued), waits so without a task."""
-        self.deferred.append(callback)
+        """Call ``callback`` once a turn has budget for it, after all that waited before it: a
+        request not yet begun, asked for when :meth:`must_wait` said so (the turn's end is then
+        queued), waits so without a task."""
+        self.waiting.append(callback)
 
     def drop(self, callback: Callable[[], object]) -> None:
         """``callback`` is not to be called (its connection went away), if it waits still."""
         try:
-            self.deferred.remove(callback)
+            self.waiting.remove(callback)
         except ValueError:
             pass
 
@@ -110,8 +108,9 @@ class Pace:
         self._loop.call_soon(self._new_turn)
 
     def _next_turn(self) -> None:
-        """The turn's end: the next one begins with the deferred requests its budget holds, then
-        releases the waiting tasks it may hold."""
+        """The turn's end: the next one begins with what waits, oldest first, as much as its
+        budget may hold: deferred requests answered now, tasks released (their steps run in the
+        next pass, each counted at the pace the last turn's went)."""
         now = perf_counter()
         went = self._went
         if went:  # as many as would have filled the budget at the pace these went
@@ -119,28 +118,28 @@ class Pace:
             self._went = 0
             self._going = None
         waiting = self.waiting
-        deferred = self.deferred
-        if not waiting and not deferred:
+        if not waiting:
             self.since = None
             return
         self.since = now
-        n = self._wave
-        if deferred:
-            budget = self.budget
-            while True:  # the first always goes on
+        budget = self.budget
+        each = budget / self._wave  # what a released task is expected to take
+        released = 0.0
+        i = 0
+        while i < len(waiting):  # the first always goes on
+            entry = waiting[i]
+            if isinstance(entry, asyncio.Future):
+                if not entry.done():  # else cancelled, or released and not yet run
+                    entry.set_result(None)
+                    released += each
+                i += 1
+            else:
+                del waiting[i]
                 try:
-                    deferred.popleft()()
+                    entry()
                 except Exception:  # a bug of ours: that request's connection only (cycle.py answers errors)
                     log.exception("a deferred request failed")
-                if not deferred or perf_counter() - now > budget:
-                    break
-            if perf_counter() - now > budget:
-                n = 1  # the requests spent the turn: one task goes on, the others would wait again
-        for me in waiting:
-            if not me.done():  # else cancelled, or released and not yet run
-                me.set_result(None)
-            n -= 1
-            if not n:
+            if perf_counter() - now + released > budget:
                 break
         self._loop.call_soon(self._new_turn)  # after the steps just released
 

@@ -82,7 +82,7 @@ def test_an_answer_made_in_a_later_turn_is_remembered_too(root) -> None:
         for _ in range(3):
             conn.client.sendall(b"GET /files/b.bin HTTP/1.1\r\n\r\n")
             assert conn.response().body == FILES["b.bin"]
-            assert conn.proto.cycle.task is None  # answered by the deferred path's task, now done
+            assert conn.proto.cycle.task is None  # answered in a later turn, and done
         assert called == ["/files/b.bin"] * 2  # the third from the remembered head
         assert len(conn.worker.shortcuts.remembered) == 1
 
@@ -111,7 +111,7 @@ def test_requests_past_the_turns_budget_wait_for_a_later_turn_without_a_task(har
     # The first went on and started the turn's clock; the second waits for a later turn in the
     # pace's line, without a task; the others wait behind it on their connection, unparsed by the App.
     assert h.proto.cycle.task is not None and len(h.proto._pipeline) == 3
-    assert list(h.worker.pace.deferred) == [h.proto.cycle._go_on]
+    assert list(h.worker.pace.waiting) == [h.proto.cycle._go_on]
     assert [coro.__qualname__ for coro in tasks] == []
     h.pump()
     responses = h.responses()
@@ -142,4 +142,4 @@ def test_a_lost_connection_leaves_the_turns_line(harness, root) -> None:
     h.loop.run_until_complete(asyncio.sleep(0.01))
     # Never answered: nobody is there to read it, and the turn it would have taken is others'.
     assert app_calls == ["/api/stream-files"] and h.proto.cycle.task is None
-    assert not h.worker.pace.deferred and not h.worker.pace.waiting
+    assert not h.worker.pace.waiting
