@@ -18,9 +18,10 @@ and then; a task is released, counted at the pace the last turn's released tasks
 the first time), and its step runs in the next pass over the loop's callbacks, charged to the
 turn that released it (its clock is not started again for them). The first task of a turn
 always goes on, and so does the first that waits, so no one waits for ever; a later task that
-finds the turn spent waits again in its place, ahead of those that came after it. A task released goes on with its work for a share of the turn (``SHARE``), then goes behind
-those that waited meanwhile. A request deferred costs a place in a deque, not a task: while a
-line lasts, every new request joins it, and each turn's end answers them as its budget holds.
+finds the turn spent waits again in its place, ahead of those that came after it. A task
+released goes on with its work for a share of the turn (``SHARE``), then goes behind those that
+waited meanwhile. A request deferred costs a place in the line, not a task: while a line lasts,
+every new request joins it, and each turn's end answers them as its budget holds.
 """
 
 from __future__ import annotations
