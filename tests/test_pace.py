@@ -196,3 +196,60 @@ def test_a_waiter_the_turn_could_not_hold_waits_again_in_its_place(make_loop) ->
 
     run_and_close(loop, main())
     assert order == ["h0", "h1", "h2", "probe", "late0", "late1", "late2"], order
+
+
+@LOOPS
+def test_what_ran_before_the_released_tasks_counts_against_their_turn(make_loop) -> None:
+    # The turn that releases the line began when it released it: work that runs before the
+    # released tasks' steps (here a callback, as a socket's read would be) spends its budget. Its
+    # clock started again as the first of them went, the turn ran its budget twice.
+    loop = make_loop()
+    pace = Pace(loop, budget=0.01)
+    went: list[tuple[int, int]] = []  # (waiter, turn)
+
+    async def spender() -> None:
+        assert not pace.must_wait()  # starts the clock: the turn's end is queued
+        loop.call_soon(busy, 0.012)  # runs in the next pass, after the turn's end, before the released
+        busy(0.012)
+
+    async def waiter(i: int) -> None:
+        assert pace.must_wait()
+        await pace.wait()
+        went.append((i, turns.count))
+
+    async def main() -> None:
+        await asyncio.gather(spender(), *[waiter(i) for i in range(5)])
+
+    turns = Turns(loop)
+    run_and_close(loop, main(), turns)
+    assert [i for i, _ in went] == list(range(5))
+    first = went[0][1]
+    assert [i for i, turn in went if turn == first] == [0], went  # the first goes on; the others wait again
+
+
+@LOOPS
+def test_deferred_requests_are_called_in_order_as_the_turns_budget_holds_them(make_loop) -> None:
+    loop = make_loop()
+    pace = Pace(loop, budget=0.0)  # every turn spent by its first
+    called: list[tuple[int, int]] = []  # (request, turn)
+
+    async def main() -> None:
+        assert not pace.must_wait()
+        for i in range(4):
+            assert pace.must_wait()  # the turn is spent: deferred, in order
+            pace.defer(lambda i=i: called.append((i, turns.count)))
+        pace.drop(pace.waiting[2])  # its connection went away
+        while pace.waiting:
+            await asyncio.sleep(0)
+        # While a request waits for a turn, what asks goes behind it, however much budget is left.
+        pace.budget = 1.0
+        assert pace.must_wait() is False
+        pace.defer(lambda: called.append((9, turns.count)))
+        assert pace.must_wait()
+        while pace.waiting:
+            await asyncio.sleep(0)
+
+    turns = Turns(loop)
+    run_and_close(loop, main(), turns)
+    assert [i for i, _ in called] == [0, 1, 3, 9]
+    assert len({turn for _, turn in called[:3]}) == 3  # one a turn: the first always goes on

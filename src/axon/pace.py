@@ -3,32 +3,36 @@
 libuv runs a loop turn as: due timers, the callbacks queued by ``call_soon``, then every socket
 found ready, back to back. What holds up a waiting client (and the loop's lag timer,
 :mod:`axon.metrics.loop_lag`) is the whole turn, not the longest callback: fifty connections that
-each plan a batch and write a megabyte of it in their own callback make one turn of all fifty.
-So the work that grows with a batch (planning it a slice of files at a time, writing its body a
-chunk at a time, and answering a request at all once this turn has worked long) asks the loop's
-one :class:`Pace` (:func:`pace_of`) first, by one rule (:meth:`Pace.must_wait`); once the turn
-has run its budget (seconds, ``AXON_TURN_BUDGET``) of such work, or while others wait, what
-asks waits for a later turn, in the order it asked.
+each plan a batch and write a megabyte of it in their own callback make one turn of all fifty,
+and so do fifty batches of 32 files answered at once. So every request about to be answered,
+and the work that grows with a batch (planning it a slice of files at a time, writing its body a
+chunk at a time), asks the loop's one :class:`Pace` (:func:`pace_of`) first, by one rule
+(:meth:`Pace.must_wait`); once the turn has run its budget (seconds, ``AXON_TURN_BUDGET``), or
+while others wait for a turn, what asks waits for a later turn, in the order it asked: a task
+by :meth:`Pace.wait`, a request not yet begun by :meth:`Pace.defer` (a callback, no task).
 
 The turn's clock starts at the first ask of a turn and stops with a ``call_soon`` (which runs
 once the loop has been around: its timers and its sockets had their turn). Each new turn
-releases the tasks that wait, oldest first, as many as the last turn's budget held (all of them
-the first time): their steps run back to back in the next pass over the loop's callbacks,
-charged to the turn that released them. The first released always goes on, so no one waits for
-ever; a later one that finds the turn spent waits again in its place, ahead of those that came
-after it. A task released goes on with its work for a share of the turn (``SHARE``), then goes
-behind those that waited meanwhile, and a new request waits behind them too rather than start
-while they wait. Requests while nothing waits and no batch work ran this turn (a light answer
-written at once) pay one call that tests one attribute.
+takes what waits, oldest first, while its budget lasts: a deferred request is answered there
+and then; a task is released, counted at the pace the last turn's released tasks went (nothing
+the first time), and its step runs in the next pass over the loop's callbacks, charged to the
+turn that released it (its clock is not started again for them). The first task of a turn
+always goes on, and so does the first that waits, so no one waits for ever; a later task that
+finds the turn spent waits again in its place, ahead of those that came after it. A task
+released goes on with its work for a share of the turn (``SHARE``), then goes behind those that
+waited meanwhile. A request deferred costs a place in the line, not a task: while a line lasts,
+every new request joins it, and each turn's end answers them as its budget holds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import weakref
 from asyncio import current_task
 from collections import deque
+from collections.abc import Callable
 from time import perf_counter
 
 from .config import environment
@@ -37,12 +41,17 @@ from .config import environment
 #: it goes behind those waiting: a turn serves several, and none waits again after every chunk.
 SHARE = 0.25
 
+log = logging.getLogger("axon")
+
 
 class Pace:
     """The work of the current loop turn, measured from its first ask, and the tasks waiting
     for a turn with budget left (:meth:`wait`), oldest first."""
 
-    __slots__ = ("_loop", "budget", "since", "waiting", "_new_turn", "_wave", "_went", "_first", "_going", "_went_at")
+    __slots__ = (
+        "_loop", "budget", "since", "waiting", "_new_turn", "_wave", "_went", "_first",
+        "_going", "_went_at",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop, budget: float | None = None) -> None:
         self._loop = loop
@@ -52,9 +61,10 @@ class Pace:
         #: When this turn's asked-for work began (``perf_counter``), or None: none yet, and
         #: nobody waits (while anyone waits, a turn's end is queued and its clock runs).
         self.since: float | None = None
-        #: The tasks waiting (:meth:`wait`), each by a future, in the order they began to wait;
-        #: a released one stays until its step has run.
-        self.waiting: deque[asyncio.Future] = deque()
+        #: What waits, in the order it began to wait: tasks (:meth:`wait`), each by a future (a
+        #: released one stays until its step has run), and requests deferred (:meth:`defer`),
+        #: each by the callback that answers it.
+        self.waiting: deque[asyncio.Future | Callable[[], object]] = deque()
         self._new_turn = self._next_turn  # one bound method, not one a turn
         #: How many waiting tasks a new turn releases: what the last turn's budget held.
         self._wave = sys.maxsize
@@ -63,15 +73,13 @@ class Pace:
         self._going: asyncio.Task | None = None  # the last of them, while its turn lasts
         self._went_at = 0.0  # when it went on
 
-    def must_wait(self, charge: bool = True) -> bool:
-        """Whether work must wait for a later turn (:meth:`wait`): others wait already, or this
-        turn has run its budget. The one rule for every asker. ``charge``: the work is batch
-        work, whose first ask of a turn starts the turn's clock; an asker that is not (a
-        request about to be answered) only reads the clock."""
+    def must_wait(self) -> bool:
+        """Whether work must wait for a later turn (:meth:`wait`, :meth:`defer`): others wait,
+        or this turn has run its budget. The one rule for every asker; the turn's first ask
+        starts its clock."""
         since = self.since
-        if since is None:  # nobody waits, and no batch work ran this turn
-            if charge:
-                self._start()
+        if since is None:  # nobody waits, and nothing asked this turn
+            self._start()
             return False
         now = perf_counter()
         if now - since > self.budget:
@@ -80,14 +88,30 @@ class Pace:
             return False
         # Others wait: what asks goes behind them, unless it is the work of the task last
         # released, which goes on while its share of the turn lasts.
-        return not charge or current_task(self._loop) is not self._going or now - self._went_at > self.budget * SHARE
+        going = self._going
+        return going is None or current_task(self._loop) is not going or now - self._went_at > self.budget * SHARE
+
+    def defer(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` once a turn has budget for it, after all that waited before it: a
+        request not yet begun, asked for when :meth:`must_wait` said so (the turn's end is then
+        queued), waits so without a task."""
+        self.waiting.append(callback)
+
+    def drop(self, callback: Callable[[], object]) -> None:
+        """``callback`` is not to be called (its connection went away), if it waits still."""
+        try:
+            self.waiting.remove(callback)
+        except ValueError:
+            pass
 
     def _start(self) -> None:
         self.since = perf_counter()
         self._loop.call_soon(self._new_turn)
 
     def _next_turn(self) -> None:
-        """The turn's end: the next one begins, releasing the waiting tasks its budget may hold."""
+        """The turn's end: the next one begins with what waits, oldest first, as much as its
+        budget may hold: deferred requests answered now, tasks released (their steps run in the
+        next pass, each counted at the pace the last turn's went)."""
         now = perf_counter()
         went = self._went
         if went:  # as many as would have filled the budget at the pace these went
@@ -99,12 +123,24 @@ class Pace:
             self.since = None
             return
         self.since = now
-        n = self._wave
-        for me in waiting:
-            if not me.done():  # else cancelled, or released and not yet run
-                me.set_result(None)
-            n -= 1
-            if not n:
+        budget = self.budget
+        each = budget / self._wave  # what a released task is expected to take
+        released = 0.0
+        i = 0
+        while i < len(waiting):  # the first always goes on
+            entry = waiting[i]
+            if isinstance(entry, asyncio.Future):
+                if not entry.done():  # else cancelled, or released and not yet run
+                    entry.set_result(None)
+                    released += each
+                i += 1
+            else:
+                del waiting[i]
+                try:
+                    entry()
+                except Exception:  # a bug of ours: that request's connection only (cycle.py answers errors)
+                    log.exception("a deferred request failed")
+            if perf_counter() - now + released > budget:
                 break
         self._loop.call_soon(self._new_turn)  # after the steps just released
 
@@ -121,9 +157,9 @@ class Pace:
                 await me
                 now = perf_counter()
                 if not self._went:
-                    # The turn's first goes on whatever the clock says, and the turn's budget
-                    # is for the tasks released: its clock starts again as they start.
-                    self._first = self.since = now
+                    # The turn's first goes on whatever the clock says; the clock runs on from
+                    # the turn's start, so what the turn did before counts.
+                    self._first = now
                     break
                 if now - self.since <= self.budget:  # type: ignore[operator]
                     break

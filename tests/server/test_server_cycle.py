@@ -5,6 +5,7 @@ sight; the worker stopping makes the answer in flight the last."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 from conftest import FILES, big_content, counted
@@ -81,7 +82,7 @@ def test_an_answer_made_in_a_later_turn_is_remembered_too(root) -> None:
         for _ in range(3):
             conn.client.sendall(b"GET /files/b.bin HTTP/1.1\r\n\r\n")
             assert conn.response().body == FILES["b.bin"]
-            assert conn.proto.cycle.task is None  # answered by the deferred path's task, now done
+            assert conn.proto.cycle.task is None  # answered in a later turn, and done
         assert called == ["/files/b.bin"] * 2  # the third from the remembered head
         assert len(conn.worker.shortcuts.remembered) == 1
 
@@ -95,3 +96,50 @@ def test_the_worker_stopping_makes_the_answer_in_flight_the_last(root) -> None:
         resp = conn.response()
         assert resp.body == b"slow" and resp.header("connection") == "close"
         assert conn.eof()
+
+
+def test_requests_past_the_turns_budget_wait_for_a_later_turn_without_a_task(harness) -> None:
+    # Small batches pipelined in one read: each asks the turn's budget before it is answered, so
+    # a read of many cannot make one long turn (nor can many connections' reads in one turn).
+    h = harness()
+    h.worker.pace.budget = 0.0  # the turn is spent from its first ask on
+    tasks = []
+    create_task = h.loop.create_task
+    h.loop.create_task = lambda coro, **kw: tasks.append(coro) or create_task(coro, **kw)  # type: ignore[method-assign]
+    names = ["a.txt", "b.bin", "a.txt", "b.bin", "a.txt"]
+    h.proto.data_received(b"".join(b"GET /api/stream-files?n%d=%s HTTP/1.1\r\n\r\n" % (i, n.encode()) for i, n in enumerate(names)))
+    # The first went on and started the turn's clock; the second waits for a later turn in the
+    # pace's line, without a task; the others wait behind it on their connection, unparsed by the App.
+    assert h.proto.cycle.task is not None and len(h.proto._pipeline) == 3
+    assert list(h.worker.pace.waiting) == [h.proto.cycle._go_on]
+    assert [coro.__qualname__ for coro in tasks] == []
+    h.pump()
+    responses = h.responses()
+    assert [r.status for r in responses] == [200] * 5
+    assert [r.body.count(FILES[n]) for r, n in zip(responses, names)] == [1] * 5  # in order
+    assert [coro.__qualname__ for coro in tasks if coro.__qualname__ != "sleep"] == []
+
+
+def test_a_lost_connection_stops_the_answer_it_was_waiting_for(harness, root) -> None:
+    app, gate = gated_app(root)
+    h = harness(app)
+    h.receive(b"GET /slow HTTP/1.1\r\n\r\n")
+    task = h.proto.cycle.task
+    assert task is not None and not task.done()
+    h.proto.connection_lost(ConnectionResetError())
+    h.loop.run_until_complete(asyncio.sleep(0.01))
+    assert task.cancelled()  # nobody to answer: not left waiting on the gate
+
+
+def test_a_lost_connection_leaves_the_turns_line(harness, root) -> None:
+    app = App(root)
+    app_calls = counted(app)
+    h = harness(app)
+    h.worker.pace.budget = 0.0
+    h.proto.data_received(b"GET /api/stream-files?n=a.txt HTTP/1.1\r\n\r\nGET /api/stream-files?m=b.bin HTTP/1.1\r\n\r\n")
+    assert h.proto.cycle.task is not None  # the second waits for a turn
+    h.proto.connection_lost(ConnectionResetError())
+    h.loop.run_until_complete(asyncio.sleep(0.01))
+    # Never answered: nobody is there to read it, and the turn it would have taken is others'.
+    assert app_calls == ["/api/stream-files"] and h.proto.cycle.task is None
+    assert not h.worker.pace.waiting

@@ -36,6 +36,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("axon.server")
 
 
+class Deferred:
+    """What :attr:`RequestCycle.task` holds while a request waits for a turn without a task."""
+
+    __slots__ = ()
+
+
+DEFERRED = Deferred()
+
+
 class Connection(Protocol):
     """What the cycle uses of its connection (:class:`~.protocol.HTTPProtocol`, which imports
     this module: named by what it offers, so that no import goes back)."""
@@ -53,14 +62,17 @@ class Connection(Protocol):
 class RequestCycle:
     """Runs the App for one connection's requests and writes each answer with its writer."""
 
-    __slots__ = ("conn", "loop", "task", "_answering", "_handle", "_shortcuts", "_respond_now", "_respond", "_pace")
+    __slots__ = (
+        "conn", "loop", "task", "_answering", "_handle", "_shortcuts", "_respond_now", "_respond", "_pace", "_go_on",
+    )
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         worker = conn.worker
         self.loop = worker.loop
-        #: The task answering the current request, while one must wait; else None.
-        self.task: asyncio.Task | None = None
+        #: The task answering the current request, while one must wait (``DEFERRED``: the request
+        #: waits for a turn, without a task); else None.
+        self.task: asyncio.Task | Deferred | None = None
         self._answering: Exchange | None = None  # the request the task answers
         self._handle = worker.app.handle_on_loop
         self._shortcuts = worker.shortcuts
@@ -68,27 +80,38 @@ class RequestCycle:
         writer = conn.writer
         self._respond_now = writer.respond_now  # type: ignore[union-attr]
         self._respond = writer.respond  # type: ignore[union-attr]
+        self._go_on = self._turn_came  # one bound method, given to the pace for each deferral
 
     def run(self, ex: Exchange) -> None:
         """Answer ``ex``: here if the handler never blocks and the answer fits one write, else in
-        a task. The connection learns the end through :meth:`HTTPProtocol.answered`."""
-        request = ex.request
-        if request is None:
+        a task; in a later turn if this one has run its budget or others wait for one
+        (:mod:`axon.pace`). The connection learns the end through :meth:`HTTPProtocol.answered`."""
+        if ex.request is None:
             self._answer(ex, error_response(ex.refusal))  # type: ignore[arg-type]
-        elif self._pace.must_wait(False):
-            # Others wait for their turn, or this turn has run its budget of batch work
-            # (axon.pace): answered in a later turn, in order.
-            self._start(self._run_later(ex), ex)
+        elif self._pace.must_wait():
+            self._answering = ex
+            self.task = DEFERRED
+            self._pace.defer(self._go_on)
         else:
-            try:
-                answer = self._handle(request)
-            except BaseException as exc:  # noqa: BLE001 - the App answers errors itself: a bug
-                self.conn.crashed(exc)
+            self._run(ex)
+
+    def _turn_came(self) -> None:
+        """The pace's turn came for the deferred request: answered as :meth:`run` would have,
+        and what waited behind it on the connection goes on after it."""
+        ex = self._answering
+        self.task = self._answering = None
+        self._run(ex, later=True)  # type: ignore[arg-type]
+
+    def _run(self, ex: Exchange, later: bool = False) -> None:
+        try:
+            answer = self._handle(ex.request)
+        except BaseException as exc:  # noqa: BLE001 - the App answers errors itself: a bug
+            self.conn.crashed(exc)
+        else:
+            if type(answer) is CoroutineType:  # it must wait: in a task
+                self._start(self._respond_later(ex, answer), ex)
             else:
-                if type(answer) is CoroutineType:  # it must wait: in a task
-                    self._start(self._respond_later(ex, answer), ex)
-                else:
-                    self._answer(ex, answer)  # the Response
+                self._answer(ex, answer, later)  # the Response
 
     def _remember(self, ex: Exchange, response: Response) -> None:
         """Keep ``response``'s head for the shortcuts, if it may be answered again past the App."""
@@ -100,16 +123,16 @@ class RequestCycle:
                 except Exception:  # noqa: BLE001 - a bug of ours, or a source's odd File: answer anyway
                     log.exception("remembering a response's head failed")
 
-    def _answer(self, ex: Exchange, response: Response) -> None:
+    def _answer(self, ex: Exchange, response: Response, later: bool = False) -> None:
         self._remember(ex, response)
         if self._respond_now(response, ex):
-            self.conn.answered(ex.keep_alive)
+            self.conn.answered(ex.keep_alive, later)
             return
         coro = self._respond(response, ex, tried=True)
         try:
             awaited = coro.send(None)
         except StopIteration as stop:
-            self.conn.answered(stop.value)
+            self.conn.answered(stop.value, later)
         except BaseException as exc:  # noqa: BLE001 - a bug of ours: cut this connection only
             self.conn.crashed(exc)
         else:
@@ -132,15 +155,6 @@ class RequestCycle:
             return
         conn.answered(task.result(), later=True)
 
-    async def _run_later(self, ex: Exchange) -> bool:
-        """:meth:`run`'s work, in a task, once a loop turn has budget for it."""
-        await self._pace.wait()
-        answer = self._handle(ex.request)
-        if type(answer) is CoroutineType:
-            return await self._respond_later(ex, answer)
-        self._remember(ex, answer)  # as an answer made at once: the next may be recalled
-        return await self._respond(answer, ex)
-
     async def _respond_later(self, ex: Exchange, answer: Awaitable[Response]) -> bool:
         response = await answer
         return await self._respond(response, ex)
@@ -151,5 +165,10 @@ class RequestCycle:
             self._answering.keep_alive = False
 
     def cancel(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
+        """The answer in flight will not be needed (the connection is cut, or lost): stop it."""
+        task = self.task
+        if task is DEFERRED:
+            self._pace.drop(self._go_on)
+            self.task = self._answering = None
+        elif task is not None:
+            task.cancel()

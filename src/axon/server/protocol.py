@@ -164,6 +164,8 @@ class HTTPProtocol(RequestReading, asyncio.Protocol):
         self.worker.connections.discard(self)
         self._pipeline.clear()
         self._stash.clear()
+        if self.cycle is not None:
+            self.cycle.cancel()  # nobody to answer: a request waiting for its turn leaves the line
         if self.flow is not None:
             self.flow.connection_lost()
 
