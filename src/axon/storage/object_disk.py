@@ -184,9 +184,11 @@ class DiskTier:
         """``key``'s version as this process last found or filled it (the store's facts), so
         that opening the key alone can ask the store whether it is still the current one
         (:meth:`known_version`); at most :data:`VERSIONS_KNOWN` keys, the least recent forgotten."""
-        versions = self._versions
+        versions, version = self._versions, (etag, size, mtime_ns)
+        if versions.get(key) == version:
+            return  # each warm hit: left where it was (one forgotten is remembered at its next hit)
         with self._versions_lock:
-            versions[key] = (etag, size, mtime_ns)
+            versions[key] = version
             versions.move_to_end(key)
             if len(versions) > VERSIONS_KNOWN:
                 versions.popitem(last=False)
