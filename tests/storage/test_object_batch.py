@@ -78,6 +78,28 @@ def test_a_key_made_within_the_window_is_served(weed, prefix, parse_multipart):
     assert asked == {"GET": 1, "LIST": 0}  # the new key opened; the others held, listed within the window
 
 
+def test_a_key_opened_alone_is_trusted_for_the_window_as_a_listed_one(weed, prefix, parse_multipart):
+    """Too few keys to list are opened, and what the opening GET named stands for the store's
+    version as a listing's entry does: the next batch within the window asks the store nothing
+    for it; an overwrite is seen once the window has passed."""
+    valid = 3.0
+    app = App(store=source_of(weed, prefix, listing_valid=valid))
+    assert batch(app, NAMES)[0] == 200
+    weed.put(f"{prefix}/d/new.bin", b"made after the listing")
+    opened = time.monotonic()
+    (status, headers, body), asked = counted(weed, lambda: batch(app, [*NAMES, "d/new.bin"]))
+    assert status == 200 and parts(parse_multipart, headers, body)[-1] == b"made after the listing"
+    assert asked == {"GET": 1, "LIST": 0}
+    weed.put(f"{prefix}/d/new.bin", b"made again, same size!")
+    (status, headers, body), within = counted(weed, lambda: batch(app, [*NAMES, "d/new.bin"]))
+    assert time.monotonic() - opened < valid, "the machine is too slow for this test's window"
+    assert status == 200 and parts(parse_multipart, headers, body)[-1] == b"made after the listing"  # the rule allows it
+    assert within == {"GET": 0, "LIST": 0}
+    time.sleep(max(0.0, opened + valid - time.monotonic()) + 0.1)
+    (status, headers, body), after = counted(weed, lambda: batch(app, [*NAMES, "d/new.bin"]))
+    assert status == 200 and parts(parse_multipart, headers, body)[-1] == b"made again, same size!"
+
+
 def test_the_table_keeps_within_its_bound_under_many_distinct_keys(weed, monkeypatch):
     monkeypatch.setattr(object_listing, "LISTED_KEYS", 50)
     name = f"many-{uuid.uuid4().hex[:8]}"

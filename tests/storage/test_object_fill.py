@@ -319,3 +319,48 @@ def test_the_crc_of_a_committed_fill_lets_the_store_loop_turn(tmp_path):
     during = [started] + [t for t in turns if started < t < ended] + [ended]
     still = max(b - a for a, b in zip(during, during[1:]))
     assert still < (ended - started) / 2, f"the store loop stood still {still:.3f} s of the CRC's {ended - started:.3f} s"
+
+
+@pytest.mark.slow  # SeaweedFS
+def test_a_fill_hashes_its_bytes_off_the_store_loop(weed, tmp_path, monkeypatch):
+    # The MD5 a fill checks against the ETag is summed by a thread of its own behind the writes:
+    # the store loop, which streams every fill, opening and response of the process, never sums.
+    import hashlib
+
+    import obstore
+
+    from axon.storage.objects import ObjectSource
+    from test_object_listing import source_of
+
+    prefix, key, payload = f"md5-{uuid.uuid4().hex[:8]}", "big.bin", os.urandom(12 * MiB)
+    # One part, so that its ETag is its MD5 (and ranged GETs fill it: more than FILL_PIECE).
+    etag = obstore.put(weed.store, f"{prefix}/{key}", payload, use_multipart=False)["e_tag"]
+    assert etag.strip('"') == hashlib.md5(payload).hexdigest()
+
+    hashed_by: set[str] = set()
+    real_md5 = hashlib.md5
+
+    class Watched:
+        def __init__(self, *args, **kwargs) -> None:
+            self._md5 = real_md5(*args, **kwargs)
+
+        def update(self, data) -> None:
+            hashed_by.add(threading.current_thread().name)
+            self._md5.update(data)
+
+        def hexdigest(self) -> str:
+            return self._md5.hexdigest()
+
+    monkeypatch.setattr(hashlib, "md5", Watched)
+    source: ObjectSource = source_of(weed, prefix, cache_bytes=0, disk_cache=str(tmp_path / "tier"))
+    f = source.open(key)
+    try:
+        fd = source.run(f.fill.whole_file())  # the fill, committed: checked by its length and MD5
+    finally:
+        f.close()
+    assert fd is not None
+    try:
+        assert os.pread(fd, len(payload) + 1, 0) == payload
+    finally:
+        os.close(fd)
+    assert hashed_by and all(name.startswith("axon-md5") for name in hashed_by), hashed_by

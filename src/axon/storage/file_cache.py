@@ -217,6 +217,7 @@ class FileCache:
         self, size: int = DEFAULT_SIZE, valid: float = DEFAULT_VALID, *, inactive: float = DEFAULT_INACTIVE,
         small_bytes: int = DEFAULT_SMALL_BYTES, recheck: Recheck | None = None,
         clock: Callable[[], float] = time.monotonic, watcher: Watcher | None = None, trusted: Trusted | None = None,
+        immutable: bool = False,
     ) -> None:
         if size < 1 or valid < 0 or inactive < 0 or small_bytes < 0:
             raise ValueError("a file cache needs a size of at least 1, and no negative time or byte budget")
@@ -240,6 +241,10 @@ class FileCache:
         self._begun = self._taken = 0
         self._taking = threading.Lock()  # one take-in at a time; the others wait for it
         self._watch_limit = size if watcher is None else min(size, watcher.budget)
+        #: Files that never change under their name (the objects' disk tier names a file by its
+        #: version): a use trusts the last ``fstat`` until the path's window ends, as it trusts a
+        #: watched file's, since only a deletion could change what it says (see :meth:`acquire`).
+        self._immutable = immutable
 
     @classmethod
     def watched(cls, *args, **kwargs) -> FileCache:  # noqa: ANN002, ANN003 - FileCache's own
@@ -295,7 +300,9 @@ class FileCache:
                 self._forget(requested, entry)
             entry.release()
             return None
-        if entry.small is not None and entry.wd >= 0 and self._watcher is not None:
+        if self._immutable:
+            entry.fresh = st  # its bytes stay the version its name says, even once deleted
+        elif entry.small is not None and entry.wd >= 0 and self._watcher is not None:
             self._trust(requested, entry, st, syncs)
         return entry, st
 

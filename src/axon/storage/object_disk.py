@@ -46,6 +46,9 @@ log = logging.getLogger("axon.storage")
 
 #: Seconds a hit leaves a file's mtime (its last use, for the LRU) before setting it again.
 TOUCH = 1.0
+#: Files whose last touch a process remembers (a hit's stat may be older: :meth:`DiskTier._touched`);
+#: past it all are forgotten, and each is touched again at its next hit.
+TOUCHES = 65536
 #: Bytes of small objects (fetched already) waiting to be written, at most, per process: a burst
 #: of them is queued for the KEEPERS threads; past it an object is not kept this time.
 KEEP_QUEUE_BYTES = 16 << 20
@@ -123,9 +126,10 @@ class DiskTier:
         """Keep the kept files' descriptors in an open-file cache (:mod:`.file_cache`, as a local
         file's: at most ``size``, each closed once unused ``inactive`` seconds, its name checked
         again every ``valid``), shared by the responses: for a server that reads files by offset
-        only (``axon serve``). Each use still ``fstat`` s the descriptor, so a file deleted or
-        renamed over is opened anew; and each process drops all of them within :data:`SWEEP`
-        seconds of a deletion by any process, so that no evicted file's blocks stay held."""
+        only (``axon serve``). A name is a version, so a use trusts the descriptor's last
+        ``fstat`` for the cache's ``valid`` window (its bytes are that version's even once
+        deleted); each process drops all of them within :data:`SWEEP` seconds of a deletion by
+        any process, so that no evicted file's blocks stay held."""
         self._sharing = (size, valid, inactive)
         self.forked()
 
@@ -143,11 +147,14 @@ class DiskTier:
         self.large_fills = asyncio.Semaphore(LARGE_FILLS)
         self._logged = float("-inf")
         self.hits = self.misses = self.bytes_filled = self.fill_failures = 0
+        self._counting = threading.Lock()  # hits counted by handler threads, fills by keepers and the loop
+        self._touches: dict[str, float] = {}
         self.space.evictions = 0
         self._md5_agreed, self._md5_disagreed, self.etags_are_md5 = False, 0, True
         # A parent's descriptors are left to it: never closed or swept here.
         self.files = None if self._sharing is None else FileCache(
-            self._sharing[0], self._sharing[1], inactive=self._sharing[2], small_bytes=0, recheck=_still_named)
+            self._sharing[0], self._sharing[1], inactive=self._sharing[2], small_bytes=0, recheck=_still_named,
+            immutable=True)
         self._usage = -1 if self._sharing is None else self.space.open_usage()
         self._seen_deletions = -1 if self._sharing is None else self.space.deletions(self._usage)
         self._sweeping: asyncio.AbstractEventLoop | None = None  # the loop a sweep is due on
@@ -157,6 +164,14 @@ class DiskTier:
         return {"object_disk_hits": self.hits, "object_disk_misses": self.misses,
                 "object_disk_bytes_filled": self.bytes_filled, "object_disk_evictions": self.space.evictions,
                 "object_disk_fill_failures": self.fill_failures}
+
+    def _count(self, hits: int = 0, misses: int = 0, bytes_filled: int = 0, fill_failures: int = 0) -> None:
+        """Add to this process's counts, from any of its threads."""
+        with self._counting:
+            self.hits += hits
+            self.misses += misses
+            self.bytes_filled += bytes_filled
+            self.fill_failures += fill_failures
 
     def path_of(self, key: str, etag: str) -> str:
         """The file of ``key`` at version ``etag``: ``<dir>/ab/<sha256(key)>-<sha256(etag)>``."""
@@ -169,9 +184,11 @@ class DiskTier:
         """``key``'s version as this process last found or filled it (the store's facts), so
         that opening the key alone can ask the store whether it is still the current one
         (:meth:`known_version`); at most :data:`VERSIONS_KNOWN` keys, the least recent forgotten."""
-        versions = self._versions
+        versions, version = self._versions, (etag, size, mtime_ns)
+        if versions.get(key) == version:
+            return  # each warm hit: left where it was (one forgotten is remembered at its next hit)
         with self._versions_lock:
-            versions[key] = (etag, size, mtime_ns)
+            versions[key] = version
             versions.move_to_end(key)
             if len(versions) > VERSIONS_KNOWN:
                 versions.popitem(last=False)
@@ -188,7 +205,7 @@ class DiskTier:
         a name is only ever a whole file, so a fill under way is no reason to wait here."""
         held = self._open_whole(self.path_of(key, etag), size)
         if held is not None:
-            self.hits += 1
+            self._count(hits=1)
         return held
 
     async def lookup(self, key: str, etag: str, size: int) -> Held | None:
@@ -205,7 +222,7 @@ class DiskTier:
             found = files.acquire(path)  # None as well for a file deleted or renamed over since
             if found is not None:
                 entry, st = found
-                if st.st_size == size and _touched(entry.fd, st):
+                if st.st_size == size and self._touched(path, entry.fd, st):
                     self._sweep_later()
                     return Held(entry.fd, entry)
                 entry.release()
@@ -219,13 +236,29 @@ class DiskTier:
         except OSError:
             st = None
         # Never: a name is committed whole; but never serve a wrong length.
-        if st is None or st.st_size != size or not _touched(fd, st):
+        if st is None or st.st_size != size or not self._touched(path, fd, st):
             os.close(fd)
             return None
         if files is None:
             return Held(fd)
         self._sweep_later()
         return Held(fd, files.add(path, fd, (st.st_dev, st.st_ino), path, ""))
+
+    def _touched(self, path: str, fd: int, st: os.stat_result) -> bool:
+        """Set a hit file's mtime (its last use, for the LRU) at most every :data:`TOUCH` seconds;
+        False if it cannot be (gone bad: not served). The open-file cache may give a stat taken
+        before this process's last touch, so the time of that touch is remembered beside it."""
+        now, touches = time.time(), self._touches
+        if now - max(st.st_mtime, touches.get(path, 0.0)) <= TOUCH:
+            return True
+        try:
+            os.utime(fd)
+        except OSError:
+            return False
+        if len(touches) >= TOUCHES:
+            touches.clear()
+        touches[path] = now
+        return True
 
     def _sweep_later(self) -> None:
         due = self._sweeping
@@ -269,9 +302,9 @@ class DiskTier:
         path = self.path_of(key, etag)
         held = self._open_whole(path, size)
         if held is not None:
-            self.hits += 1
+            self._count(hits=1)
             return held
-        self.misses += 1
+        self._count(misses=1)
         flight = self._flights.get(path)
         if flight is None:
             flight = self._flights[path] = asyncio.get_running_loop().create_future()
@@ -350,7 +383,7 @@ class DiskTier:
         path = self.path_of(key, etag)
         if not self.fits(len(data)) or os.path.exists(path):
             return
-        self.misses += 1
+        self._count(misses=1)
         try:
             lock = lock_fill(path)
         except OSError as exc:  # the directory itself failed us
@@ -403,7 +436,7 @@ class DiskTier:
         raise FillFailed("its bytes' MD5 is not the one its ETag states")
 
     def _filled(self, path: str, size: int) -> None:
-        self.bytes_filled += size
+        self._count(bytes_filled=size)
         self._drop_other_versions(path)
 
     def _drop_other_versions(self, path: str) -> None:
@@ -423,7 +456,7 @@ class DiskTier:
         self._failed(key, why)
 
     def _failed(self, key: str, why: str) -> None:
-        self.fill_failures += 1
+        self._count(fill_failures=1)
         now = time.monotonic()
         if now - self._logged >= LOG_EVERY:
             self._logged = now
@@ -436,17 +469,6 @@ def _name_of(key: str, etag: str) -> str:
     """:meth:`DiskTier.path_of` below the directory, kept for the keys in use (a hit hashes nothing)."""
     k = hashlib.sha256(key.encode()).hexdigest()
     return f"/{k[:2]}/{k}-{hashlib.sha256(etag.encode()).hexdigest()[:32]}"
-
-
-def _touched(fd: int, st: os.stat_result) -> bool:
-    """Set a hit file's mtime (its last use, for the LRU) at most every :data:`TOUCH` seconds;
-    False if it cannot be (gone bad: not served)."""
-    if time.time() - st.st_mtime > TOUCH:
-        try:
-            os.utime(fd)
-        except OSError:
-            return False
-    return True
 
 
 def _still_named(entry: CachedDescriptor, now: float) -> float | None:

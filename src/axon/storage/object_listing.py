@@ -197,17 +197,17 @@ class ListedKeys:
         ``wanted`` keys (a batch's) last, so that they stay longest when the bound is reached."""
         if not self.valid:
             return
-        entries = self._entries
+        entries, capacity = self._entries, self.capacity
         asked = {key: named[key] for key in wanted if key in named}
-        for key, meta in [*((k, m) for k, m in named.items() if k not in asked), *asked.items()]:
-            cost = len(key) + len(meta.get("e_tag") or "") + ENTRY_OVERHEAD
-            if cost > self.capacity:
-                continue
-            with self._lock:
+        with self._lock:  # once for a page: a handler thread's current() waits for one note at most
+            for key, meta in [*((k, m) for k, m in named.items() if k not in asked), *asked.items()]:
+                cost = len(key) + len(meta.get("e_tag") or "") + ENTRY_OVERHEAD
+                if cost > capacity:
+                    continue
                 self._drop(key)
                 entries[key] = (meta, listed, cost)
                 self.used += cost
-                while self.used > self.capacity or len(entries) > self.keys:
+                while self.used > capacity or len(entries) > self.keys:
                     _, (_, _, gone) = entries.popitem(last=False)
                     self.used -= gone
 

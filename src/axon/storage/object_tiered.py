@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import deque
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 import obstore
@@ -28,11 +29,16 @@ from .object_fill import Fill, FillingFile
 OPEN_READ = 64 * 1024
 #: A larger object is filled by ranged GETs of this many bytes, FILL_AHEAD of them at once (a
 #: store serves one connection at a fraction of what several give); a fill holds at most
-#: FILL_AHEAD + 1 pieces in memory, and a process makes object_disk.LARGE_FILLS such fills at once.
+#: FILL_AHEAD + 1 pieces in memory (and HASH_AHEAD bytes written but not yet hashed), and a
+#: process makes object_disk.LARGE_FILLS such fills at once.
 FILL_PIECE = 8 << 20
 FILL_AHEAD = 4
 #: Smaller objects (one GET each) filled at once per process.
 FILLS = 64
+#: Bytes of one fill written but not yet hashed, at most: its MD5 is summed by a thread of the
+#: process's own behind the writes (the store loop streams meanwhile), and the fill waits for it
+#: past this.
+HASH_AHEAD = 16 << 20
 
 
 class TieredSource:
@@ -175,6 +181,8 @@ class TieredSource:
             self._filling: dict[tuple[str, str], Fill] = {}
             self._fill_tasks: set[asyncio.Task[None]] = set()
             self._fill_gate = asyncio.Semaphore(FILLS)
+            # One thread, so that each fill's pieces are hashed in the order given.
+            self._hashing = ThreadPoolExecutor(1, thread_name_prefix="axon-md5")
         return self._filling
 
     async def _run_fill(self, f: ObjectFile, fill: Fill) -> None:
@@ -203,18 +211,21 @@ class TieredSource:
         ``fill`` how far: one GET with ``If-Match`` on its ETag, or for a large object ranged
         GETs of :data:`FILL_PIECE`, :data:`FILL_AHEAD` at once; the bytes written."""
         fill.begin(fd)
+        hashing = Hashing(md5, self._hashing)
         if f.size > FILL_PIECE:
-            return await self._fill_ranges(f, fd, md5, fill)
-        result = await obstore.get_async(self._store, f.key, options={"if_match": f.etag})
-        if result.meta.get("e_tag") != f.etag or result.meta["size"] != f.size:
-            raise FillFailed("the store answered with another version")
-        offset = 0
-        async for chunk in result.stream(min_chunk_size=1 << 20):
-            offset = _write(fd, chunk, offset, md5)
-            fill.advance(offset)
-        return offset
+            written = await self._fill_ranges(f, fd, hashing, fill)
+        else:
+            result = await obstore.get_async(self._store, f.key, options={"if_match": f.etag})
+            if result.meta.get("e_tag") != f.etag or result.meta["size"] != f.size:
+                raise FillFailed("the store answered with another version")
+            written = 0
+            async for chunk in result.stream(min_chunk_size=1 << 20):
+                written = await _write(fd, chunk, written, hashing)
+                fill.advance(written)
+        await hashing.done()
+        return written
 
-    async def _fill_ranges(self, f: ObjectFile, fd: int, md5: Any, fill: Fill) -> int:
+    async def _fill_ranges(self, f: ObjectFile, fd: int, hashing: Hashing, fill: Fill) -> int:
         """Ranged GETs at once; the first in the file's order is written as its bytes arrive,
         the ones behind it wait in memory for their turn."""
         starts = iter(range(0, f.size, FILL_PIECE))
@@ -234,7 +245,7 @@ class TieredSource:
             while pieces:
                 got, arrived = pieces[0]
                 while (chunk := await arrived.get()) is not None:
-                    offset = _write(fd, chunk, offset, md5)
+                    offset = await _write(fd, chunk, offset, hashing)
                     fill.advance(offset)
                 await got  # raises if the piece failed
                 pieces.popleft()
@@ -262,15 +273,46 @@ class TieredSource:
             arrived.put_nowait(None)
 
 
-def _write(fd: int, data: Any, offset: int, md5: Any) -> int:
-    """Write ``data`` at ``offset`` (hashed into ``md5`` when given); the offset after it."""
+class Hashing:
+    """A fill's MD5 (None: unchecked), summed in order by ``executor`` (one thread) while the
+    store loop goes on: at most :data:`HASH_AHEAD` bytes given and not yet hashed."""
+
+    def __init__(self, md5: Any, executor: Executor) -> None:
+        self.md5 = md5
+        self._executor = executor
+        self._pending: deque[tuple[asyncio.Future[None], int]] = deque()
+        self._ahead = 0
+
+    async def add(self, data: Any) -> None:
+        """Hash ``data`` after what was given before; wait while too much is not hashed yet."""
+        if self.md5 is None:
+            return
+        while self._ahead + len(data) > HASH_AHEAD and self._pending:
+            await self._oldest()
+        hashed = asyncio.get_running_loop().run_in_executor(self._executor, self.md5.update, data)
+        self._pending.append((hashed, len(data)))
+        self._ahead += len(data)
+
+    async def done(self) -> None:
+        """Once everything given is hashed (``md5`` is then the digest of all of it)."""
+        while self._pending:
+            await self._oldest()
+
+    async def _oldest(self) -> None:
+        hashed, size = self._pending[0]
+        await hashed
+        self._pending.popleft()
+        self._ahead -= size
+
+
+async def _write(fd: int, data: Any, offset: int, hashing: Hashing) -> int:
+    """Write ``data`` at ``offset`` and give it to ``hashing``; the offset after it."""
     view = memoryview(data)
     while view:
         written = os.pwrite(fd, view, offset)
         offset += written
         view = view[written:]
-    if md5 is not None:
-        md5.update(data)
+    await hashing.add(data)
     return offset
 
 

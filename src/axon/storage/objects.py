@@ -42,6 +42,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 import zlib
 from collections import OrderedDict
 from typing import Any, Coroutine, TypeVar
@@ -248,6 +249,7 @@ class ObjectSource(BatchSource, TieredSource):
         options: dict[str, Any] = {"range": (0, OPEN_READ)}
         if unless is not None:
             options["if_none_match"] = unless
+        sent = time.monotonic()
         try:
             try:
                 result = await obstore.get_async(self._store, key, options=options)
@@ -268,6 +270,8 @@ class ObjectSource(BatchSource, TieredSource):
         except Exception as exc:  # noqa: BLE001 - the store's failure is the client's 503
             return self.store_health.outcome(refused(exc, self.root, requested) or unavailable(exc, requested))
         self.store_health.answered()
+        # The store's version now, as a listing would have named it: trusted as one for the window.
+        self._listings.note({key: meta}, sent, ())
         size = meta["size"]
         if data is not None and 0 < size == len(data):
             data = bytes(data)
