@@ -26,7 +26,8 @@ from ..runtime import checked_from
 from .shortcuts import REORDER_SECONDS, VARIANT_HEADERS
 
 if TYPE_CHECKING:
-    from .roles import WorkerView
+    from ..limits import Limits
+    from .shortcuts import Shortcuts
 
 #: ``parse(data, start)`` -> ``(method, url, headers, end, count, field_bytes)``, or None for a
 #: head it does not read (incomplete, or not simple).
@@ -70,20 +71,19 @@ def answerer() -> TrustedAnswer | None:
     return answer
 
 
-def answer_tables(worker: WorkerView, chunk: int) -> tuple:
-    """What :func:`answerer`'s ``answer`` reads, for ``worker``'s connections (the order is the
-    C module's ``T_*``): the sizes within which ``check_head`` refuses nothing, the chunk its
-    writers write at once, the fixed answers and remembered heads (the worker's shortcuts), the
-    headers that vary an answer, the heads' reorder time and clock, the open-file cache (None
-    without shared files) and its reorder time, the App's ``record_sent``, the clock of a
-    record's start, and the worker (its ``date_line``)."""
-    shortcuts, shared = worker.shortcuts, worker.app.shared_files
-    cache = None if shared is None else shared.cache
-    most_fields, most_bytes = checked_from(worker.limits)
+def answer_tables(limits: Limits, shortcuts: Shortcuts, cache: Any, record_sent: Callable[..., None],
+                  dated: Any, chunk: int) -> tuple:
+    """What :func:`answerer`'s ``answer`` reads, for a worker's connections (the order is the C
+    module's ``T_*``): the sizes within which ``check_head`` refuses nothing (of ``limits``), the
+    ``chunk`` its writers write at once, its ``shortcuts``' fixed answers and remembered heads, the
+    headers that vary an answer, the heads' reorder time and clock, the open-file ``cache`` of
+    its shared files (None without) and its reorder time, the App's ``record_sent``, the clock
+    of a record's start, and what keeps the ``Date`` line (``dated.date_line``: the worker)."""
+    most_fields, most_bytes = checked_from(limits)
     return (
         most_fields, most_bytes, chunk, shortcuts.fixed, shortcuts.remembered.heads, VARIANT_HEADERS,
-        REORDER_SECONDS, time.monotonic, cache, 1.0 if cache is None else cache.REORDER, worker.app.record_sent,
-        time.perf_counter, worker,
+        REORDER_SECONDS, time.monotonic, cache, 1.0 if cache is None else cache.REORDER, record_sent,
+        time.perf_counter, dated,
     )
 
 

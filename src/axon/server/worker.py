@@ -80,7 +80,8 @@ class Worker:
         #: The compiled answer of fixed answers and trusted files (:func:`.simplehead.answerer`),
         #: or None, and the tables it reads.
         self.answer = answerer()
-        self.answer_tables = answer_tables(self, chunk)
+        self.answer_tables = answer_tables(self.limits, self.shortcuts, None if shared is None else shared.cache,
+                                           app.record_sent, self, chunk)
         full = error_response(ServiceUnavailable("the server is at its connection limit; retry later"))
         self.full_response = encode_head(full.status, full.reason, full.headers, CLOSE) + b"".join(full.body)  # type: ignore[arg-type]
 
