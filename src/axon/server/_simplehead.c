@@ -343,129 +343,141 @@ varies(PyObject *headers, PyObject *variant)
     return 0;
 }
 
+/* dict[key] (a new reference in *item) and its attribute `name` (a new reference in *value):
+ * 1, 0 when the key is missing, -1 with an error set. */
+static int
+item_attr(PyObject *dict, PyObject *key, PyObject *name, PyObject **item, PyObject **value)
+{
+    PyObject *found = PyDict_GetItemWithError(dict, key);
+    if (found == NULL) return PyErr_Occurred() ? -1 : 0;
+    Py_INCREF(found);
+    *item = found;
+    *value = PyObject_GetAttr(found, name);
+    return *value == NULL ? -1 : 1;
+}
+
+/* The clock's time now, or -1 with an error set. */
+static double
+now_of(PyObject *clock)
+{
+    PyObject *value = PyObject_CallNoArgs(clock);
+    if (value == NULL) return -1.0;
+    double now = PyFloat_AsDouble(value);
+    Py_DECREF(value);
+    return now;
+}
+
+/* Call obj.name(arg, now): 0, or -1 with an error set (the LRU moves of a hit). */
+static int
+call_with_time(PyObject *obj, PyObject *name, PyObject *arg, double now)
+{
+    PyObject *time = PyFloat_FromDouble(now);
+    if (time == NULL) return -1;
+    PyObject *call[3] = {obj, arg, time};
+    PyObject *result = PyObject_VectorcallMethod(name, call, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(time);
+    Py_XDECREF(result);
+    return result == NULL ? -1 : 0;
+}
+
+/* The record of a remembered head sent (App.record_sent, as HTTPProtocol._complete calls it). */
+static int
+record(PyObject *record_sent, PyObject *remembered, PyObject *started, PyObject *headers, PyObject *peer)
+{
+    int done = -1;
+    PyObject *path = PyObject_GetAttr(remembered, S_PATH);
+    PyObject *query = path == NULL ? NULL : PyObject_GetAttr(remembered, S_QUERY);
+    PyObject *length = query == NULL ? NULL : PyObject_GetAttr(remembered, S_LENGTH);
+    PyObject *one = length == NULL ? NULL : PyLong_FromLong(1);
+    if (one != NULL) {
+        PyObject *call[7] = {path, query, length, one, started, headers, peer};
+        PyObject *result = PyObject_Vectorcall(record_sent, call, 7, NULL);
+        done = result == NULL ? -1 : 0;
+        Py_XDECREF(result);
+    }
+    Py_XDECREF(path);
+    Py_XDECREF(query);
+    Py_XDECREF(length);
+    Py_XDECREF(one);
+    return done;
+}
+
+/* Leave answer_remembered: -1 (an error is set), 0 (the Python path answers). */
+#define FAIL_IF(cond) do { if (cond) { done = -1; goto out; } } while (0)
+#define DECLINE_IF(cond) do { if (cond) { done = 0; goto out; } } while (0)
+
 /* A GET of a remembered head of one trusted file: 1 answered, 0 not, -1 error. */
 static int
 answer_remembered(Head *head, PyObject *target, PyObject *tables, PyObject *date, PyObject *writer, PyObject *peer)
 {
     PyObject *heads = PyTuple_GET_ITEM(tables, T_HEADS), *cache = PyTuple_GET_ITEM(tables, T_CACHE);
     if (head->method != GET || cache == Py_None || !PyDict_Check(heads) || PyDict_GET_SIZE(heads) == 0) return 0;
-    int skip = varies(head->headers, PyTuple_GET_ITEM(tables, T_VARIANT));
-    if (skip != 0) return skip < 0 ? -1 : 0;
+    int done = varies(head->headers, PyTuple_GET_ITEM(tables, T_VARIANT));
+    if (done != 0) return done < 0 ? -1 : 0;
     PyObject *accept = PyDict_GetItemWithError(head->headers, ACCEPT);
     if (accept == NULL && PyErr_Occurred()) return -1;
-    int done = -1;
     PyObject *key = NULL, *remembered = NULL, *paths = NULL, *path = NULL, *entries = NULL, *entry = NULL,
              *known = NULL, *made = NULL, *prepared = NULL, *length = NULL, *files = NULL, *body = NULL,
-             *framed = NULL, *buffers = NULL, *started = NULL, *record = NULL;
-    key = PyTuple_Pack(2, target, accept == NULL ? Py_None : accept);
-    if (key == NULL) goto out;
-    done = 0;
-    remembered = PyDict_GetItemWithError(heads, key);
-    if (remembered == NULL) goto failed_or_out;
-    Py_INCREF(remembered);
-    done = -1;
-    if ((paths = PyObject_GetAttr(remembered, S_PATHS)) == NULL) goto out;
-    done = 0;
-    if (!PyList_Check(paths) || PyList_GET_SIZE(paths) != 1) goto out;
+             *framed = NULL, *buffers = NULL, *started = NULL, *clock = NULL;
+    double now, checked, valid, used, moved, head_now;
+    int found;
+
+    /* The head remembered for (target, Accept): Remembered.recall's lookup. */
+    FAIL_IF((key = PyTuple_Pack(2, target, accept == NULL ? Py_None : accept)) == NULL);
+    FAIL_IF((found = item_attr(heads, key, S_PATHS, &remembered, &paths)) < 0);
+    DECLINE_IF(found == 0 || !PyList_Check(paths) || PyList_GET_SIZE(paths) != 1);
     path = PyList_GET_ITEM(paths, 0);
     Py_INCREF(path);
-    int news = no_news(cache);
-    if (news <= 0) {
-        done = news;
-        goto out;
-    }
-    done = -1;
-    if ((entries = PyObject_GetAttr(cache, S_ENTRIES)) == NULL) goto out;
-    done = 0;
-    entry = PyDict_GetItemWithError(entries, path);
-    if (entry == NULL) goto failed_or_out;
-    Py_INCREF(entry);
-    done = -1;
-    if ((known = PyObject_GetAttr(entry, S_KNOWN)) == NULL) goto out;
-    done = 0;
-    if (known == Py_None) goto out;
-    done = -1;
-    if ((made = PyObject_GetAttr(known, S_ANSWER)) == NULL) goto out;
-    done = 0;
-    if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 2 || PyTuple_GET_ITEM(made, 0) != remembered) goto out;
+
+    /* Its file as FileCache.peek_all finds it, with no news to take in first. */
+    FAIL_IF((found = no_news(cache)) < 0);
+    DECLINE_IF(found == 0);
+    FAIL_IF((entries = PyObject_GetAttr(cache, S_ENTRIES)) == NULL);
+    FAIL_IF((found = item_attr(entries, path, S_KNOWN, &entry, &known)) < 0);
+    DECLINE_IF(found == 0 || known == Py_None);
+    FAIL_IF((made = PyObject_GetAttr(known, S_ANSWER)) == NULL);
+    DECLINE_IF(!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 2 || PyTuple_GET_ITEM(made, 0) != remembered);
     prepared = PyTuple_GET_ITEM(made, 1);
     Py_INCREF(prepared);
+    FAIL_IF((clock = PyObject_GetAttr(cache, S_CLOCK)) == NULL);
+    FAIL_IF((now = now_of(clock)) == -1.0 && PyErr_Occurred());
+    FAIL_IF(attr_double(entry, S_CHECKED, &checked) < 0 || attr_double(cache, S_VALID, &valid) < 0);
+    DECLINE_IF(now - checked >= valid);
 
-    /* The trust window (FileCache.peek_all's check) on the cache's clock. */
-    done = -1;
-    PyObject *cache_clock = PyObject_GetAttr(cache, S_CLOCK);
-    if (cache_clock == NULL) goto out;
-    PyObject *now_obj = PyObject_CallNoArgs(cache_clock);
-    if (now_obj == NULL) {
-        Py_DECREF(cache_clock);
-        goto out;
-    }
-    double now = PyFloat_AsDouble(now_obj), checked, valid, used, moved, head_now = now;
-    Py_DECREF(now_obj);
-    if (now == -1.0 && PyErr_Occurred()) {
-        Py_DECREF(cache_clock);
-        goto out;
-    }
-    PyObject *head_clock = PyTuple_GET_ITEM(tables, T_HEAD_CLOCK);
-    int same_clock = head_clock == cache_clock;
-    Py_DECREF(cache_clock);
-    if (attr_double(entry, S_CHECKED, &checked) < 0 || attr_double(cache, S_VALID, &valid) < 0) goto out;
-    done = 0;
-    if (now - checked >= valid) goto out;
-
-    /* What ResponseWriter.send needs to write it at once: bytes only, within one chunk. */
-    done = -1;
-    if ((length = PyObject_GetAttr(prepared, S_LENGTH)) == NULL || (files = PyObject_GetAttr(prepared, S_FILES)) == NULL
-        || (body = PyObject_GetAttr(prepared, S_BODY)) == NULL || (framed = PyObject_GetAttr(prepared, S_HEAD)) == NULL)
-        goto out;
+    /* What ResponseWriter.send writes at once: bytes only, within one chunk. */
+    FAIL_IF((length = PyObject_GetAttr(prepared, S_LENGTH)) == NULL || (files = PyObject_GetAttr(prepared, S_FILES)) == NULL
+            || (body = PyObject_GetAttr(prepared, S_BODY)) == NULL || (framed = PyObject_GetAttr(prepared, S_HEAD)) == NULL);
     Py_ssize_t nbytes = PyLong_AsSsize_t(length), chunk = PyLong_AsSsize_t(PyTuple_GET_ITEM(tables, T_CHUNK));
-    if (PyErr_Occurred()) goto out;
-    int has_files = PyObject_IsTrue(files);
-    if (has_files < 0) goto out;
-    done = 0;
-    if (has_files || nbytes > chunk || !PyList_Check(body) || !PyBytes_Check(framed)) goto out;
+    FAIL_IF(PyErr_Occurred() || (found = PyObject_IsTrue(files)) < 0);
+    DECLINE_IF(found || nbytes > chunk || !PyList_Check(body) || !PyBytes_Check(framed));
 
-    /* Answered from here: the started clock, the LRU orders (Remembered.recall's and
-     * FileCache.peek_all's moves), the answer held, the record. */
-    done = -1;
-    if ((started = PyObject_CallNoArgs(PyTuple_GET_ITEM(tables, T_PERF_COUNTER))) == NULL) goto out;
-    if (!same_clock) {
-        PyObject *value = PyObject_CallNoArgs(head_clock);
-        if (value == NULL) goto out;
-        head_now = PyFloat_AsDouble(value);
-        Py_DECREF(value);
-        if (head_now == -1.0 && PyErr_Occurred()) goto out;
-    }
+    /* Answered from here: the record's start, the LRU moves of Remembered.recall and
+     * FileCache.peek_all, the answer held (ResponseWriter.send), the record. */
+    FAIL_IF((started = PyObject_CallNoArgs(PyTuple_GET_ITEM(tables, T_PERF_COUNTER))) == NULL);
+    PyObject *head_clock = PyTuple_GET_ITEM(tables, T_HEAD_CLOCK);
+    head_now = now;
+    if (head_clock != clock) FAIL_IF((head_now = now_of(head_clock)) == -1.0 && PyErr_Occurred());
     double head_reorder = PyFloat_AsDouble(PyTuple_GET_ITEM(tables, T_HEAD_REORDER));
     double file_reorder = PyFloat_AsDouble(PyTuple_GET_ITEM(tables, T_FILE_REORDER));
-    if (PyErr_Occurred() || attr_double(remembered, S_MOVED, &moved) < 0) goto out;
+    FAIL_IF(PyErr_Occurred() || attr_double(remembered, S_MOVED, &moved) < 0 || attr_double(entry, S_USED, &used) < 0);
     if (head_now - moved >= head_reorder) {
-        PyObject *moved_obj = PyFloat_FromDouble(head_now);
-        if (moved_obj == NULL) goto out;
         PyObject *result = PyObject_CallMethodOneArg(heads, S_MOVE_TO_END, key);
-        int failed = result == NULL || PyObject_SetAttr(remembered, S_MOVED, moved_obj) < 0;
         Py_XDECREF(result);
-        Py_DECREF(moved_obj);
-        if (failed) goto out;
+        PyObject *moved_now = result == NULL ? NULL : PyFloat_FromDouble(head_now);
+        int failed = moved_now == NULL || PyObject_SetAttr(remembered, S_MOVED, moved_now) < 0;
+        Py_XDECREF(moved_now);
+        FAIL_IF(failed);
     }
-    if (attr_double(entry, S_USED, &used) < 0) goto out;
     if (now - used >= file_reorder) {
         PyObject *pair = PyTuple_Pack(2, path, entry);
         PyObject *moves = pair == NULL ? NULL : PyTuple_Pack(1, pair);
-        PyObject *now_again = moves == NULL ? NULL : PyFloat_FromDouble(now);
-        PyObject *result = NULL;
-        if (now_again != NULL) {
-            PyObject *call[3] = {cache, moves, now_again};
-            result = PyObject_VectorcallMethod(S_MOVE_UP, call, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        }
+        int failed = moves == NULL || call_with_time(cache, S_MOVE_UP, moves, now) < 0;
         Py_XDECREF(pair);
         Py_XDECREF(moves);
-        Py_XDECREF(now_again);
-        if (result == NULL) goto out;
-        Py_DECREF(result);
+        FAIL_IF(failed);
     }
     Py_ssize_t parts = PyList_GET_SIZE(body);
-    if ((buffers = PyList_New(3 + parts)) == NULL) goto out;
+    FAIL_IF((buffers = PyList_New(3 + parts)) == NULL);
     Py_INCREF(framed);
     PyList_SET_ITEM(buffers, 0, framed);
     Py_INCREF(date);
@@ -477,25 +489,10 @@ answer_remembered(Head *head, PyObject *target, PyObject *tables, PyObject *date
         Py_INCREF(part);
         PyList_SET_ITEM(buffers, 3 + i, part);
     }
-    if (hold(writer, buffers, PyBytes_GET_SIZE(framed) + PyBytes_GET_SIZE(date) + 2 + nbytes) < 0) goto out;
-    PyObject *rpath = PyObject_GetAttr(remembered, S_PATH);
-    PyObject *rquery = rpath == NULL ? NULL : PyObject_GetAttr(remembered, S_QUERY);
-    PyObject *rlength = rquery == NULL ? NULL : PyObject_GetAttr(remembered, S_LENGTH);
-    PyObject *one = rlength == NULL ? NULL : PyLong_FromLong(1);
-    if (one != NULL) {
-        PyObject *call[7] = {rpath, rquery, rlength, one, started, head->headers, peer};
-        record = PyObject_Vectorcall(PyTuple_GET_ITEM(tables, T_RECORD_SENT), call, 7, NULL);
-    }
-    Py_XDECREF(rpath);
-    Py_XDECREF(rquery);
-    Py_XDECREF(rlength);
-    Py_XDECREF(one);
-    if (record == NULL) goto out;
+    FAIL_IF(hold(writer, buffers, PyBytes_GET_SIZE(framed) + PyBytes_GET_SIZE(date) + 2 + nbytes) < 0);
+    FAIL_IF(record(PyTuple_GET_ITEM(tables, T_RECORD_SENT), remembered, started, head->headers, peer) < 0);
     done = 1;
-    goto out;
 
-failed_or_out:
-    if (PyErr_Occurred()) done = -1;
 out:
     Py_XDECREF(key);
     Py_XDECREF(remembered);
@@ -506,13 +503,13 @@ out:
     Py_XDECREF(known);
     Py_XDECREF(made);
     Py_XDECREF(prepared);
+    Py_XDECREF(clock);
     Py_XDECREF(length);
     Py_XDECREF(files);
     Py_XDECREF(body);
     Py_XDECREF(framed);
     Py_XDECREF(buffers);
     Py_XDECREF(started);
-    Py_XDECREF(record);
     return done;
 }
 
