@@ -32,7 +32,8 @@ pytestmark = [
     pytest.mark.skipif(simplehead.parser() is None, reason="the compiled module is not built here"),
 ]
 
-FILES = {"a.bin": os.urandom(4096), "b.bin": os.urandom(8192), "c.bin": os.urandom(4096), "d.bin": os.urandom(4096)}
+FILES = {"a.bin": os.urandom(4096), "b.bin": os.urandom(8192), "c.bin": os.urandom(4096), "d.bin": os.urandom(4096),
+         "e.bin": os.urandom(64 * 1024)}
 TARGETS = ["/files/{}", "/api/stream-files?file1={}"]
 #: Enough requests of one target that the last ones find it remembered and trusted: the head is
 #: remembered at its second sight, the file watched at a later use and trusted from the next, and
@@ -122,11 +123,19 @@ def test_a_trusted_file_is_answered_alike(served, target) -> None:
     with pair(both, python_answers) as p:
         assert p.warm(target.format("a.bin")) >= 1  # the last ones: remembered and trusted
         before = p.in_c
-        for name in ("a.bin", "b.bin", "a.bin"):
-            p.warm(target.format(name))
+        for name in ("a.bin", "b.bin", "a.bin", "e.bin"):  # e.bin: a body past one write_chunk (T3)
+            assert p.warm(target.format(name)) >= 1
         resp = p.ask(target.format("b.bin"))
         assert resp.status == 200 and FILES["b.bin"] in resp.body
-        assert p.in_c - before >= 4
+        assert p.in_c - before >= 5
+
+
+def test_what_it_holds_at_once_is_what_the_writer_holds_at_once() -> None:
+    from axon.server.answer import fits_one_write
+
+    for chunk in (16 * 1024, 64 * 1024, 1024 * 1024):
+        most = simplehead.held_at_once(chunk)
+        assert fits_one_write(most, 0, chunk) and not fits_one_write(most + 1, 0, chunk)
 
 
 def test_a_health_probe_is_answered_alike(served) -> None:

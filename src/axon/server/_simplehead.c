@@ -237,7 +237,7 @@ parse(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * nothing that path does not decide first: it reads what that path left in its tables. */
 
 enum {
-    T_MOST_FIELDS, T_MOST_BYTES, T_CHUNK, T_FIXED, T_HEADS, T_VARIANT, T_HEAD_REORDER, T_HEAD_CLOCK,
+    T_MOST_FIELDS, T_MOST_BYTES, T_HELD_MAX, T_FIXED, T_HEADS, T_VARIANT, T_HEAD_REORDER, T_HEAD_CLOCK,
     T_CACHE, T_FILE_REORDER, T_RECORD_SENT, T_PERF_COUNTER, T_WORKER, T_SIZE
 };
 
@@ -444,12 +444,12 @@ answer_remembered(Head *head, PyObject *target, PyObject *tables, PyObject *date
     FAIL_IF(attr_double(entry, S_CHECKED, &checked) < 0 || attr_double(cache, S_VALID, &valid) < 0);
     DECLINE_IF(now - checked >= valid);
 
-    /* What ResponseWriter.send writes at once: bytes only, within one chunk. */
+    /* What ResponseWriter.send writes at once: bytes only (no file to read), held_at_once's. */
     FAIL_IF((length = PyObject_GetAttr(prepared, S_LENGTH)) == NULL || (files = PyObject_GetAttr(prepared, S_FILES)) == NULL
             || (body = PyObject_GetAttr(prepared, S_BODY)) == NULL || (framed = PyObject_GetAttr(prepared, S_HEAD)) == NULL);
-    Py_ssize_t nbytes = PyLong_AsSsize_t(length), chunk = PyLong_AsSsize_t(PyTuple_GET_ITEM(tables, T_CHUNK));
+    Py_ssize_t nbytes = PyLong_AsSsize_t(length), held_max = PyLong_AsSsize_t(PyTuple_GET_ITEM(tables, T_HELD_MAX));
     FAIL_IF(PyErr_Occurred() || (found = PyObject_IsTrue(files)) < 0);
-    DECLINE_IF(found || nbytes > chunk || !PyList_Check(body) || !PyBytes_Check(framed));
+    DECLINE_IF(found || nbytes > held_max || !PyList_Check(body) || !PyBytes_Check(framed));
 
     /* Answered from here: the record's start, the LRU moves of Remembered.recall and
      * FileCache.peek_all, the answer held (ResponseWriter.send), the record. */

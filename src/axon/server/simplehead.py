@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import environment
 from ..runtime import checked_from
+from .answer import MEMORY_BODY_MAX
 from .shortcuts import REORDER_SECONDS, VARIANT_HEADERS
 
 if TYPE_CHECKING:
@@ -75,16 +76,22 @@ def answer_tables(limits: Limits, shortcuts: Shortcuts, cache: Any, record_sent:
                   dated: Any, chunk: int) -> tuple:
     """What :func:`answerer`'s ``answer`` reads, for a worker's connections (the order is the C
     module's ``T_*``): the sizes within which ``check_head`` refuses nothing (of ``limits``), the
-    ``chunk`` its writers write at once, its ``shortcuts``' fixed answers and remembered heads, the
+    longest body its writers of ``chunk`` write at once (:func:`held_at_once`), its ``shortcuts``' fixed answers and remembered heads, the
     headers that vary an answer, the heads' reorder time and clock, the open-file ``cache`` of
     its shared files (None without) and its reorder time, the App's ``record_sent``, the clock
     of a record's start, and what keeps the ``Date`` line (``dated.date_line``: the worker)."""
     most_fields, most_bytes = checked_from(limits)
     return (
-        most_fields, most_bytes, chunk, shortcuts.fixed, shortcuts.remembered.heads, VARIANT_HEADERS,
+        most_fields, most_bytes, held_at_once(chunk), shortcuts.fixed, shortcuts.remembered.heads, VARIANT_HEADERS,
         REORDER_SECONDS, time.monotonic, cache, 1.0 if cache is None else cache.REORDER, record_sent,
         time.perf_counter, dated,
     )
+
+
+def held_at_once(chunk: int) -> int:
+    """The longest body of bytes only (nothing to read from a file) that a writer of ``chunk``
+    writes at once (:func:`~.answer.fits_one_write` with nothing to read)."""
+    return max(chunk, MEMORY_BODY_MAX)
 
 
 def describe() -> str:
