@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import Client, Resp, head_reader_set, shared_app
+from conftest import Client, Resp, head_reader_set, shared_app, wait_for
 from test_server_freshness import VALID, mapped, rewrite
 
 from axon.server import reading, simplehead
@@ -251,3 +251,22 @@ def test_the_date_line_is_the_one_of_the_second(served) -> None:
         p.warm("/files/a.bin")
         resp = p.clients["compiled"].get("/files/a.bin")
         assert re.fullmatch(r"\w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d GMT", resp.header("date") or "")
+
+
+def test_every_answer_is_recorded_as_the_python_path_records_it(served) -> None:
+    """Metrics and the access log read the records: one for each request, the same fields."""
+    _root, both, python_answers = served
+    seen: dict[str, list] = {kind: [] for kind in both}
+    for kind, server in both.items():
+        reader = type("Reader", (), {"read": lambda self, r, into=seen[kind]: into.extend(r), "flush": lambda self: None})
+        server.worker.app.records.attach(reader())
+    with pair(both, python_answers) as p:
+        for _ in range(2):
+            p.ask("/files/b.bin", {"X-Forwarded-For": "203.0.113.9"})  # the App's answers, before any in C
+        assert p.warm("/files/a.bin") >= 1
+    for kind, server in both.items():
+        records = server.worker.app.records
+        assert wait_for(lambda: (records.drain(), len(seen[kind]) == 2 + WARM)[1]), kind
+    fields = {kind: [(r[1], r[2], r[3], r[4], r[5], r[6], r[8]) for r in got] for kind, got in seen.items()}
+    assert fields["compiled"] == fields["pure"]
+    assert fields["compiled"][-1] == ("GET", "/files/a.bin", "", 200, 4096, 1, "127.0.0.1")
