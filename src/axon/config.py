@@ -122,6 +122,10 @@ class Environment:
     #: simple request heads, :mod:`axon.server.simplehead`) unused (``AXON_PURE_PYTHON=1``; the
     #: tests run both).
     pure_python: bool = False
+    #: Let the compiled module answer a fixed answer or a trusted file's remembered head itself
+    #: (:func:`axon.server.simplehead.answerer`); ``AXON_NO_COMPILED_ANSWER=1`` leaves every
+    #: answer to Python while the compiled reader still reads heads.
+    compiled_answer: bool = True
     #: Time each worker's event loop for ``axon_event_loop_lag_seconds`` (``AXON_NO_LOOP_LAG=1``
     #: turns the timer off: ``scripts/instructions.py`` does, since under callgrind its fires,
     #: paced by the wall clock, would count as the requests' instructions).
@@ -153,6 +157,7 @@ def environment(environ: Mapping[str, str] | None = None) -> Environment:
         identity_secret=variable("AXON_IDENTITY_SECRET", None, env),
         portable_identity=flag("AXON_PORTABLE_IDENTITY", env),
         pure_python=flag("AXON_PURE_PYTHON", env),
+        compiled_answer=not flag("AXON_NO_COMPILED_ANSWER", env),
         loop_lag=not flag("AXON_NO_LOOP_LAG", env),
         turn_budget=number("AXON_TURN_BUDGET", 0.001, env, positive=True),
     )

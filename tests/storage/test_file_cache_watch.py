@@ -197,7 +197,7 @@ def test_a_use_while_another_thread_takes_events_in_waits_for_them(store, root, 
     trusted(store, "a.txt")
     with open(root / "a.txt", "r+b") as f:
         f.write(b"VERSION 2\n")
-    watcher = store.cache._watcher  # noqa: SLF001 - held open mid-read, the only way to widen the window
+    watcher = store.cache.watcher  # held open mid-read, the only way to widen the window
     inside, release = threading.Event(), threading.Event()
     real_read = type(watcher).read
 
@@ -259,7 +259,7 @@ def test_a_trusted_file_is_known_without_opening_it_until_it_changes(store, root
     opened = store.open("a.txt")
     assert opened.fd >= 0 and opened.version != version
     opened.close()
-    assert store.cache._entries["a.txt"].made is None  # noqa: SLF001 - the old bytes are let go with the new read
+    assert store.cache.entries["a.txt"].made is None  # the old bytes are let go with the new read
     trusted(store, "a.txt")
     again = store.cached("a.txt")
     assert again is not known and again.data == b"VERSION 2\n" and again.version == opened.version
@@ -269,7 +269,7 @@ def test_a_trusted_file_is_known_without_opening_it_until_it_changes(store, root
     trusted(store, "a.txt")
     assert store.cached("a.txt") is again  # checked, unchanged: the same object (and signature) again
     # The old version's bytes are no longer held by the cache beside the new ones it counts.
-    entry = store.cache._entries["a.txt"]  # noqa: SLF001 - what the byte budget counts
+    entry = store.cache.entries["a.txt"]  # what the byte budget counts
     assert entry.made == (again.version, again) and again.data is entry.small[1]
     assert store.cache.small_total == len(b"VERSION 2\n")
 

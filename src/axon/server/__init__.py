@@ -1,7 +1,8 @@
 """Axon's own HTTP/1.1 server: ``axon serve``.
 
 ``protocol`` is one connection: it parses (httptools, with ``simplehead``'s optional compiled
-reader of simple heads in front), keeps the clocks and answers in order;
+reader of simple heads in front, which also sends the answers the worker's tables already hold
+for a trusted file or a fixed answer), keeps the clocks and answers in order;
 ``exchange`` is one request on it; ``writer`` writes responses (``writev`` of coalesced parts,
 ``os.sendfile`` for large slices, bounded copies under TLS); ``served`` declares what the server
 uses of an App; ``worker`` runs one event loop (uvloop when installed, see ``loops``);

@@ -53,7 +53,7 @@ class HTTPProtocol(RequestReading, asyncio.Protocol):
     # Slots: a connection is read on every request, and past some 30 attributes an instance
     # dict's keys stop being shared and each ``self.x`` costs more (CPython 3.11).
     __slots__ = (
-        "worker", "app", "loop", "limits", "parser", "_simple_head", "_checked_from",
+        "worker", "app", "loop", "limits", "parser", "_simple_head", "_answer", "_answer_tables", "_checked_from",
         "_between", "_shortcuts", "_get_fixed", "_remembered", "_open", "_record_sent", "_sync_files",
         "_cached_files", "state", "deadline", "_transport", "flow", "writer", "cycle", "_exchange", "_refusal",
         "_pipeline", "_stash", "_eof", "_linger_bytes", "_closing", "peer",
@@ -66,6 +66,8 @@ class HTTPProtocol(RequestReading, asyncio.Protocol):
         self.limits = worker.limits
         self.parser = HttpRequestParser(self)
         self._simple_head = worker.simple_head
+        self._answer = worker.answer
+        self._answer_tables = worker.answer_tables
         self._checked_from = checked_from(self.limits)
         self._between = True  # whether llhttp may be between requests (see _feed)
         self._shortcuts = shortcuts = worker.shortcuts
@@ -172,7 +174,22 @@ class HTTPProtocol(RequestReading, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         state = self.state
         if state in READING:
-            self._feed(data)
+            answer = self._answer
+            if answer is not None and self._between and self._exchange is None and not self._pipeline:
+                # One request, answered whole from the worker's tables in one compiled call
+                # (simplehead.answerer), or read by it and handed on as parse() would.
+                try:
+                    found = answer(data, self._answer_tables, self.writer, self.flow, self.peer)
+                except Exception:  # a bug of ours: this connection goes, the others are answered
+                    log.exception("a compiled answer failed; aborting the connection")
+                    self._abort()
+                    return
+                if found is True:
+                    self._to(IDLE)  # answered; the next request's first bytes start the header clock
+                    return
+                self._feed(data, found)
+            else:
+                self._feed(data)
             if self._pipeline:
                 self._advance()
         elif state in CLOSING:

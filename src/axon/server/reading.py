@@ -105,10 +105,12 @@ class RequestReading:
 
         def _abort(self) -> None: ...
 
-    def _feed(self, data: bytes) -> None:
+    def _feed(self, data: bytes, found: Any = False) -> None:
+        """Parse ``data``; ``found``: what the compiled reader made of its first head already
+        (``parse(data, 0)``'s answer), False if it was not asked."""
         if self._simple_head is not None:
             if self._between and self._exchange is None:
-                data = self._feed_simple(data)
+                data = self._feed_simple(data, found)
                 if not data:
                     return
             # Whether llhttp will be between requests after this read, where the compiled reader
@@ -162,16 +164,19 @@ class RequestReading:
                 if state is HEAD or state is IDLE or state is NEW:
                     self._to(BODY)
 
-    def _feed_simple(self, data: bytes) -> bytes:
-        """Read the simple heads that ``data`` begins with in one call each (:mod:`.simplehead`)
-        and answer them as llhttp's callbacks would; return what is left for llhttp."""
+    def _feed_simple(self, data: bytes, found: Any = False) -> bytes:
+        """Read the simple heads that ``data`` begins with in one call each (:mod:`.simplehead`;
+        ``found``: the first one's, read already, or False) and answer them as llhttp's callbacks
+        would; return what is left for llhttp."""
         parse, start, size = self._simple_head, 0, len(data)
         most_fields, most_bytes = self._checked_from
         while start < size:
-            found = parse(data, start)  # type: ignore[misc]
+            if found is False:
+                found = parse(data, start)  # type: ignore[misc]
             if found is None:
                 break
             method, url, headers, end, count, field_bytes = found
+            found = False
             if count > most_fields or end - start > most_bytes:  # within both check_head refuses none (runtime.checked_from)
                 try:
                     check_head(len(url), count, field_bytes, self.limits)

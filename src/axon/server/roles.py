@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..pace import Pace
     from .served import ServedApp
     from .shortcuts import Shortcuts
-    from .simplehead import SimpleHeadParser
+    from .simplehead import SimpleHeadParser, TrustedAnswer
 
 
 class WorkerView(Protocol):
@@ -34,6 +34,9 @@ class WorkerView(Protocol):
     shortcuts: Shortcuts
     #: The compiled reader of simple request heads (:mod:`.simplehead`), or None: llhttp alone.
     simple_head: SimpleHeadParser | None
+    #: The compiled answer (:func:`.simplehead.answerer`), or None, and the tables it reads.
+    answer: TrustedAnswer | None
+    answer_tables: tuple
     #: The 503 a connection over the limit gets, whole.
     full_response: bytes
     use_sendfile: bool

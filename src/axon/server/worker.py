@@ -32,6 +32,7 @@ from .loops import new_event_loop
 from .outbox import Outbox
 from .protocol import HTTPProtocol
 from .shortcuts import Shortcuts
+from .simplehead import answer_tables, answerer
 from .simplehead import parser as simple_head_parser
 from .served import ServedApp
 from .wire import CLOSE, date_line, encode_head
@@ -76,6 +77,11 @@ class Worker:
         self.shortcuts = Shortcuts(app, chunk=chunk)
         #: The compiled reader of simple request heads (:mod:`.simplehead`), or None.
         self.simple_head = simple_head_parser()
+        #: The compiled answer of fixed answers and trusted files (:func:`.simplehead.answerer`),
+        #: or None, and the tables it reads.
+        self.answer = answerer()
+        self.answer_tables = answer_tables(self.limits, self.shortcuts, None if shared is None else shared.cache,
+                                           app.record_sent, self, chunk)
         full = error_response(ServiceUnavailable("the server is at its connection limit; retry later"))
         self.full_response = encode_head(full.status, full.reason, full.headers, CLOSE) + b"".join(full.body)  # type: ignore[arg-type]
 

@@ -119,7 +119,7 @@ class ResponseWriter:
                 data = b"".join((answer.head, self._tail(exchange), CRLF, *answer.body))
                 whole = answer.whole = (date, keep_alive, http11, data)
             data = whole[3]
-            self._hold([data], len(data))
+            self.hold([data], len(data))
             return True
         body = answer.body
         length = answer.length
@@ -129,14 +129,14 @@ class ResponseWriter:
         files = answer.files
         try:
             if read == 0 or not body or (len(body) == 1 and type(body[0]) is bytes):  # bytes only: nothing to walk
-                tail = self._tail(exchange)  # the head completed and the body joined in one (_hold)
-                self._hold([answer.head, tail, CRLF, *body], len(answer.head) + len(tail) + 2 + length)
+                tail = self._tail(exchange)  # the head completed and the body joined in one (hold)
+                self.hold([answer.head, tail, CRLF, *body], len(answer.head) + len(tail) + 2 + length)
             else:
                 head = b"".join((answer.head, self._tail(exchange), CRLF))
                 out = [head]
                 i, size = self._gather(out, len(head), body, 0, len(head) + length + 1)
                 if i == len(body):  # every slice read into out: one answer to hold
-                    self._hold(out, size)
+                    self.hold(out, size)
                 else:
                     self._write_now(out, body, i, length)
         except (ClientGone, BrokenPipeError, ConnectionError):  # sending found the client gone
@@ -165,7 +165,7 @@ class ResponseWriter:
             return False
         return self.send(answer, exchange)
 
-    def _hold(self, buffers: list[bytes], size: int) -> None:
+    def hold(self, buffers: list[bytes], size: int) -> None:
         """Keep one whole answer (``buffers``, ``size`` bytes in all; joined when small) for the
         outbox to write when the loop's turn ends. Past ``MEMORY_BODY_MAX`` held (a large answer,
         or a client pipelining many requests in one read), what is held is handed over at once:

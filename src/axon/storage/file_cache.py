@@ -213,6 +213,8 @@ class FileCache:
     """Requested path -> :class:`CachedDescriptor`: at most ``size`` of them, each closed once
     unused for ``inactive`` seconds, its path checked again (``recheck``) every ``valid`` seconds."""
 
+    REORDER = REORDER_SECONDS  # for the compiled answer (below)
+
     def __init__(
         self, size: int = DEFAULT_SIZE, valid: float = DEFAULT_VALID, *, inactive: float = DEFAULT_INACTIVE,
         small_bytes: int = DEFAULT_SMALL_BYTES, recheck: Recheck | None = None,
@@ -229,16 +231,19 @@ class FileCache:
         self.small_total = 0
         self._recheck = recheck if recheck is not None else (lambda entry, now: None)
         self._trusted = trusted or _facts
-        self._clock = clock
-        self._entries: OrderedDict[str, CachedDescriptor] = OrderedDict()  # least recently used first
+        # Public, with ``begun``, ``taken``, ``valid``, ``REORDER`` and ``move_up``: the native
+        # server's compiled answer reads them (axon/server/_simplehead.c) to find what peek_all
+        # would find, and answers only when no take-in is owed and the watcher's queue is empty.
+        self.clock = clock
+        self.entries: OrderedDict[str, CachedDescriptor] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
-        self._watcher = watcher
+        self.watcher = watcher
         self._watched: dict[int, list[CachedDescriptor]] = {}  # watch -> the entries of its inode
         self._syncs = 0  # how many times events were taken in: a stat older than one is not trusted
         # Requests begun (sync) and requests whose events were taken in: while they differ, a use
         # takes the events in first. Counts, not a flag, so that a request that begins while a
         # take-in runs is not marked done by it.
-        self._begun = self._taken = 0
+        self.begun = self.taken = 0
         self._taking = threading.Lock()  # one take-in at a time; the others wait for it
         self._watch_limit = size if watcher is None else min(size, watcher.budget)
         #: Files that never change under their name (the objects' disk tier names a file by its
@@ -255,26 +260,26 @@ class FileCache:
     def watched_by_kernel(self) -> bool:
         """Whether the kernel tells this cache of changes (inotify): then a hit whose bytes are in
         memory needs no ``fstat``."""
-        return self._watcher is not None
+        return self.watcher is not None
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.entries)
 
     def acquire(self, requested: str) -> tuple[CachedDescriptor, os.stat_result] | None:
         """The cached descriptor for ``requested`` with one more user, and its ``fstat`` now; or
         None: not cached, no longer linked, or no longer what the path names. The key is the
         path exactly as requested: it passed the store's checks when the entry was made, and
         they depend on nothing else."""
-        if self._begun != self._taken:
+        if self.begun != self.taken:
             self._take_events()
         lock = self._lock
         with lock:
-            entry = self._entries.get(requested)
+            entry = self.entries.get(requested)
             if entry is None:
                 return None
             entry.refs += 1
-            self._entries.move_to_end(requested)
-            entry.used = now = self._clock()
+            self.entries.move_to_end(requested)
+            entry.used = now = self.clock()
             syncs = self._syncs
         st = entry.fresh
         if st is not None:
@@ -302,7 +307,7 @@ class FileCache:
             return None
         if self._immutable:
             entry.fresh = st  # its bytes stay the version its name says, even once deleted
-        elif entry.small is not None and entry.wd >= 0 and self._watcher is not None:
+        elif entry.small is not None and entry.wd >= 0 and self.watcher is not None:
             self._trust(requested, entry, st, syncs)
         return entry, st
 
@@ -311,27 +316,27 @@ class FileCache:
         unchanged since its last ``fstat``, its bytes in memory, its path checked within
         ``valid``); else None, and the caller opens it. Nothing is held: bytes need no
         descriptor, so a response sent from them costs no reference, no view and no close."""
-        if self._begun != self._taken:
+        if self.begun != self.taken:
             self._take_events()
-        entry = self._entries.get(requested)
+        entry = self.entries.get(requested)
         if entry is None:
             return None
         known = entry.known  # one read: the whole of it, or None
         if known is None:
             return None
-        now = self._clock()
+        now = self.clock()
         if now - entry.checked >= self.valid:
             return None
         if now - entry.used >= REORDER_SECONDS:  # most hits of a hot file move nothing (see REORDER_SECONDS)
-            self._move_up(((requested, entry),), now)
+            self.move_up(((requested, entry),), now)
         return known
 
     def peek_all(self, paths: list[str]) -> list[Any]:
         """:meth:`peek` of each of ``paths`` (a remembered head's files), in one call: the news
         taken in once, the clock read once."""
-        if self._begun != self._taken:
+        if self.begun != self.taken:
             self._take_events()
-        entries, valid, now = self._entries, self.valid, self._clock()
+        entries, valid, now = self.entries, self.valid, self.clock()
         found: list = []
         moved = None
         for requested in paths:
@@ -345,15 +350,15 @@ class FileCache:
                     moved.append((requested, entry))
             found.append(known)
         if moved is not None:
-            self._move_up(moved, now)
+            self.move_up(moved, now)
         return found
 
-    def _move_up(self, moved: Iterable[tuple[str, CachedDescriptor]], now: float) -> None:
+    def move_up(self, moved: Iterable[tuple[str, CachedDescriptor]], now: float) -> None:
         """Trusted hits of ``now``: their entries go to the recent end of the LRU order."""
         with self._lock:
             for requested, entry in moved:
                 if not entry.dropped:
-                    self._entries.move_to_end(requested)
+                    self.entries.move_to_end(requested)
                     entry.used = now
 
     def _trust(self, requested: str, entry: CachedDescriptor, st: os.stat_result, syncs: int) -> None:
@@ -365,7 +370,7 @@ class FileCache:
             return
         if entry.wd == 0:
             room = len(self._watched) < self._watch_limit
-            wd = self._watcher.watch(entry.fd) if room else None  # type: ignore[union-attr]
+            wd = self.watcher.watch(entry.fd) if room else None  # type: ignore[union-attr]
             with self._lock:
                 if entry.wd != 0:  # another thread watched it meanwhile: the kernel gave it the same wd
                     return
@@ -396,25 +401,25 @@ class FileCache:
         """A request begins: take in what the kernel told of before its first use of the cache
         (so a request that opens no file costs nothing). The server calls this for each request."""
         if self._watched:  # nothing watched, nothing to hear of
-            self._begun += 1
+            self.begun += 1
 
     def _take_events(self) -> None:
         """Every event queued now: a changed file is ``fstat``-ed at its next use. A thread that
         finds a take-in under way waits for it, and so never trusts a stat it is about to clear."""
         with self._taking:
-            begun = self._begun
-            if begun == self._taken:  # taken in by another thread while this one waited
+            begun = self.begun
+            if begun == self.taken:  # taken in by another thread while this one waited
                 return
-            watcher = self._watcher
+            watcher = self.watcher
             if watcher is not None and watcher.pending():
                 self._apply(watcher.read())
-            self._taken = begun
+            self.taken = begun
 
     def _apply(self, events: Events) -> None:
         with self._lock:
             self._syncs += 1
             if events.overflowed:
-                for entry in self._entries.values():
+                for entry in self.entries.values():
                     entry.fresh = entry.known = None
             for wd in events.changed:
                 for entry in self._watched.get(wd, ()):
@@ -437,22 +442,22 @@ class FileCache:
 
     def add(self, requested: str, fd: int, identity: tuple[int, int], name: str, content_type: str) -> CachedDescriptor:
         """Cache the descriptor just opened for ``requested``; the caller holds one reference."""
-        entry = CachedDescriptor(self, fd, identity, name, content_type, self._clock())
+        entry = CachedDescriptor(self, fd, identity, name, content_type, self.clock())
         with self._lock:
-            old = self._entries.pop(requested, None)
+            old = self.entries.pop(requested, None)
             if old is not None:  # another thread resolved the same path meanwhile
                 self._drop(old)
-            self._entries[requested] = entry
-            while len(self._entries) > self.size:
-                self._drop(self._entries.popitem(last=False)[1])
+            self.entries[requested] = entry
+            while len(self.entries) > self.size:
+                self._drop(self.entries.popitem(last=False)[1])
         return entry
 
     def prune(self) -> None:
         """Close the entries unused for ``inactive`` seconds (the server calls this once a
         second). The least recently used come first, so this stops at the first recent one. An
         entry still in use closes when its last user is done."""
-        idle = self._clock() - self.inactive
-        entries = self._entries
+        idle = self.clock() - self.inactive
+        entries = self.entries
         with self._lock:
             while entries:
                 key = next(iter(entries))
@@ -463,21 +468,21 @@ class FileCache:
     def clear(self) -> None:
         """Forget every entry; descriptors still in use close when their last user is done."""
         with self._lock:
-            while self._entries:
-                self._drop(self._entries.popitem(last=False)[1])
+            while self.entries:
+                self._drop(self.entries.popitem(last=False)[1])
 
     def close(self) -> None:
         """:meth:`clear`, and close the kernel's watcher (after any take-in under way)."""
         self.clear()
         with self._taking:
-            if self._watcher is not None:
-                self._watcher.close()
-                self._watcher = None
+            if self.watcher is not None:
+                self.watcher.close()
+                self.watcher = None
 
     def _forget(self, key: str, entry: CachedDescriptor) -> None:
         # Called with the lock held: drop ``entry`` if it is still the one cached for ``key``.
-        if self._entries.get(key) is entry:
-            del self._entries[key]
+        if self.entries.get(key) is entry:
+            del self.entries[key]
             self._drop(entry)
 
     def _drop(self, entry: CachedDescriptor) -> None:
@@ -499,5 +504,5 @@ class FileCache:
             os.close(entry.fd)
 
     def _unwatch(self, wd: int) -> None:
-        if self._watcher is not None:
-            self._watcher.unwatch(wd)
+        if self.watcher is not None:
+            self.watcher.unwatch(wd)

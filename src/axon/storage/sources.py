@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from . import FILE_CACHE_BYTES, FILE_CACHE_INACTIVE, FILE_CACHE_VALID, Source
 from .local import FileStore, TrustedFile
@@ -49,6 +49,9 @@ class SharingSource(Source, Protocol):
 
     #: The source whose files it shares.
     store: Source
+    #: Its open-file cache (:class:`~.file_cache.FileCache`): the native server's compiled answer
+    #: reads its tables (``entries``, ``begun``, ``taken``, ``watcher``, ``clock``, ``valid``).
+    cache: Any
 
     def sync(self) -> None:
         """A request begins: take in the changes to shared files the kernel told of."""
