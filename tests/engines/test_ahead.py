@@ -14,7 +14,7 @@ import pytest
 from engine_support import engine
 
 from axon.bench import relay
-from axon.engines.ahead import Ahead, PlannedBatch
+from axon.engines.ahead import Ahead, PlannedBatch, in_order
 
 torch = engine("torch", "torch")
 
@@ -71,16 +71,35 @@ def test_reads_ahead_stay_within_the_bound_and_stale_ones_are_cancelled():
         started.append(batch)
         return Future()
 
-    ahead.plan([(("a", 1), 1), (("a", 2), 2), (("a", 3), 3)], start)
-    assert started == [1, 2] and len(ahead) == 2
-    first = ahead.take(("a", 1))
-    ahead.plan([(("a", 2), 2), (("a", 3), 3)], start)
-    assert started == [1, 2, 3] and len(ahead) == 2 and first is not None
-    kept = ahead._reads[("a", 3)]
-    assert ahead.take(("a", 5)) is None and len(ahead) == 0  # 2 and 3 will never be asked for now
+    ahead.plan([(("a", 1), [1]), (("a", 2), [2]), (("a", 3), [3])], start)
+    assert started == [[1], [2]] and len(ahead) == 2
+    first = ahead.take(("a", 1), [1])
+    ahead.plan([(("a", 2), [2]), (("a", 3), [3])], start)
+    assert started == [[1], [2], [3]] and len(ahead) == 2 and first is not None
+    _, kept = ahead._reads[("a", 3)]
+    assert ahead.take(("a", 5), [5]) is None and len(ahead) == 0  # 2 and 3 will never be asked for now
     assert kept.cancelled()
     with pytest.raises(ValueError):
         Ahead(-1)
+
+
+def test_a_read_ahead_serves_only_its_own_indices_and_a_plan_drops_what_it_no_longer_names():
+    ahead = Ahead(3)
+    ahead.plan([(("a", 1), [2, 3]), (("a", 2), [4, 5])], lambda batch: Future())
+    _, other = ahead._reads[("a", 2)]
+    assert ahead.take(("a", 1), [2, 3, 4]) is None  # another batch size at the same place
+    ahead.plan([], lambda batch: Future())  # a batch that plans nothing: nothing ahead is wanted
+    assert other.cancelled() and len(ahead) == 0
+
+
+def test_a_run_of_consecutive_indices_plans_the_runs_its_process_gets_next():
+    assert in_order(range(0, 4), 18, 1, 2) == (("in order", 0), [(("in order", 4), range(4, 8)),
+                                                                  (("in order", 8), range(8, 12))])
+    # Three workers: batch k goes to worker k % 3, so worker 1 reads the runs at 4, 16, 28...
+    assert in_order([4, 5, 6, 7], 18, 3, 4) == (("in order", 4), [(("in order", 16), range(16, 18))])
+    assert in_order([16, 17], 18, 3, 4) == (("in order", 16), [])
+    for batch in ([3, 1, 2], [0, 2, 4], [], [17, 18], [-1, 0]):  # shuffled, strided, empty, past the ends
+        assert in_order(batch, 18, 1, 4) == (None, [])
     with pytest.raises(ValueError):
         AxonDataset(["127.0.0.1:1/a"], ahead=True)
 
@@ -106,9 +125,31 @@ def test_the_loader_reads_ahead_one_request_a_batch(slow):
     assert kept_connections(port) >= 2
     dataset.close()
     plain = AxonDataset([f"axon://{address}/{rel}" for rel in RELS[:60]])
-    with plain:
-        assert [d for b in DataLoader(plain, batch_size=20, collate_fn=list) for d in b] == expected(served, RELS[:60])
+    with plain:  # shuffled, nothing is read ahead: one connection does, one request a batch
+        mark = served.mark()
+        shuffled = DataLoader(plain, batch_size=20, shuffle=True, collate_fn=list)
+        assert sorted(d for b in shuffled for d in b) == sorted(expected(served, RELS[:60]))
         assert kept_connections(port) == 1
+        assert len([r for r in served.requests_since(mark) if r["path"] == "/api/stream-files"]) == 3
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_plain_loader_in_order_reads_ahead_one_request_a_batch(slow, workers):
+    address, served = slow
+    with AxonDataset([f"axon://{address}/{rel}" for rel in RELS[:240]]) as dataset:
+        loader = DataLoader(dataset, batch_size=15, num_workers=workers, multiprocessing_context="fork" if workers
+                            else None, collate_fn=list)
+        mark = served.mark()
+        batches = iter(loader)
+        got = next(batches)
+        began = time.monotonic()  # the rest, one by one: 15 round trips, or 7 in each of two workers
+        got += [data for batch in batches for data in batch]
+        took = time.monotonic() - began
+        seen = served.requests_since(mark)
+    assert got == expected(served, RELS[:240])
+    assert len([r for r in seen if r["path"] == "/api/stream-files"]) == 16, seen  # none read twice, none past the end
+    assert took < 15 // max(workers, 1) * ROUND_TRIP * FLOOR_SHARE, took
+
 
 
 def test_workers_read_their_own_next_batches(slow):
