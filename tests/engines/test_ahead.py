@@ -100,6 +100,16 @@ def test_a_run_of_consecutive_indices_plans_the_runs_its_process_gets_next():
     assert in_order([16, 17], 18, 3, 4) == (("in order", 16), [])
     for batch in ([3, 1, 2], [0, 2, 4], [], [17, 18], [-1, 0]):  # shuffled, strided, empty, past the ends
         assert in_order(batch, 18, 1, 4) == (None, [])
+
+
+def test_runs_are_read_ahead_only_once_a_run_came_that_the_one_before_foretold():
+    ahead = Ahead(2)
+    assert ahead.in_order(range(8, 12), 40, 1) == (("in order", 8), [])  # a first run: nothing yet
+    assert ahead.in_order(range(0, 4), 40, 1) == (("in order", 0), [])  # not the run 8-11 foretold
+    key, following = ahead.in_order(range(4, 8), 40, 1)  # the run 0-3 foretold: the order holds
+    assert key == ("in order", 4) and [run for _, run in following] == [range(8, 12), range(12, 16)]
+    assert ahead.in_order([3, 1, 2], 40, 1) == (None, [])
+    assert ahead.in_order(range(20, 24), 40, 1)[1] == []
     with pytest.raises(ValueError):
         AxonDataset(["127.0.0.1:1/a"], ahead=True)
 
@@ -150,6 +160,17 @@ def test_a_plain_loader_in_order_reads_ahead_one_request_a_batch(slow, workers):
     assert len([r for r in seen if r["path"] == "/api/stream-files"]) == 16, seen  # none read twice, none past the end
     assert took < 15 // max(workers, 1) * ROUND_TRIP * FLOOR_SHARE, took
 
+
+
+def test_a_sampler_of_shuffled_runs_reads_no_batch_it_is_not_asked_for(served):
+    runs = [list(range(start, start + 10)) for start in range(0, 100, 10)]
+    order = [runs[k] for k in (3, 7, 0, 9, 4, 1, 8, 2, 6, 5)]  # shuffled blocks, each in order
+    with AxonDataset([served.url(rel) for rel in RELS[:100]]) as dataset:
+        mark = served.mark()
+        got = [d for b in DataLoader(dataset, batch_sampler=order, collate_fn=list) for d in b]
+        seen = served.requests_since(mark)
+    assert got == [data for run in order for data in expected(served, [RELS[i] for i in run])]
+    assert len([r for r in seen if r["path"] == "/api/stream-files"]) == 10, seen
 
 
 def test_workers_read_their_own_next_batches(slow):

@@ -42,7 +42,7 @@ from ..batchclient.transport import Connections, RoundTrip
 from ..fsspec import AxonFileSystem
 from ..fsspec.errors import error_for
 from ..signing import mint_token
-from .ahead import AHEAD, Ahead, in_order
+from .ahead import AHEAD, Ahead
 from .file_groups import axon_filesystem
 from .torch_ahead import AheadBatchSampler, AheadLoader
 
@@ -143,14 +143,15 @@ class AxonDataset(Dataset):
         """The samples of a sampler's batch. The reads of the batches this process gets next
         start (up to the bound) before this one is waited for: those a
         :class:`~.ahead.PlannedBatch` names, or, for a run of consecutive indices (a plain
-        ``DataLoader`` in order), the runs that follow it (:func:`~.ahead.in_order`)."""
+        ``DataLoader`` in order), the runs that follow it, once the order is seen
+        (:meth:`~.ahead.Ahead.in_order`)."""
         fs, ahead = self._fs.get()
         key = getattr(indices, "key", None)
         if key is not None:
             following = indices.ahead
         else:
             info = get_worker_info()
-            key, following = in_order(indices, len(self.paths), 1 if info is None else info.num_workers, ahead.limit)
+            key, following = ahead.in_order(indices, len(self.paths), 1 if info is None else info.num_workers)
         read = None if key is None else ahead.take(key, indices)
         if read is None:
             read = self._start(fs, indices)
