@@ -102,14 +102,19 @@ def test_a_run_of_consecutive_indices_plans_the_runs_its_process_gets_next():
         assert in_order(batch, 18, 1, 4) == (None, [])
 
 
-def test_runs_are_read_ahead_only_once_a_run_came_that_the_one_before_foretold():
+def test_runs_are_read_ahead_from_a_pass_s_first_run_or_once_a_run_came_as_foretold():
     ahead = Ahead(2)
-    assert ahead.in_order(range(8, 12), 40, 1) == (("in order", 8), [])  # a first run: nothing yet
-    assert ahead.in_order(range(0, 4), 40, 1) == (("in order", 0), [])  # not the run 8-11 foretold
-    key, following = ahead.in_order(range(4, 8), 40, 1)  # the run 0-3 foretold: the order holds
-    assert key == ("in order", 4) and [run for _, run in following] == [range(8, 12), range(12, 16)]
-    assert ahead.in_order([3, 1, 2], 40, 1) == (None, [])
-    assert ahead.in_order(range(20, 24), 40, 1)[1] == []
+    assert ahead.in_order(range(8, 12), 40, 0, 1) == (("in order", 8), [])  # a run out of the blue
+    assert ahead.in_order(range(16, 20), 40, 0, 1) == (("in order", 16), [])  # not the run 8-11 foretold
+    key, following = ahead.in_order(range(20, 24), 40, 0, 1)  # the run 16-19 foretold: the order holds
+    assert key == ("in order", 20) and [run for _, run in following] == [range(24, 28), range(28, 32)]
+    assert ahead.in_order([3, 1, 2], 40, 0, 1) == (None, [])
+    assert ahead.in_order(range(36, 40), 40, 0, 1)[1] == []  # the last run: it foretells none
+    # The first run an ordered pass deals each worker (worker 1 of 2 gets 4-7, then 12-15), where
+    # no run foretold another: at a process's start, or after the last run of a pass.
+    assert [run for _, run in Ahead(2).in_order(range(4, 8), 40, 1, 2)[1]] == [range(12, 16), range(20, 24)]
+    assert [run for _, run in ahead.in_order(range(0, 4), 40, 0, 1)[1]] == [range(4, 8), range(8, 12)]
+    assert ahead.in_order(range(0, 4), 40, 0, 1)[1] == []  # the run 0-3 foretold 4-7
     with pytest.raises(ValueError):
         AxonDataset(["127.0.0.1:1/a"], ahead=True)
 
@@ -164,7 +169,7 @@ def test_a_plain_loader_in_order_reads_ahead_one_request_a_batch(slow, workers):
 
 def test_a_sampler_of_shuffled_runs_reads_no_batch_it_is_not_asked_for(served):
     runs = [list(range(start, start + 10)) for start in range(0, 100, 10)]
-    order = [runs[k] for k in (3, 7, 0, 9, 4, 1, 8, 2, 6, 5)]  # shuffled blocks, each in order
+    order = [runs[k] for k in (3, 7, 2, 9, 4, 1, 8, 0, 6, 5)]  # shuffled blocks, each in order
     with AxonDataset([served.url(rel) for rel in RELS[:100]]) as dataset:
         mark = served.mark()
         got = [d for b in DataLoader(dataset, batch_sampler=order, collate_fn=list) for d in b]

@@ -7,8 +7,9 @@ out as a :class:`PlannedBatch`: its indices, its :data:`Key` (which pass over th
 batch of it), and the batches the same process will be asked for next. A plain ``DataLoader``
 over a ``SequentialSampler`` says nothing, but its batches are runs of consecutive indices, dealt
 to the workers in turn: :func:`in_order` plans the runs that come next from the run at hand, and
-:meth:`Ahead.in_order` trusts that plan once a run came that the run before it foretold (a
-sampler of shuffled runs never foretells one, and never has a read ahead wasted).
+:meth:`Ahead.in_order` trusts that plan for the first run of an ordered pass and for a run that
+the run before it foretold (a sampler of shuffled runs seldom gives either, and has no read ahead
+wasted otherwise).
 The dataset then keeps an :class:`Ahead`: the reads of those next batches started now, at most
 ``limit`` of them, each taken by the batch it was started for (the same indices). A read ahead
 that no batch takes (the caller stopped early, a worker got another batch than planned, the
@@ -71,12 +72,17 @@ class Ahead:
         self._reads: dict[Key, tuple[list[int], Future]] = {}
         self._foretold: Key | None = None  # the run the last run in order said comes next
 
-    def in_order(self, indices: Sequence[int], count: int, workers: int) -> tuple[Key | None, list[tuple[Key, range]]]:
-        """:func:`in_order`'s key and plan for this batch; the plan is empty unless the run
-        before it foretold this one (the order is then the one guessed, not a chance run)."""
+    def in_order(self, indices: Sequence[int], count: int, worker: int, workers: int,
+                 ) -> tuple[Key | None, list[tuple[Key, range]]]:
+        """:func:`in_order`'s key and plan for this batch (``worker`` of ``workers``, 0 of 1
+        without workers); the plan is empty unless the run is the one the run before it foretold,
+        or the first an ordered pass gives this worker, where no run foretold another (the order
+        is then the one guessed, not a chance run)."""
         key, following = in_order(indices, count, workers, max(self.limit, 1))
         foretold, self._foretold = self._foretold, following[0][0] if following else None
-        return key, following[: self.limit] if key is not None and key == foretold else []
+        first_of_pass = foretold is None and key is not None and key[1] == worker * len(indices)
+        trusted = key is not None and (key == foretold or first_of_pass)
+        return key, following[: self.limit] if trusted else []
 
     def __len__(self) -> int:
         return len(self._reads)

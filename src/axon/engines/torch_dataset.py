@@ -151,7 +151,8 @@ class AxonDataset(Dataset):
             following = indices.ahead
         else:
             info = get_worker_info()
-            key, following = ahead.in_order(indices, len(self.paths), 1 if info is None else info.num_workers)
+            worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+            key, following = ahead.in_order(indices, len(self.paths), worker, workers)
         read = None if key is None else ahead.take(key, indices)
         if read is None:
             read = self._start(fs, indices)
