@@ -14,7 +14,7 @@ import pytest
 from engine_support import engine
 
 from axon.bench import relay
-from axon.engines.ahead import Ahead, PlannedBatch
+from axon.engines.ahead import Ahead, PlannedBatch, in_order
 
 torch = engine("torch", "torch")
 
@@ -71,16 +71,50 @@ def test_reads_ahead_stay_within_the_bound_and_stale_ones_are_cancelled():
         started.append(batch)
         return Future()
 
-    ahead.plan([(("a", 1), 1), (("a", 2), 2), (("a", 3), 3)], start)
-    assert started == [1, 2] and len(ahead) == 2
-    first = ahead.take(("a", 1))
-    ahead.plan([(("a", 2), 2), (("a", 3), 3)], start)
-    assert started == [1, 2, 3] and len(ahead) == 2 and first is not None
-    kept = ahead._reads[("a", 3)]
-    assert ahead.take(("a", 5)) is None and len(ahead) == 0  # 2 and 3 will never be asked for now
+    ahead.plan([(("a", 1), [1]), (("a", 2), [2]), (("a", 3), [3])], start)
+    assert started == [[1], [2]] and len(ahead) == 2
+    first = ahead.take(("a", 1), [1])
+    ahead.plan([(("a", 2), [2]), (("a", 3), [3])], start)
+    assert started == [[1], [2], [3]] and len(ahead) == 2 and first is not None
+    _, kept = ahead._reads[("a", 3)]
+    assert ahead.take(("a", 5), [5]) is None and len(ahead) == 0  # 2 and 3 will never be asked for now
     assert kept.cancelled()
     with pytest.raises(ValueError):
         Ahead(-1)
+
+
+def test_a_read_ahead_serves_only_its_own_indices_and_a_plan_drops_what_it_no_longer_names():
+    ahead = Ahead(3)
+    ahead.plan([(("a", 1), [2, 3]), (("a", 2), [4, 5])], lambda batch: Future())
+    _, other = ahead._reads[("a", 2)]
+    assert ahead.take(("a", 1), [2, 3, 4]) is None  # another batch size at the same place
+    ahead.plan([], lambda batch: Future())  # a batch that plans nothing: nothing ahead is wanted
+    assert other.cancelled() and len(ahead) == 0
+
+
+def test_a_run_of_consecutive_indices_plans_the_runs_its_process_gets_next():
+    assert in_order(range(0, 4), 18, 1, 2) == (("in order", 0), [(("in order", 4), range(4, 8)),
+                                                                  (("in order", 8), range(8, 12))])
+    # Three workers: batch k goes to worker k % 3, so worker 1 reads the runs at 4, 16, 28...
+    assert in_order([4, 5, 6, 7], 18, 3, 4) == (("in order", 4), [(("in order", 16), range(16, 18))])
+    assert in_order([16, 17], 18, 3, 4) == (("in order", 16), [])
+    for batch in ([3, 1, 2], [0, 2, 4], [], [17, 18], [-1, 0]):  # shuffled, strided, empty, past the ends
+        assert in_order(batch, 18, 1, 4) == (None, [])
+
+
+def test_runs_are_read_ahead_from_a_pass_s_first_run_or_once_a_run_came_as_foretold():
+    ahead = Ahead(2)
+    assert ahead.in_order(range(8, 12), 40, 0, 1) == (("in order", 8), [])  # a run out of the blue
+    assert ahead.in_order(range(16, 20), 40, 0, 1) == (("in order", 16), [])  # not the run 8-11 foretold
+    key, following = ahead.in_order(range(20, 24), 40, 0, 1)  # the run 16-19 foretold: the order holds
+    assert key == ("in order", 20) and [run for _, run in following] == [range(24, 28), range(28, 32)]
+    assert ahead.in_order([3, 1, 2], 40, 0, 1) == (None, [])
+    assert ahead.in_order(range(36, 40), 40, 0, 1)[1] == []  # the last run: it foretells none
+    # The first run an ordered pass deals each worker (worker 1 of 2 gets 4-7, then 12-15), where
+    # no run foretold another: at a process's start, or after the last run of a pass.
+    assert [run for _, run in Ahead(2).in_order(range(4, 8), 40, 1, 2)[1]] == [range(12, 16), range(20, 24)]
+    assert [run for _, run in ahead.in_order(range(0, 4), 40, 0, 1)[1]] == [range(4, 8), range(8, 12)]
+    assert ahead.in_order(range(0, 4), 40, 0, 1)[1] == []  # the run 0-3 foretold 4-7
     with pytest.raises(ValueError):
         AxonDataset(["127.0.0.1:1/a"], ahead=True)
 
@@ -106,9 +140,52 @@ def test_the_loader_reads_ahead_one_request_a_batch(slow):
     assert kept_connections(port) >= 2
     dataset.close()
     plain = AxonDataset([f"axon://{address}/{rel}" for rel in RELS[:60]])
-    with plain:
-        assert [d for b in DataLoader(plain, batch_size=20, collate_fn=list) for d in b] == expected(served, RELS[:60])
+    with plain:  # shuffled, nothing is read ahead: one connection does, one request a batch
+        mark = served.mark()
+        shuffled = DataLoader(plain, batch_size=20, shuffle=True, collate_fn=list)
+        assert sorted(d for b in shuffled for d in b) == sorted(expected(served, RELS[:60]))
         assert kept_connections(port) == 1
+        assert len([r for r in served.requests_since(mark) if r["path"] == "/api/stream-files"]) == 3
+
+
+def test_a_plain_loader_in_order_without_workers_reads_ahead(served):
+    with AxonDataset([served.url(rel) for rel in RELS[:100]], ahead=3) as dataset:
+        mark = served.mark()
+        batches = iter(DataLoader(dataset, batch_size=10, collate_fn=list))
+        got = next(batches)
+        _, ahead = dataset._fs.get()
+        assert len(ahead) == 3  # the next three batches are under way
+        got += [data for batch in batches for data in batch]
+        seen = served.requests_since(mark)
+    assert got == expected(served, RELS[:100])
+    assert len([r for r in seen if r["path"] == "/api/stream-files"]) == 10, seen
+
+
+def test_a_plain_loader_in_order_reads_ahead_in_each_worker_one_request_a_batch(slow):
+    address, served = slow
+    with AxonDataset([f"axon://{address}/{rel}" for rel in RELS[:240]]) as dataset:
+        loader = DataLoader(dataset, batch_size=15, num_workers=2, multiprocessing_context="fork", collate_fn=list)
+        mark = served.mark()
+        batches = iter(loader)
+        got = next(batches)
+        began = time.monotonic()  # the rest, one by one: 7 round trips in each of the two workers
+        got += [data for batch in batches for data in batch]
+        took = time.monotonic() - began
+        seen = served.requests_since(mark)
+    assert got == expected(served, RELS[:240])
+    assert len([r for r in seen if r["path"] == "/api/stream-files"]) == 16, seen  # none read twice, none past the end
+    assert took < 7 * ROUND_TRIP * FLOOR_SHARE, took
+
+
+def test_a_sampler_of_shuffled_runs_reads_no_batch_it_is_not_asked_for(served):
+    runs = [list(range(start, start + 10)) for start in range(0, 100, 10)]
+    order = [runs[k] for k in (3, 7, 2, 9, 4, 1, 8, 0, 6, 5)]  # shuffled blocks, each in order
+    with AxonDataset([served.url(rel) for rel in RELS[:100]]) as dataset:
+        mark = served.mark()
+        got = [d for b in DataLoader(dataset, batch_sampler=order, collate_fn=list) for d in b]
+        seen = served.requests_since(mark)
+    assert got == [data for run in order for data in expected(served, [RELS[i] for i in run])]
+    assert len([r for r in seen if r["path"] == "/api/stream-files"]) == 10, seen
 
 
 def test_workers_read_their_own_next_batches(slow):

@@ -4,8 +4,10 @@
 The process reads a few files untimed the same way (imports done, connections open), prints
 ``{"ready": true}``, waits for a line on stdin (the harness marks the servers' logs then), reads
 the whole set and prints ``{"seconds", "files", "check", "batches"}``: ``check`` is the digest of
-every file's SHA-256 (:func:`~axon.bench.engine_cells.files_check`), which the harness compares
-with the files'. Its first line also says how the reader is set up (``settings``), in its own words
+every file's :func:`digest` (:func:`~axon.bench.engine_cells.files_check`), which the harness
+compares with the files'. The digest is a CRC-32 and the length, not a SHA-256: it catches
+wrong, cut or misplaced bytes all the same at a small part of the CPU, which every reader (the
+peers too) spends inside its timed loop, where a SHA-256 of the large files outweighed reading them. Its first line also says how the reader is set up (``settings``), in its own words
 (fsspec's gather batch is read from fsspec itself). A floor reader reads the files in order, one
 after another, for ``floor_seconds`` at most: ``files`` says how many it read.
 
@@ -27,6 +29,7 @@ import math
 import os
 import sys
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,12 +37,17 @@ from typing import Any
 import fsspec
 
 from . import seaweed
-from .engine_cells import files_check, sha
+from .engine_cells import files_check
 from .objects import PREFIX
 from .pipelines import WARMUP_FILES, FileSet
 
 LOADER_BATCH = 64  # the DataLoader batch of the iterable readers (tar shards, AxonShards)
 SHARD_WORKERS = 4
+
+
+def digest(data: bytes) -> str:
+    """What the check compares for one file: its length and CRC-32."""
+    return f"{len(data)}:{zlib.crc32(data):08x}"
 
 
 @dataclass(frozen=True)
@@ -100,7 +108,7 @@ def http_cat(spec: Spec, warm: bool) -> Result:
     fs = fsspec.filesystem("http")
     urls = [spec.nginx_url(rel) for rel in spec.rels(warm)]
     out = fs.cat(urls)
-    return Result([sha(out[fs._strip_protocol(url)]) for url in urls],
+    return Result([digest(out[fs._strip_protocol(url)]) for url in urls],
                   f"one `fs.cat(urls)`: {_gather()} on aiohttp's default pool (100 connections)")
 
 
@@ -113,7 +121,7 @@ def s3_cat(spec: Spec, warm: bool) -> Result:
     fs = _s3(spec)
     paths = [spec.s3_path(rel) for rel in spec.rels(warm)]
     out = fs.cat(paths)
-    return Result([sha(out[path]) for path in paths],
+    return Result([digest(out[path]) for path in paths],
                   f"one `fs.cat(paths)`: {_gather()} on botocore's default pool (10 connections)")
 
 
@@ -122,7 +130,7 @@ def _one_by_one(read: Callable[[str], bytes], paths: list[str], seconds: float) 
     for path in paths:
         if time.perf_counter() >= deadline:
             break
-        digests.append(sha(read(path)))
+        digests.append(digest(read(path)))
     return digests
 
 
@@ -148,7 +156,7 @@ def webdataset_shards(spec: Spec, warm: bool) -> Result:
 
     # empty_check off: with fewer shards than workers (the warm-up's one) a worker reads none
     dataset = wds.WebDataset([spec.nginx_url(p) for p in spec.shards(warm)], shardshuffle=False, empty_check=False)
-    digests = [sha(sample["bin"]) for batch in _loader(dataset, LOADER_BATCH, SHARD_WORKERS) for sample in batch]
+    digests = [digest(sample["bin"]) for batch in _loader(dataset, LOADER_BATCH, SHARD_WORKERS) for sample in batch]
     return Result(digests, f"`webdataset.WebDataset(shard_urls)` (each shard through `curl`, a new connection), "
                            f"{spec.per_shard} files a shard, DataLoader batch {LOADER_BATCH}, {SHARD_WORKERS} workers")
 
@@ -157,7 +165,7 @@ def tarfile_shards(spec: Spec, warm: bool) -> Result:
     from .tar_shards import TarShards
 
     dataset = TarShards(spec.nginx, [f"/files/{path}" for path in spec.shards(warm)])
-    digests = [sha(data) for batch in _loader(dataset, LOADER_BATCH, SHARD_WORKERS) for _, data in batch]
+    digests = [digest(data) for batch in _loader(dataset, LOADER_BATCH, SHARD_WORKERS) for _, data in batch]
     return Result(digests, f"`tarfile` on one kept connection a worker, {spec.per_shard} files a shard, "
                            f"DataLoader batch {LOADER_BATCH}, {SHARD_WORKERS} workers")
 
@@ -169,7 +177,7 @@ def axon_cat(spec: Spec, warm: bool) -> Result:
     fs = fsspec.filesystem("axon")
     urls = [spec.axon_url(rel) for rel in spec.rels(warm)]
     out = fs.cat(urls)
-    return Result([sha(out[fs._strip_protocol(url)]) for url in urls], "one `fs.cat(urls)`, axon://'s defaults")
+    return Result([digest(out[fs._strip_protocol(url)]) for url in urls], "one `fs.cat(urls)`, axon://'s defaults")
 
 
 def axon_dataset(batch: int, workers: int, ahead: bool = False) -> Callable[[Spec, bool], Result]:
@@ -186,7 +194,7 @@ def axon_dataset(batch: int, workers: int, ahead: bool = False) -> Callable[[Spe
             else:
                 loader = _loader(dataset, batch, workers)
                 how = f"DataLoader batch {batch}, {workers} workers"
-            digests = [sha(data) for items in loader for data in items]
+            digests = [digest(data) for items in loader for data in items]
         return Result(digests, how, math.ceil(len(rels) / batch))
 
     return read
@@ -198,7 +206,7 @@ def axon_shards(spec: Spec, warm: bool) -> Result:
     rels = spec.rels(warm)
     per_shard = spec.per_shard if not warm else len(rels)
     dataset = AxonShards.from_paths([spec.axon_url(rel) for rel in rels], per_shard)
-    digests = [sha(data) for batch in _loader(dataset, LOADER_BATCH, SHARD_WORKERS) for _, data in batch]
+    digests = [digest(data) for batch in _loader(dataset, LOADER_BATCH, SHARD_WORKERS) for _, data in batch]
     return Result(digests, f"`AxonShards.from_paths(urls, {spec.per_shard})`, DataLoader batch {LOADER_BATCH}, "
                            f"{SHARD_WORKERS} workers", math.ceil(len(rels) / per_shard))
 

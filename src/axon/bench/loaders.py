@@ -19,7 +19,7 @@ each in a process of its own (:mod:`.loader_cells`):
 
 The servers run on loopback, each behind the delay relay (:mod:`.relay`: ``--delay-ms`` each way
 and ``--connect-ms`` more for a new connection). What each reader read is checked against the
-files (every file's SHA-256). The requests each server saw during the timed read are counted from
+files (every file's length and CRC-32, :func:`~.loader_cells.digest`). The requests each server saw during the timed read are counted from
 its own records (axon serve's and nginx's access logs, SeaweedFS's metrics); for the readers that
 ask for a known number of batches (``AxonDataset``, ``AxonShards``) the table shows the batch
 requests the server logged per batch. Each Axon reader's files/s is divided by the best peer's
@@ -29,7 +29,6 @@ in the same run, for the same set.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import sys
@@ -41,7 +40,7 @@ from pathlib import Path
 from . import pipelines
 from .cells import requests_text, run_process, seconds_text, servers
 from .engine_cells import files_check
-from .loader_cells import READERS, Spec, shard_paths
+from .loader_cells import READERS, Spec, digest, shard_paths
 from .pipelines import WARMUP_FILES, FileSet
 
 DEFAULT_SETS = "10000x4096,1000x262144"
@@ -91,9 +90,9 @@ def ratio(row: Row, best: dict[str, Row]) -> float | None:
 
 
 def file_digests(root: Path, fileset: FileSet) -> list[str]:
-    """The set's files under ``root`` (written if missing), and each one's SHA-256 in order."""
+    """The set's files under ``root`` (written if missing), and each one's :func:`digest` in order."""
     pipelines.write_files(root, fileset)
-    return [hashlib.sha256((root / rel).read_bytes()).hexdigest() for rel in fileset.paths()]
+    return [digest((root / rel).read_bytes()) for rel in fileset.paths()]
 
 
 def write_shards(root: Path, fileset: FileSet, per_shard: int) -> None:
@@ -191,7 +190,7 @@ def table(rows: list[Row]) -> str:
         if r.error or r.seconds is None:
             checked = r.error or f"stopped after {r.budget:g} s"
         else:
-            checked = f"{r.read:,} files, SHA-256" if r.kind != "floor" else f"first {r.read:,}, SHA-256"
+            checked = f"{r.read:,} files, CRC-32" if r.kind != "floor" else f"first {r.read:,}, CRC-32"
         lines.append(f"| {r.files} | {name} | {r.settings} | {_seconds(r)} | {rate} | {r.requests:,}: {r.kinds} "
                      f"| {per_batch} | {checked} | {versus} |")
     return "\n".join(lines)

@@ -4,12 +4,18 @@ this one.
 
 A sampler that knows its order (:class:`~.torch_ahead.AheadBatchSampler`) hands each batch
 out as a :class:`PlannedBatch`: its indices, its :data:`Key` (which pass over the data, which
-batch of it), and the batches the same process will be asked for next. The dataset then keeps an
-:class:`Ahead`: the reads of those next batches started now, at most ``limit`` of them, each
-taken by the batch it was started for. A read ahead that no batch takes (the caller stopped
-early, a worker got another batch than planned) is cancelled as soon as a later batch comes, or
-on :meth:`Ahead.cancel`; nothing reads beyond the bound, and a failed read raises on the batch
-that asked for it, not before.
+batch of it), and the batches the same process will be asked for next. A plain ``DataLoader``
+over a ``SequentialSampler`` says nothing, but its batches are runs of consecutive indices, dealt
+to the workers in turn: :func:`in_order` plans the runs that come next from the run at hand, and
+:meth:`Ahead.in_order` trusts that plan for the first run of an ordered pass and for a run that
+the run before it foretold (a sampler of shuffled runs seldom gives either, and has no read ahead
+wasted otherwise).
+The dataset then keeps an :class:`Ahead`: the reads of those next batches started now, at most
+``limit`` of them, each taken by the batch it was started for (the same indices). A read ahead
+that no batch takes (the caller stopped early, a worker got another batch than planned, the
+order was not the one guessed) is cancelled as soon as a later batch plans without it, or on
+:meth:`Ahead.cancel`; nothing reads beyond the bound, and a failed read raises on the batch that
+asked for it, not before.
 
 Torch-free: the futures are ``concurrent.futures``' (the reads run on fsspec's IO loop).
 """
@@ -20,13 +26,15 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-__all__ = ["AHEAD", "Ahead", "Key", "PlannedBatch"]
+__all__ = ["AHEAD", "Ahead", "Key", "PlannedBatch", "in_order"]
 
 AHEAD = 4  # batches a process reads beyond the one asked for, by default
 
 #: ``(pass, position)``: a pass over the data (a random token drawn as the sampler starts one)
 #: and the batch's position in it.
 Key = tuple[str, int]
+
+IN_ORDER = "in order"  # the pass of the runs :func:`in_order` plans
 
 
 class PlannedBatch(list):
@@ -40,6 +48,20 @@ class PlannedBatch(list):
         self.ahead = list(ahead)
 
 
+def in_order(indices: Sequence[int], count: int, workers: int, limit: int) -> tuple[Key | None, list[tuple[Key, range]]]:
+    """A batch that is a run of consecutive indices, as a ``DataLoader`` over a
+    ``SequentialSampler`` makes them: its key, and the runs of the same length that this process
+    is asked for next, ``workers`` runs apart (the loader deals batches to its workers in turn),
+    the last one cut at ``count``; at most ``limit``. Any other batch: ``(None, [])``."""
+    size = len(indices)
+    first = indices[0] if size else None
+    if first is None or not 0 <= first <= count - size or list(indices) != list(range(first, first + size)):
+        return None, []
+    stride = size * max(workers, 1)
+    starts = range(first + stride, count, stride)[:limit]
+    return (IN_ORDER, first), [((IN_ORDER, start), range(start, min(start + size, count))) for start in starts]
+
+
 class Ahead:
     """The reads in flight for batches not asked for yet: at most ``limit``, by key."""
 
@@ -47,30 +69,53 @@ class Ahead:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ValueError(f"the batches read ahead are a count >= 0, not {limit!r}")
         self.limit = limit
-        self._reads: dict[Key, Future] = {}
+        self._reads: dict[Key, tuple[list[int], Future]] = {}
+        self._foretold: Key | None = None  # the run the last run in order said comes next
+
+    def in_order(self, indices: Sequence[int], count: int, worker: int, workers: int,
+                 ) -> tuple[Key | None, list[tuple[Key, range]]]:
+        """:func:`in_order`'s key and plan for this batch (``worker`` of ``workers``, 0 of 1
+        without workers); the plan is empty unless the run is the one the run before it foretold,
+        or the first an ordered pass gives this worker, where no run foretold another (the order
+        is then the one guessed, not a chance run)."""
+        key, following = in_order(indices, count, workers, max(self.limit, 1))
+        foretold, self._foretold = self._foretold, following[0][0] if following else None
+        first_of_pass = foretold is None and key is not None and key[1] == worker * len(indices)
+        trusted = key is not None and (key == foretold or first_of_pass)
+        return key, following[: self.limit] if trusted else []
 
     def __len__(self) -> int:
         return len(self._reads)
 
-    def take(self, key: Key) -> Future | None:
-        """The read started for ``key``, if one was; reads planned before ``key`` (older passes,
-        earlier positions) will never be asked for now, and are cancelled."""
-        read = self._reads.pop(key, None)
+    def take(self, key: Key, indices: Sequence[int]) -> Future | None:
+        """The read started for ``key``, if one was for these very indices; reads planned before
+        ``key`` (older passes, earlier positions) will never be asked for now, and are cancelled."""
+        started = self._reads.pop(key, None)
         for stale in [k for k in self._reads if k[0] != key[0] or k[1] < key[1]]:
-            self._reads.pop(stale).cancel()
+            self._reads.pop(stale)[1].cancel()
+        if started is None:
+            return None
+        planned, read = started
+        if planned != list(indices):  # the same place, another batch (another batch size)
+            read.cancel()
+            return None
         return read
 
-    def plan(self, batches: Sequence[tuple[Key, Any]], start: Callable[[Any], Future]) -> None:
-        """Start ``start(indices)`` for the first of ``batches`` not already under way, while
-        fewer than ``limit`` reads are in flight."""
+    def plan(self, batches: Sequence[tuple[Key, Sequence[int]]], start: Callable[[Any], Future]) -> None:
+        """Cancel the reads that ``batches`` no longer names; then start ``start(indices)`` for
+        the first of ``batches`` not already under way, while fewer than ``limit`` reads are in
+        flight."""
+        named = {key for key, _ in batches}
+        for gone in [key for key in self._reads if key not in named]:
+            self._reads.pop(gone)[1].cancel()
         for key, indices in batches:
             if len(self._reads) >= self.limit:
                 return
             if key not in self._reads:
-                self._reads[key] = start(indices)
+                self._reads[key] = (list(indices), start(indices))
 
     def cancel(self) -> None:
         """Cancel every read still in flight (their connections close with them)."""
         reads, self._reads = self._reads, {}
-        for read in reads.values():
+        for _, read in reads.values():
             read.cancel()

@@ -111,10 +111,11 @@ class _PerProcess:
 class AxonDataset(Dataset):
     """Map-style: sample ``i`` is ``decode(paths[i], bytes of paths[i])`` (the bytes if no hook).
 
-    ``DataLoader(AxonDataset(paths), batch_size=64)`` reads each batch of 64 files in one request.
-    ``dataset.loader(batch_size=64, num_workers=...)`` does too, and reads each process's next
-    batches while the current one is used: at most ``ahead`` batches (default 4) beyond the one
-    asked for, per process, each still one request. ``close()`` (or leaving ``with dataset:``)
+    ``DataLoader(AxonDataset(paths), batch_size=64)`` reads each batch of 64 files in one request;
+    in order (no shuffle) it reads each process's next batches while the current one is used: at
+    most ``ahead`` batches (default 4) beyond the one asked for, per process, each still one
+    request. ``dataset.loader(batch_size=64, shuffle=True, num_workers=...)`` reads ahead in any
+    order (its sampler names the next batches). ``close()`` (or leaving ``with dataset:``)
     cancels the reads ahead and closes the connections; a later read opens new ones.
     ``storage_options`` go to :class:`~axon.fsspec.AxonFileSystem` (``secret``, ``scheme``, ...).
     A file the server lacks raises ``FileNotFoundError`` (other refusals as ``axon://`` raises
@@ -139,15 +140,23 @@ class AxonDataset(Dataset):
         return self._sample(path, self._fs.get()[0].cat_file(path))
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        """The samples of a sampler's batch; a :class:`~.ahead.PlannedBatch` also starts the
-        reads of the batches planned after it (up to the bound) before this one is waited for."""
+        """The samples of a sampler's batch. The reads of the batches this process gets next
+        start (up to the bound) before this one is waited for: those a
+        :class:`~.ahead.PlannedBatch` names, or, for a run of consecutive indices (a plain
+        ``DataLoader`` in order), the runs that follow it, once the order is seen
+        (:meth:`~.ahead.Ahead.in_order`)."""
         fs, ahead = self._fs.get()
         key = getattr(indices, "key", None)
-        read = None if key is None else ahead.take(key)
+        if key is not None:
+            following = indices.ahead
+        else:
+            info = get_worker_info()
+            worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+            key, following = ahead.in_order(indices, len(self.paths), worker, workers)
+        read = None if key is None else ahead.take(key, indices)
         if read is None:
             read = self._start(fs, indices)
-        if key is not None:
-            ahead.plan(indices.ahead, functools.partial(self._start, fs))
+        ahead.plan(following, functools.partial(self._start, fs))
         contents = read.result()
         return [self._sample(self.paths[i], data) for i, data in zip(indices, contents)]
 
