@@ -152,7 +152,7 @@ class BuiltinEndpoints:
         list of a POST, whose items may be slices of files (:mod:`axon.plan.slices`); and
         the slices, one per path (None when there are none)."""
         if request.method != "POST":
-            return [value for _, value in request.query], None
+            return request.query_values(), None
         self.limits.check_body(len(request.body))  # runtimes refuse earlier; a Request built by hand may not
         data = request.json()
         items = data.get("files") if isinstance(data, dict) else None

@@ -56,15 +56,22 @@ class Request:
     def query(self) -> list[tuple[str, str]]:
         """The query's (name, value) pairs, in order, repeats kept, decoded once as UTF-8."""
         if self._query is None:
-            raw = self.query_string
             # A list of its own for each request: a handler may change it.
-            self._query = list(_parsed_query(raw) if len(raw) <= 2048 else parse_query(raw))
+            self._query = list(_pairs(self.query_string))
         return self._query
 
     @query.setter
     def query(self, pairs: list[tuple[str, str]]) -> None:
         """Replace the pairs (the App does, once a signature is checked and its own pairs taken off)."""
         self._query = list(pairs)
+
+    def query_values(self) -> list[str]:
+        """The query's values in order (a batch's paths, whose names are free). Unless the pairs
+        were asked for or replaced, they are made from the query string and let go at once: a
+        batch of hundreds of files would otherwise keep a pair per file alive for as long as it
+        is sent, each one walked by the next young collection (docs/design-notes.md)."""
+        pairs = self._query if self._query is not None else _pairs(self.query_string)
+        return [value for _, value in pairs]
 
     def arg(self, name: str, default: str | None = None) -> str | None:
         for key, value in self.query:
@@ -99,3 +106,8 @@ def parse_query(raw: str) -> tuple[tuple[str, str], ...]:
 
 #: Clients repeat their queries (a data loader's shard list, an app's bundle): parse each once.
 _parsed_query = lru_cache(maxsize=1024)(parse_query)
+
+
+def _pairs(raw: str) -> tuple[tuple[str, str], ...]:
+    """A query string's pairs, a short one's parsed once for all the requests that repeat it."""
+    return _parsed_query(raw) if len(raw) <= 2048 else parse_query(raw)

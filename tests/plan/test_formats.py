@@ -3,6 +3,8 @@ the files), and plan_batch frames a batch in whichever it is given."""
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from axon.errors import RangeNotSatisfiable
@@ -81,6 +83,17 @@ def test_the_kept_pieces_are_bounded_as_the_others(monkeypatch):
     for inode in range(10):
         multipart_mixed(KEY, None, (kept(A._replace(inode=inode)),))
         assert len(formats._KEPT) <= 4 and len(formats._PIECES) <= 4
+
+
+def test_the_pieces_table_leaves_the_collector_nothing_to_walk(monkeypatch):
+    """A plain signature is kept as a plain tuple of strings and numbers, which the cycle collector
+    stops tracking at its first collection; a NamedTuple it would walk in every collection of
+    the old generation, one a file of a busy pool."""
+    monkeypatch.setattr(formats, "_PIECES", {})
+    multipart_mixed(KEY, None, (Signature(*A), Signature(*B)))
+    gc.collect()
+    assert len(formats._PIECES) == 2 and not any(gc.is_tracked(s) for s in formats._PIECES)
+    assert formats._PIECES.get(A) is not None  # still found by a Signature of the same facts
 
 
 def test_plan_batch_frames_a_batch_in_the_format_it_is_given(root, store, render):

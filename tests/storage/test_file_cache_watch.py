@@ -5,9 +5,11 @@ each request) takes in every change made before it. Real files, a real inotify i
 
 from __future__ import annotations
 
+import gc
 import mmap
 import os
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -270,7 +272,7 @@ def test_a_trusted_file_is_known_without_opening_it_until_it_changes(store, root
     assert store.cached("a.txt") is again  # checked, unchanged: the same object (and signature) again
     # The old version's bytes are no longer held by the cache beside the new ones it counts.
     entry = store.cache.entries["a.txt"]  # what the byte budget counts
-    assert entry.made == (again.version, again) and again.data is entry.small[1]
+    assert entry.made is again and again.data is entry.small[1]
     assert store.cache.small_total == len(b"VERSION 2\n")
 
 
@@ -295,5 +297,31 @@ def test_a_batch_opens_its_trusted_files_as_open_would(root, settled, portable) 
         assert b.fd >= 0 and b.shared  # not trusted yet: opened through the cache
         for f in opened.values():
             f.close()
+    finally:
+        store.close()
+
+
+def test_a_trusted_file_leaves_three_objects_for_the_collector(root, settled) -> None:
+    """Each cached file costs every collection of the old generation its tracked objects (and
+    their references): a trusted one holds its entry, its TrustedFile and that file's kept
+    signature, and nothing else the collector tracks (no pair of the version and what was made,
+    no list of the watch's entries)."""
+    names = [f"n{i}.bin" for i in range(200)]
+    for name in names:
+        (root / name).write_bytes(name.encode())
+    store = SharedFiles(FileStore(root), size=len(names), valid=60, inactive=60)
+    if not store.cache.watched_by_kernel:
+        pytest.skip("no inotify here: nothing is trusted")
+    try:
+        for name in names:
+            trusted(store, name)
+        assert all(store.cached(name) is not None for name in names)
+        gc.collect()
+        gc.collect()  # a tuple is let go once its items are: (size, times) inside the kept bytes' tuple
+        before = Counter(type(o).__name__ for o in gc.get_objects())
+        store.cache.clear()
+        gc.collect()
+        left = before - Counter(type(o).__name__ for o in gc.get_objects())
+        assert sum(left.values()) <= 3 * len(names) + 40, left  # and a few of the cache's own
     finally:
         store.close()

@@ -136,7 +136,10 @@ def _piece(s: Signature) -> tuple[bytes, bytes]:
 def _keep(table: dict, s: Signature, piece: tuple[bytes, bytes]) -> None:
     if len(table) >= PER_FILE_CACHE:
         table.clear()
-    table[s] = piece
+    # A plain signature is kept as a plain tuple (equal to it, and hashed alike): the collector
+    # stops tracking a tuple of strings and numbers, never a NamedTuple, which each collection
+    # of the old generation would walk, once a file of the table (docs/design-notes.md).
+    table[s if type(s) is KeptSignature else tuple(s)] = piece
 
 
 def _whole_part(s: Signature) -> tuple[str, int]:

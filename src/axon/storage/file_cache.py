@@ -68,7 +68,7 @@ import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import FILE_CACHE_BYTES, FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID
 from .watch import Events, Watcher, open_watcher
@@ -100,17 +100,25 @@ Kept = tuple[tuple[int, int, int], bytes, int]
 
 #: What a trusted entry gives (:meth:`FileCache.peek`), made once per file version from the
 #: requested path, the version token (:data:`Token`), the bytes, the normalised name and the
-#: content type: the open-file sharing makes it a ready file (:class:`~.local.TrustedFile`), so a
-#: request that opens it builds nothing.
+#: content type, and carrying that token as its ``version``: the open-file sharing makes it a
+#: ready file (:class:`~.local.TrustedFile`), so a request that opens it builds nothing.
 Trusted = Callable[[str, Token, bytes, str, str], Any]
 #: A revalidation's check of an entry's path, at the cache's time ``now``: as of when the path is
 #: known to name the entry's file (at most ``now``), or None if it no longer does.
 Recheck = Callable[["CachedDescriptor", float], "float | None"]
 
 
-def _facts(requested: str, version: Token, data: bytes, name: str, content_type: str) -> Any:
-    """A trusted entry's facts as a plain tuple (a cache used without ``trusted``)."""
-    return (version, data, name, content_type)
+class Facts(NamedTuple):
+    """A trusted entry's facts (a cache used without ``trusted``)."""
+
+    version: Token
+    data: bytes
+    name: str
+    content_type: str
+
+
+def _facts(requested: str, version: Token, data: bytes, name: str, content_type: str) -> Facts:
+    return Facts(version, data, name, content_type)
 
 
 class CachedDescriptor:
@@ -139,9 +147,11 @@ class CachedDescriptor:
         #: it once for this version), set and cleared in one assignment so that a reader without
         #: the lock sees all of it or none.
         self.known: Any = None
-        #: The version ``known`` was last made for, and what was made: trusted again (after a
+        #: What ``known`` was last (its ``version`` the one it was made for): trusted again (after a
         #: revalidation, or a change undone) at the same version, the entry gives the same object.
-        self.made: tuple[Token, Any] | None = None
+        #: The object itself, not a pair with its version: every tracked object an entry holds is
+        #: one more that each collection of the old generation walks (docs/design-notes.md).
+        self.made: Any = None
 
     def content(self, st: os.stat_result) -> Kept | None:
         """The file's bytes with their CRC-32 if it is small and settled, as of ``st`` (an
@@ -238,7 +248,9 @@ class FileCache:
         self.entries: OrderedDict[str, CachedDescriptor] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
         self.watcher = watcher
-        self._watched: dict[int, list[CachedDescriptor]] = {}  # watch -> the entries of its inode
+        # watch -> the entry of its inode, or a tuple of them when several paths name it: the entry
+        # itself in the usual case, not a list of one, which each collection would walk too.
+        self._watched: dict[int, CachedDescriptor | tuple[CachedDescriptor, ...]] = {}
         self._syncs = 0  # how many times events were taken in: a stat older than one is not trusted
         # Requests begun (sync) and requests whose events were taken in: while they differ, a use
         # takes the events in first. Counts, not a flag, so that a request that begins while a
@@ -381,18 +393,17 @@ class FileCache:
                         self._unwatch(wd)
                 else:
                     entry.wd = wd
-                    self._watched.setdefault(wd, []).append(entry)
+                    others = self._watched.get(wd)
+                    self._watched[wd] = entry if others is None else (*_each(others), entry)
             return
         version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, small[2])
-        made = entry.made
-        if made is not None and made[0] == version:
-            known = made[1]  # the same version as before: every batch keeps sharing one object
-        else:
+        known = entry.made
+        if known is None or known.version != version:  # else the same version: every batch keeps sharing one object
             known = self._trusted(requested, version, small[1], entry.name, entry.content_type)
         with self._lock:
             if entry.dropped or entry.small is not small:  # dropped, or new bytes read meanwhile
                 return
-            entry.made = (version, known)
+            entry.made = known
             if syncs == self._syncs:  # no event taken in since the fstat
                 entry.fresh = st
                 entry.known = known
@@ -422,10 +433,10 @@ class FileCache:
                 for entry in self.entries.values():
                     entry.fresh = entry.known = None
             for wd in events.changed:
-                for entry in self._watched.get(wd, ()):
+                for entry in _each(self._watched.get(wd)):
                     entry.fresh = entry.known = None
             for wd in events.removed:  # no events will come for it: fstat its entries from now on
-                for entry in self._watched.pop(wd, ()):
+                for entry in _each(self._watched.pop(wd, None)):
                     entry.fresh, entry.known, entry.wd = None, None, -1
 
     def _revalidate(self, entry: CachedDescriptor, st: os.stat_result, now: float) -> bool:
@@ -492,8 +503,10 @@ class FileCache:
         if entry.wd > 0:
             watched = self._watched.get(entry.wd)
             if watched is not None:
-                watched.remove(entry)
-                if not watched:
+                rest = tuple(other for other in _each(watched) if other is not entry)
+                if rest:
+                    self._watched[entry.wd] = rest[0] if len(rest) == 1 else rest
+                else:
                     del self._watched[entry.wd]
                     self._unwatch(entry.wd)
         small = entry.small
@@ -506,3 +519,8 @@ class FileCache:
     def _unwatch(self, wd: int) -> None:
         if self.watcher is not None:
             self.watcher.unwatch(wd)
+
+
+def _each(watched: CachedDescriptor | tuple[CachedDescriptor, ...] | None) -> tuple[CachedDescriptor, ...]:
+    """The entries of one watch (``FileCache._watched``'s value), as a tuple."""
+    return () if watched is None else (watched,) if type(watched) is CachedDescriptor else watched
