@@ -19,8 +19,10 @@ answers or its observers change (the worker's sweep calls :meth:`Shortcuts.refre
   while a handler of your own on ``axon.access`` wants each Request and Response
   (``App.remembers``).
 
-Heads are remembered on the second sight of their key, so that targets asked once (a data
-loader's distinct batches) cost a set entry, not a head. What a remembered head replaced, and
+Heads of several files are remembered on the second sight of their key, so that targets asked
+once (a data loader's distinct batches) cost a set entry, not a head; a head of one file (a
+``/files/`` path, a batch of one) is small, and is remembered at its first sight, as nginx's
+``open_file_cache`` keeps a file from its first use. What a remembered head replaced, and
 why it is not a table of whole answers by the request's bytes, is in docs/design-notes.md.
 """
 
@@ -119,13 +121,15 @@ class Remembered:
         if it can be sent again so (see :func:`_head_of`)."""
         if key in self.heads or not self.size or len(key[0]) + len(key[1] or "") > KEY_MAX:
             return
-        seen, sight = self._seen, hash(key)
-        if sight not in seen:
-            if len(seen) >= SEEN:
-                seen.clear()
-            seen.add(sight)
-            return
-        seen.discard(sight)
+        files = response.files
+        if not files or len(files) > 1:  # a head of one file is remembered at once (see the module)
+            seen, sight = self._seen, hash(key)
+            if sight not in seen:
+                if len(seen) >= SEEN:
+                    seen.clear()
+                seen.add(sight)
+                return
+            seen.discard(sight)
         head = _head_of(response)
         if head is None or (self._chunk is not None and not fits_one_write(head.length, head.read, self._chunk)):
             return
@@ -138,6 +142,11 @@ class Remembered:
         heads[key] = head
         while len(heads) > self.size or self.cost > self.budget:
             self.cost -= heads.popitem(last=False)[1].cost
+        trusted = files[0]
+        if len(files) == 1 and getattr(trusted, "answer", False) is None and key in heads:
+            # A trusted file's version keeps the answer of its one-file head (as recall does):
+            # the next request for it is answered from there, by the compiled answer too.
+            trusted.answer = (head, _answer(head, [trusted.data], (), 0))
 
     def recall(self, key: tuple[bytes, str | None], open_file, cached_files) -> tuple[Head, Prepared] | None:
         """The head for ``key`` and its answer now: prepared, its files opened to send them;
@@ -187,8 +196,7 @@ class Remembered:
                 f.close()
             self.forget(key)
             return None
-        body = [bodies[t] if type(t) is int else t for t in head.template]
-        answer = Prepared(head.head, body, head.length, files, False, read)
+        answer = _answer(head, bodies, files, read)
         if not files:
             if single:
                 known.answer = (head, answer)
@@ -212,6 +220,12 @@ class Remembered:
 
 class _Changed(Exception):
     """A remembered head's file is another version now."""
+
+
+def _answer(head: Head, bodies: list, files: list, read: int) -> Prepared:
+    """``head``'s answer, its files' whole ``bodies`` (bytes or slices) in its template's places."""
+    body = [bodies[t] if type(t) is int else t for t in head.template]
+    return Prepared(head.head, body, head.length, files, False, read)
 
 
 def _head_of(response: Response) -> Head | None:

@@ -33,10 +33,12 @@ When a change on disk is seen:
   one rule of what a revalidation checks): a watched entry is revalidated on the same window.
 
 Only an entry whose bytes are in memory goes without its ``fstat`` (it is served from those
-bytes, so nothing is read from a descriptor someone else might have closed), and only from its
-third use: the watch is added at the second, the stat trusted from the next ``fstat`` after it.
-A file touched once costs no watch. Watches are at most one an entry (the cache's ``size``) and
-leave with it; the inotify instance is one descriptor for the whole cache.
+bytes, so nothing is read from a descriptor someone else might have closed), and from the use
+that keeps them, its first where it can (:meth:`FileCache.admit`): the watch is added then, and
+the stat trusted is an ``fstat`` taken after it, so no change falls between them. A pool of
+files each asked now and then is served from memory from its first request, as nginx's
+``open_file_cache`` keeps a file from its first use. Watches are at most one an entry (the
+cache's ``size``) and leave with it; the inotify instance is one descriptor for the whole cache.
 
 A small file (up to ``SMALL_FILE``) keeps its bytes in the entry too, read once its last change
 is ``SETTLED_NS`` old and served while the ``fstat`` of each use still shows the size, mtime and
@@ -381,21 +383,16 @@ class FileCache:
         if small is None or small[0] != (st.st_size, st.st_mtime_ns, st.st_ctime_ns):
             return
         if entry.wd == 0:
-            room = len(self._watched) < self._watch_limit
-            wd = self.watcher.watch(entry.fd) if room else None  # type: ignore[union-attr]
-            with self._lock:
-                if entry.wd != 0:  # another thread watched it meanwhile: the kernel gave it the same wd
-                    return
-                if wd is None:
-                    entry.wd = -1
-                elif entry.dropped:
-                    if wd not in self._watched:  # a wd is the inode's: other entries may hold it
-                        self._unwatch(wd)
-                else:
-                    entry.wd = wd
-                    others = self._watched.get(wd)
-                    self._watched[wd] = entry if others is None else (*_each(others), entry)
-            return
+            if not self._watch(entry):
+                return
+            # Watched from now: a change from here on is an event, one before it shows in this fstat.
+            syncs = self._syncs
+            try:
+                st = os.fstat(entry.fd)
+            except OSError:
+                return
+            if small[0] != (st.st_size, st.st_mtime_ns, st.st_ctime_ns) or st.st_nlink == 0:
+                return
         version = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, small[2])
         known = entry.made
         if known is None or known.version != version:  # else the same version: every batch keeps sharing one object
@@ -407,6 +404,42 @@ class FileCache:
             if syncs == self._syncs:  # no event taken in since the fstat
                 entry.fresh = st
                 entry.known = known
+
+    def _watch(self, entry: CachedDescriptor) -> bool:
+        """Have the kernel watch ``entry``'s file, if there is room (at most one watch an entry):
+        whether this call did (False: no room, the kernel refused, or another thread did first)."""
+        room = len(self._watched) < self._watch_limit
+        wd = self.watcher.watch(entry.fd) if room else None  # type: ignore[union-attr]
+        with self._lock:
+            if entry.wd != 0:  # another thread watched it meanwhile: the kernel gave it the same wd
+                return False
+            if wd is None:
+                entry.wd = -1
+                return False
+            if entry.dropped:
+                if wd not in self._watched:  # a wd is the inode's: other entries may hold it
+                    self._unwatch(wd)
+                return False
+            entry.wd = wd
+            others = self._watched.get(wd)
+            self._watched[wd] = entry if others is None else (*_each(others), entry)
+            return True
+
+    def admit(self, requested: str, entry: CachedDescriptor) -> Any:
+        """The first use of ``entry``, just added for ``requested`` (its caller holds a reference):
+        its bytes kept and the kernel watching it, so that the file is trusted from this use on
+        (:meth:`peek` gives it): what ``trusted`` made of it, or None where it cannot be (not small,
+        not settled, over the byte budget, no watcher or no room for a watch)."""
+        if self.watcher is None or self._immutable:
+            return None
+        try:
+            st = os.fstat(entry.fd)
+        except OSError:
+            return None
+        if st.st_nlink == 0 or entry.content(st) is None:
+            return None
+        self._trust(requested, entry, st, self._syncs)
+        return entry.known
 
     def sync(self) -> None:
         """A request begins: take in what the kernel told of before its first use of the cache

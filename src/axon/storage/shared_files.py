@@ -119,7 +119,12 @@ class SharedFiles:
                 )
             else:
                 f = self._open_here(requested)
-                f._shared = cache.add(requested, f.fd, (f.device, f.inode), f.name, f.content_type)
+                entry = f._shared = cache.add(requested, f.fd, (f.device, f.inode), f.name, f.content_type)
+                if not self.portable_identity:
+                    trusted = cache.admit(requested, entry)
+                    if trusted is not None:  # trusted from this first use: served from its bytes
+                        f.close()
+                        return trusted
         if self.portable_identity:
             portable(f)
         return f
