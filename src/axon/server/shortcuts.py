@@ -143,9 +143,9 @@ class Remembered:
         while len(heads) > self.size or self.cost > self.budget:
             self.cost -= heads.popitem(last=False)[1].cost
         trusted = files[0]
-        if len(files) == 1 and getattr(trusted, "answer", False) is None and key in heads:
-            # A trusted file's version keeps the answer of its one-file head (as recall does):
-            # the next request for it is answered from there, by the compiled answer too.
+        if len(files) == 1 and head.read == 0 and hasattr(trusted, "answer") and key in heads:
+            # A trusted file's version keeps the answer of its one-file head, the last made (as
+            # recall keeps it): the next request is answered from there, by the compiled answer too.
             trusted.answer = (head, _answer(head, [trusted.data], (), 0))
 
     def recall(self, key: tuple[bytes, str | None], open_file, cached_files) -> tuple[Head, Prepared] | None:
