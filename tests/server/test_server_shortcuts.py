@@ -201,6 +201,28 @@ def test_the_remembered_table_evicts_by_count_and_bytes(tree) -> None:
     assert len(table) == 2 and table.cost <= table.budget
 
 
+def test_a_remembered_head_leaves_the_collector_one_object_of_its_own(tree) -> None:
+    """A worker keeps thousands of heads, which each full collection walks: a head's paths,
+    versions and template are tuples the collector stops tracking, so the head itself is all
+    it tracks of them."""
+    import gc
+
+    app = shared_app(tree)
+    table = Remembered()
+    for target, files in ((b"/one", ["a.txt"]), (b"/two", ["a.txt", "b.bin"])):
+        for _ in range(2):
+            response = app.send_batch(Request("GET", "/api/stream-files"), files) if len(files) > 1 else (
+                app.send_file(Request("GET", "/files/a.txt"), "a.txt"))
+            table.remember((target, None), response, target.decode(), "")
+            response.close()
+    assert len(table) == 2
+    for _ in range(2):  # a tuple of tuples: the inner ones are untracked first
+        gc.collect()
+    for head in table.heads.values():
+        assert gc.is_tracked(head)
+        assert not any(map(gc.is_tracked, (head.paths, head.versions, head.template))), head.paths
+
+
 def test_a_recalled_head_moves_up_the_order_once_a_second(tree, monkeypatch) -> None:
     """The LRU order is kept to a second (REORDER_SECONDS): a head recalled again within a second
     of its last move stays where it is; one recalled later goes to the recent end."""
@@ -251,7 +273,7 @@ def test_an_answer_of_trusted_files_is_made_once_while_they_stay_the_same(tree) 
         response.close()
     data = FILES["a.txt"]
     version = (*table.heads[key].versions[0][:5], zlib.crc32(data))
-    table.heads[key].versions[0] = version  # as remembered from the trusted file's bytes
+    table.heads[key].versions = (version,)  # as remembered from the trusted file's bytes
 
     def trusted(token: tuple = version) -> TrustedFile:
         return TrustedFile("a.txt", token, data, "a.txt", "text/plain")
@@ -289,7 +311,8 @@ def test_an_answer_of_several_trusted_files_is_made_once_while_they_stay_the_sam
     made = []
     for i, path in enumerate(paths):
         data = FILES[path]
-        head.versions[i] = version = (*head.versions[i][:5], zlib.crc32(data))  # as from the trusted file's bytes
+        version = (*head.versions[i][:5], zlib.crc32(data))  # as from the trusted file's bytes
+        head.versions = (*head.versions[:i], version, *head.versions[i + 1:])
         made.append(TrustedFile(path, version, data, path, "text/plain"))
     first = table.recall(key, app.store.open, lambda p: list(made))
     again = table.recall(key, app.store.open, lambda p: list(made))

@@ -425,8 +425,8 @@ answer_remembered(Head *head, PyObject *target, PyObject *tables, PyObject *date
     /* The head remembered for (target, Accept): Remembered.recall's lookup. */
     FAIL_IF((key = PyTuple_Pack(2, target, accept == NULL ? Py_None : accept)) == NULL);
     FAIL_IF((found = item_attr(heads, key, S_PATHS, &remembered, &paths)) < 0);
-    DECLINE_IF(found == 0 || !PyList_Check(paths) || PyList_GET_SIZE(paths) != 1);
-    path = PyList_GET_ITEM(paths, 0);
+    DECLINE_IF(found == 0 || !PyTuple_Check(paths) || PyTuple_GET_SIZE(paths) != 1);
+    path = PyTuple_GET_ITEM(paths, 0);
     Py_INCREF(path);
 
     /* Its file as FileCache.peek_all finds it, with no news to take in first. */

@@ -70,12 +70,14 @@ def fixed_answer(response: Response) -> Prepared:
 class Head:
     """A remembered head: ``head`` framed as a prepared answer's (:mod:`.answer`), the requested ``paths`` of its
     files with their ``versions``, and its body's ``template``: bytes as they are, and the index
-    of a whole file in ``paths`` where that file's bytes go."""
+    of a whole file in ``paths`` where that file's bytes go. Tuples, not lists: a tuple of texts,
+    numbers and such tuples is one the cycle collector stops tracking, and a worker keeps
+    thousands of heads, which each full collection would walk (docs/design-notes.md)."""
 
     __slots__ = ("head", "paths", "versions", "template", "length", "read", "cost", "path", "query", "moved")
 
     def __init__(
-        self, head: bytes, paths: list[str], versions: list[object], template: list, length: int, read: int,
+        self, head: bytes, paths: tuple[str, ...], versions: tuple, template: tuple, length: int, read: int,
     ) -> None:
         self.path = self.query = ""  # the request's, for its record (the same for every request of one key)
         self.moved = monotonic()  # when it last went to the recent end of the LRU order
@@ -258,7 +260,7 @@ def _head_of(response: Response) -> Head | None:
     except (UnsafeHeader, UnicodeError, TypeError, ValueError):
         return None
     read = sum(files[t].size for t in template if type(t) is int and type(wholes[t]) is not bytes)
-    return Head(head, [f.path for f in files], versions, template, response.length or 0, read)
+    return Head(head, tuple(f.path for f in files), tuple(versions), tuple(template), response.length or 0, read)
 
 
 class Shortcuts:
