@@ -230,12 +230,7 @@ def counts(monkeypatch) -> dict[str, int]:
     return counts
 
 
-@pytest.mark.parametrize("settled", [False, True])
-def test_a_batch_of_small_files_is_a_few_writes(serve, counts, monkeypatch, settled) -> None:
-    from axon.storage import file_cache
-
-    # Settled (unchanged for SETTLED_NS), a small file's bytes are kept from its first use.
-    monkeypatch.setattr(file_cache, "SETTLED_NS", -(10**18) if settled else 10**18)
+def test_a_batch_of_small_files_is_a_few_writes(serve, counts) -> None:
     server = serve()
     paths = [f"small/f{i:02d}.bin" for i in range(1, SMALL_COUNT + 1)]
     with Client(server.port) as c:
@@ -243,10 +238,9 @@ def test_a_batch_of_small_files_is_a_few_writes(serve, counts, monkeypatch, sett
         counts.update(writes=0, sendfile=0)
         resp = c.get(batch_target(paths))
     assert [p[1] for p in parse_multipart(resp)] == [FILES[p] for p in paths]
-    # 32 x 4 KiB + part headers = 137 KiB: read from the files, gathered into writev calls of
-    # 64 KiB (the most a slow reader may hold in user space): 3 system calls for 32 files, not
-    # 100; kept in memory already, one writev (MEMORY_BODY_MAX)
-    assert counts == {"writes": 1 if settled else 3, "sendfile": 0, "more": 0, "cork": 0}, counts
+    # 32 x 4 KiB + part headers = 137 KiB, gathered into writev calls of 64 KiB (the most a slow
+    # reader may hold in user space): 3 system calls for 32 files, not 100
+    assert counts == {"writes": 3, "sendfile": 0, "more": 0, "cork": 0}, counts
 
 
 def test_a_large_file_goes_out_with_sendfile(serve, counts, root) -> None:
@@ -294,7 +288,7 @@ def test_a_64k_file_is_its_head_and_one_sendfile_written_at_once(serve, counts, 
 @pytest.mark.parametrize("how", ["file", "batch"])
 def test_a_64k_file_kept_in_memory_is_one_write(serve, counts, how, monkeypatch) -> None:
     # A file of 64 KiB is small enough for the open-file cache to keep its bytes (SMALL_FILE):
-    # once kept (from its first use here: settled at once), each answer leaves in one writev,
+    # once kept (from its second use here: settled at once), each answer leaves in one writev,
     # nothing read, no sendfile.
     from axon.storage import file_cache
 
@@ -302,7 +296,7 @@ def test_a_64k_file_kept_in_memory_is_one_write(serve, counts, how, monkeypatch)
     server = serve()
     with Client(server.port) as c:
         target = "/files/k64.bin" if how == "file" else batch_target(["k64.bin"])
-        assert c.get(target).status == 200  # its first sight opens it and keeps its bytes
+        assert c.get(target).status == 200  # its first sight opens it; the next use keeps its bytes
         counts.update(writes=0, sendfile=0, more=0)
         for _ in range(3):
             resp = c.get(target)

@@ -59,7 +59,7 @@ def served(store: SharedFiles, name: str) -> bytes:
 
 
 def trusted(store: SharedFiles, name: str) -> None:
-    """Use ``name`` until its stat is trusted (from its first use, where its bytes can be kept)."""
+    """Use ``name`` until its stat is trusted (from its first hit, where its bytes can be kept)."""
     for _ in range(4):
         store.sync()
         store.open(name).close()
@@ -79,11 +79,16 @@ def watches() -> int:
     return count
 
 
-def test_a_settled_file_is_trusted_from_its_first_use(store, root) -> None:
+def test_a_settled_file_is_trusted_from_its_first_hit(store, root) -> None:
     before = watches()
     store.sync()
-    first = store.open("a.txt")  # the miss: opened, its bytes kept, the kernel watching it
-    assert (first.fd, first.data) == (-1, b"version 1\n") and store.cached("a.txt") is first
+    first = store.open("a.txt")  # the miss: opened, nothing kept, nothing watched
+    assert first.fd >= 0 and first.data is None and store.cached("a.txt") is None
+    first.close()
+    assert watches() == before
+    store.sync()
+    hit = store.open("a.txt")  # the first hit: its bytes kept, the kernel watching it, trusted
+    assert (hit.fd, hit.data) == (-1, b"version 1\n") and store.cached("a.txt") is hit
     assert watches() == before + 1
     with open(root / "a.txt", "r+b") as f:
         f.write(b"VERSION 2\n")  # same size, right after: only the watch can tell
@@ -100,10 +105,11 @@ def test_a_change_before_the_watch_is_not_trusted_over(store, root, monkeypatch)
 
     monkeypatch.setattr(watcher, "watch", late)
     store.sync()
-    first = store.open("a.txt")
-    assert first.data is None and store.cached("a.txt") is None  # not trusted: read by offset
-    assert os.pread(first.fd, 20, 0) == b"VERSION 2\n"
-    first.close()
+    store.open("a.txt").close()
+    store.sync()
+    hit = store.open("a.txt")
+    assert hit.data == b"version 1\n" and store.cached("a.txt") is None  # its bytes as read, not trusted
+    hit.close()
     assert served(store, "a.txt") == b"VERSION 2\n"
 
 
@@ -322,10 +328,7 @@ def test_a_batch_opens_its_trusted_files_as_open_would(root, settled, portable) 
         assert (a is store.cached("a.txt")) is not portable and a.data == b"version 1\n"
         if portable:  # named by the facts every copy shares, as open names it
             assert (a.inode, a.device, a.ctime_ns) == (0, 0, a.mtime_ns)
-        if portable:  # opened through the cache: a portable file is made anew each time
-            assert b.fd >= 0 and b.shared
-        else:  # never used before: opened, and trusted from this first use
-            assert b.fd == -1 and b is store.cached("b.txt")
+        assert b.fd >= 0 and b.shared  # not trusted yet: opened through the cache
         for f in opened.values():
             f.close()
     finally:

@@ -19,10 +19,10 @@ answers or its observers change (the worker's sweep calls :meth:`Shortcuts.refre
   while a handler of your own on ``axon.access`` wants each Request and Response
   (``App.remembers``).
 
-Heads of several files are remembered on the second sight of their key, so that targets asked
-once (a data loader's distinct batches) cost a set entry, not a head; a head of one file (a
-``/files/`` path, a batch of one) is small, and is remembered at its first sight, as nginx's
-``open_file_cache`` keeps a file from its first use. What a remembered head replaced, and
+Heads are remembered on the second sight of their key, so that targets asked once (a data
+loader's distinct batches, a pool larger than the caches) cost a set entry, not a head. A head of
+one file the shared files trust keeps its answer on that file's version from the start, so the
+third request of a pool's file is the compiled answer's. What a remembered head replaced, and
 why it is not a table of whole answers by the request's bytes, is in docs/design-notes.md.
 """
 
@@ -123,15 +123,13 @@ class Remembered:
         if it can be sent again so (see :func:`_head_of`)."""
         if key in self.heads or not self.size or len(key[0]) + len(key[1] or "") > KEY_MAX:
             return
-        files = response.files
-        if not files or len(files) > 1:  # a head of one file is remembered at once (see the module)
-            seen, sight = self._seen, hash(key)
-            if sight not in seen:
-                if len(seen) >= SEEN:
-                    seen.clear()
-                seen.add(sight)
-                return
-            seen.discard(sight)
+        seen, sight = self._seen, hash(key)
+        if sight not in seen:
+            if len(seen) >= SEEN:
+                seen.clear()
+            seen.add(sight)
+            return
+        seen.discard(sight)
         head = _head_of(response)
         if head is None or (self._chunk is not None and not fits_one_write(head.length, head.read, self._chunk)):
             return
@@ -144,6 +142,7 @@ class Remembered:
         heads[key] = head
         while len(heads) > self.size or self.cost > self.budget:
             self.cost -= heads.popitem(last=False)[1].cost
+        files = response.files
         trusted = files[0]
         if len(files) == 1 and head.read == 0 and hasattr(trusted, "answer") and key in heads:
             # A trusted file's version keeps the answer of its one-file head, the last made (as

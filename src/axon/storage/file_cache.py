@@ -34,11 +34,12 @@ When a change on disk is seen:
 
 Only an entry whose bytes are in memory goes without its ``fstat`` (it is served from those
 bytes, so nothing is read from a descriptor someone else might have closed), and from the use
-that keeps them, its first where it can (:meth:`FileCache.admit`): the watch is added then, and
-the stat trusted is an ``fstat`` taken after it, so no change falls between them. A pool of
-files each asked now and then is served from memory from its first request, as nginx's
-``open_file_cache`` keeps a file from its first use. Watches are at most one an entry (the
-cache's ``size``) and leave with it; the inotify instance is one descriptor for the whole cache.
+that keeps them, its second (:meth:`FileCache.admit`): the watch is added then, and the stat
+trusted is an ``fstat`` taken after it, so no change falls between them. A file used once costs
+no watch and no copy of its bytes: a pool larger than the cache, each file asked once in a while
+(a data loader's epochs), pays nothing for what it would never use. Watches are at most one an
+entry (the cache's ``size``) and leave with it; the inotify instance is one descriptor for the
+whole cache.
 
 A small file (up to ``SMALL_FILE``) keeps its bytes in the entry too, read once its last change
 is ``SETTLED_NS`` old and served while the ``fstat`` of each use still shows the size, mtime and
@@ -425,20 +426,14 @@ class FileCache:
             self._watched[wd] = entry if others is None else (*_each(others), entry)
             return True
 
-    def admit(self, requested: str, entry: CachedDescriptor) -> Any:
-        """The first use of ``entry``, just added for ``requested`` (its caller holds a reference):
-        its bytes kept and the kernel watching it, so that the file is trusted from this use on
-        (:meth:`peek` gives it): what ``trusted`` made of it, or None where it cannot be (not small,
-        not settled, over the byte budget, no watcher or no room for a watch)."""
-        if self.watcher is None or self._immutable:
+    def admit(self, requested: str, entry: CachedDescriptor, st: os.stat_result) -> Any:
+        """The use that kept ``entry``'s bytes as of ``st`` (an ``fstat`` of this use; the caller
+        holds a reference), for a file the kernel does not watch yet: watched now, and trusted from
+        this use on (an ``fstat`` after the watch, :meth:`_trust`). What :meth:`peek` gives from now
+        (what ``trusted`` made of it), or None: no watcher, no room for a watch, or a change."""
+        if self.watcher is None or self._immutable or entry.wd != 0:
             return None
-        try:
-            st = os.fstat(entry.fd)
-        except OSError:
-            return None
-        if st.st_nlink == 0 or entry.content(st) is None:
-            return None
-        self._trust(requested, entry, st, self._syncs)
+        self._trust(requested, entry, st, self._syncs)  # not watched yet: it watches, then fstats
         return entry.known
 
     def sync(self) -> None:

@@ -113,18 +113,18 @@ class SharedFiles:
             if found is not None:
                 entry, st = found
                 kept = entry.content(st)
+                if kept is not None and entry.wd == 0 and not self.portable_identity:
+                    trusted = cache.admit(requested, entry, st)
+                    if trusted is not None:  # trusted from this use on: served from its bytes
+                        entry.release()
+                        return trusted
                 f = OpenFile(
                     entry.fd, requested, entry.name, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
                     st.st_ctime_ns, entry.content_type, entry, *(kept[1:] if kept is not None else ()),
                 )
             else:
                 f = self._open_here(requested)
-                entry = f._shared = cache.add(requested, f.fd, (f.device, f.inode), f.name, f.content_type)
-                if not self.portable_identity:
-                    trusted = cache.admit(requested, entry)
-                    if trusted is not None:  # trusted from this first use: served from its bytes
-                        f.close()
-                        return trusted
+                f._shared = cache.add(requested, f.fd, (f.device, f.inode), f.name, f.content_type)
         if self.portable_identity:
             portable(f)
         return f
