@@ -113,7 +113,7 @@ class SharedFiles:
             if found is not None:
                 entry, st = found
                 kept = entry.content(st)
-                if kept is not None and entry.wd == 0 and not self.portable_identity:
+                if kept is not None and not self.portable_identity:
                     trusted = cache.admit(requested, entry, st)
                     if trusted is not None:  # trusted from this use on: served from its bytes
                         entry.release()
