@@ -329,8 +329,9 @@ class FileCache:
     def peek(self, requested: str) -> Any:
         """What ``trusted`` made of ``requested``'s version if its entry is trusted (watched,
         unchanged since its last ``fstat``, its bytes in memory, its path checked within
-        ``valid``); else None, and the caller opens it. Nothing is held: bytes need no
-        descriptor, so a response sent from them costs no reference, no view and no close."""
+        ``valid``, or checked again now once that window has passed); else None, and the caller
+        opens it. Nothing is held: bytes need no descriptor, so a response sent from them costs
+        no reference, no view and no close."""
         if self.begun != self.taken:
             self._take_events()
         entry = self.entries.get(requested)
@@ -341,7 +342,7 @@ class FileCache:
             return None
         now = self.clock()
         if now - entry.checked >= self.valid:
-            return None
+            return self._again(requested)
         if now - entry.used >= REORDER_SECONDS:  # most hits of a hot file move nothing (see REORDER_SECONDS)
             self.move_up(((requested, entry),), now)
         return known
@@ -359,7 +360,7 @@ class FileCache:
             known = None if entry is None else entry.known
             if known is not None:
                 if now - entry.checked >= valid:
-                    known = None
+                    known = self._again(requested)
                 elif now - entry.used >= REORDER_SECONDS:
                     moved = [] if moved is None else moved
                     moved.append((requested, entry))
@@ -367,6 +368,17 @@ class FileCache:
         if moved is not None:
             self.move_up(moved, now)
         return found
+
+    def _again(self, requested: str) -> Any:
+        """A trusted entry past its window: checked again as any use checks it (:meth:`acquire`:
+        its path, its ``fstat``, its bytes), and what it trusts now (the same object if nothing
+        changed, so what was made of it still stands), or None."""
+        found = self.acquire(requested)
+        if found is None:
+            return None
+        entry = found[0]
+        entry.release()
+        return entry.known
 
     def move_up(self, moved: Iterable[tuple[str, CachedDescriptor]], now: float) -> None:
         """Trusted hits of ``now``: their entries go to the recent end of the LRU order."""
