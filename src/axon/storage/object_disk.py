@@ -37,7 +37,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, NamedTuple
 
-from . import FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID
+from . import FILE_CACHE_BYTES, FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID
 from .file_cache import CachedDescriptor, FileCache
 from .object_disk_fill import Fill, lock_fill, to_the_end, unlock_fill, write_all
 from .object_disk_space import Space, entries_of
@@ -82,10 +82,12 @@ class FillFailed(Exception):
 
 class Held(NamedTuple):
     """A kept file's descriptor, as a response holds it: the open-file cache's (``shared``:
-    given back, never closed; read by offset only) or its own. Whoever holds it closes it."""
+    given back, never closed; read by offset only) or its own. Whoever holds it closes it.
+    ``data``: a small file's bytes, when the open-file cache keeps them (sent without a read)."""
 
     fd: int
     shared: CachedDescriptor | None = None
+    data: bytes | None = None
 
     def close(self) -> None:
         if self.shared is not None:
@@ -115,22 +117,22 @@ class DiskTier:
         self.space = Space(self.directory, size)
         self.space.scan()  # a restart: what is whole stays, a killed fill's temporary file goes
         #: The open-file cache's settings (:meth:`share_files`), None while descriptors are not shared.
-        self._sharing: tuple[int, float, float] | None = None
+        self._sharing: tuple[int, float, float, int] | None = None
         self.forked()
 
     def __repr__(self) -> str:
         return f"DiskTier({self.directory!r}, size={self.size})"
 
     def share_files(self, size: int = FILE_CACHE_SIZE, valid: float = FILE_CACHE_VALID,
-                    inactive: float = FILE_CACHE_INACTIVE) -> None:
+                    inactive: float = FILE_CACHE_INACTIVE, small_bytes: int = FILE_CACHE_BYTES) -> None:
         """Keep the kept files' descriptors in an open-file cache (:mod:`.file_cache`, as a local
         file's: at most ``size``, each closed once unused ``inactive`` seconds, its name checked
-        again every ``valid``), shared by the responses: for a server that reads files by offset
-        only (``axon serve``). A name is a version, so a use trusts the descriptor's last
+        again every ``valid``, small files' bytes kept too within ``small_bytes``), shared by the
+        responses: for a server that reads files by offset only (``axon serve``). A name is a version, so a use trusts the descriptor's last
         ``fstat`` for the cache's ``valid`` window (its bytes are that version's even once
         deleted); each process drops all of them within :data:`SWEEP` seconds of a deletion by
         any process, so that no evicted file's blocks stay held."""
-        self._sharing = (size, valid, inactive)
+        self._sharing = (size, valid, inactive, small_bytes)
         self.forked()
 
     def forked(self) -> None:
@@ -153,8 +155,8 @@ class DiskTier:
         self._md5_agreed, self._md5_disagreed, self.etags_are_md5 = False, 0, True
         # A parent's descriptors are left to it: never closed or swept here.
         self.files = None if self._sharing is None else FileCache(
-            self._sharing[0], self._sharing[1], inactive=self._sharing[2], small_bytes=0, recheck=_still_named,
-            immutable=True)
+            self._sharing[0], self._sharing[1], inactive=self._sharing[2], small_bytes=self._sharing[3],
+            recheck=_still_named, immutable=True)
         self._usage = -1 if self._sharing is None else self.space.open_usage()
         self._seen_deletions = -1 if self._sharing is None else self.space.deletions(self._usage)
         self._sweeping: asyncio.AbstractEventLoop | None = None  # the loop a sweep is due on
@@ -224,7 +226,7 @@ class DiskTier:
                 entry, st = found
                 if st.st_size == size and self._touched(path, entry.fd, st):
                     self._sweep_later()
-                    return Held(entry.fd, entry)
+                    return _shared(entry, st)
                 entry.release()
                 return None
         try:
@@ -242,7 +244,7 @@ class DiskTier:
         if files is None:
             return Held(fd)
         self._sweep_later()
-        return Held(fd, files.add(path, fd, (st.st_dev, st.st_ino), path, ""))
+        return _shared(files.add(path, fd, (st.st_dev, st.st_ino), path, ""), st)
 
     def _touched(self, path: str, fd: int, st: os.stat_result) -> bool:
         """Set a hit file's mtime (its last use, for the LRU) at most every :data:`TOUCH` seconds;
@@ -469,6 +471,13 @@ def _name_of(key: str, etag: str) -> str:
     """:meth:`DiskTier.path_of` below the directory, kept for the keys in use (a hit hashes nothing)."""
     k = hashlib.sha256(key.encode()).hexdigest()
     return f"/{k[:2]}/{k}-{hashlib.sha256(etag.encode()).hexdigest()[:32]}"
+
+
+def _shared(entry: CachedDescriptor, st: os.stat_result) -> Held:
+    """A use of the open-file cache's ``entry`` (``st``: its stat now), with a small file's bytes
+    when the cache keeps them: a name is one version, so they are that version's bytes."""
+    kept = entry.content(st)
+    return Held(entry.fd, entry, None if kept is None else kept[1])
 
 
 def _still_named(entry: CachedDescriptor, now: float) -> float | None:

@@ -62,12 +62,12 @@ class TierFile(ObjectFile):
     """An object whose version is whole on the node's disk (:mod:`.object_disk`): the object's
     facts, and a descriptor of its file (``held``: its own, or the tier's open-file cache's),
     sent as a local file is (its segments are :class:`~axon.http.segments.FileSlice` s, read by
-    offset). Whoever holds it closes it."""
+    offset; a small file's bytes when the open-file cache keeps them). Whoever holds it closes it."""
 
     __slots__ = ("fd", "_held")
 
     def __init__(self, f: ObjectFile, held: Held) -> None:
-        super().__init__(f.source, f.key, f.etag, f.path, f.name, f.size, f.mtime_ns, f.content_type)
+        super().__init__(f.source, f.key, f.etag, f.path, f.name, f.size, f.mtime_ns, f.content_type, held.data)
         self.fd = held.fd
         self._held: Held | None = held
 
@@ -76,7 +76,7 @@ class TierFile(ObjectFile):
         """A kept object from its facts (:class:`ObjectFile`'s arguments) and its file: one
         record, where ``TierFile(ObjectFile(...), held)`` makes two."""
         made = cls.__new__(cls)
-        ObjectFile.__init__(made, *facts)  # type: ignore[arg-type]
+        ObjectFile.__init__(made, *facts, held.data)  # type: ignore[arg-type]
         made.fd, made._held = held.fd, held
         return made
 
@@ -84,6 +84,8 @@ class TierFile(ObjectFile):
         return f"TierFile(key={self.key!r}, etag={self.etag!r}, size={self.size}, fd={self.fd})"
 
     def segment(self, start: int, stop: int) -> Segment:
+        if self.data is not None:
+            return super().segment(start, stop)
         return FileSlice(self.fd, start, stop - start)
 
     def close(self) -> None:
