@@ -297,10 +297,12 @@ class DiskTier:
 
     # -- fills -----------------------------------------------------------------------------------
 
-    async def fetch(self, key: str, etag: str, size: int, fill: Filler) -> Held | None:
+    async def fetch(self, key: str, etag: str, size: int, fill: Filler,
+                    checked: Callable[[], None] | None = None) -> Held | None:
         """A descriptor of ``key`` at ``etag``: from its file, or filled by ``fill`` now (one fill
         per object at a time, across processes), or waited for from another process's fill;
-        None when it cannot be kept (a failure logged and counted): then fetch it from the store."""
+        None when it cannot be kept (a failure logged and counted): then fetch it from the store.
+        ``checked`` is called once a fill made here is whole and checked, before its commit."""
         path = self.path_of(key, etag)
         held = self._open_whole(path, size)
         if held is not None:
@@ -311,7 +313,7 @@ class DiskTier:
         if flight is None:
             flight = self._flights[path] = asyncio.get_running_loop().create_future()
             try:
-                await self._fill_locked(path, key, etag, size, fill)
+                await self._fill_locked(path, key, etag, size, fill, checked)
             except OSError as exc:  # the directory itself failed us (its lock, its count)
                 self._failed(key, str(exc))
             finally:
@@ -321,7 +323,8 @@ class DiskTier:
             await asyncio.shield(flight)
         return self._open_whole(path, size)
 
-    async def _fill_locked(self, path: str, key: str, etag: str, size: int, fill: Filler) -> None:
+    async def _fill_locked(self, path: str, key: str, etag: str, size: int, fill: Filler,
+                           checked: Callable[[], None] | None) -> None:
         """Fill ``path`` unless another process does (then wait for it, at most ``wait`` s)."""
         deadline = time.monotonic() + self.wait
         while True:
@@ -336,11 +339,12 @@ class DiskTier:
             await asyncio.sleep(POLL)
         try:
             if not os.path.exists(path):  # else filled while this one waited for the lock
-                await self._fill(path, key, etag, size, fill)
+                await self._fill(path, key, etag, size, fill, checked)
         finally:
             unlock_fill(path, lock)
 
-    async def _fill(self, path: str, key: str, etag: str, size: int, fill: Filler) -> None:
+    async def _fill(self, path: str, key: str, etag: str, size: int, fill: Filler,
+                    checked: Callable[[], None] | None = None) -> None:
         made = Fill(self.space, path, size)
         try:
             # In threads: making room may delete files, and a sync waits on the disk; the store's
@@ -351,6 +355,8 @@ class DiskTier:
             expected = self._md5_to_check(etag)
             md5 = hashlib.md5(usedforsecurity=False) if expected is not None else None
             self._check(size, await fill(made.fd, md5), made.fd, md5, expected)
+            if checked is not None:  # its bytes are final: the sync and the rename keep them, no more
+                checked()
             await to_the_end(made.commit)
             self._filled(path, size)
         except asyncio.CancelledError:

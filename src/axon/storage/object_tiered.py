@@ -195,7 +195,7 @@ class TieredSource:
         try:
             # Large fills hold pieces in memory: a few at once (and their room is made in turn).
             async with tier.large_fills if f.size > FILL_PIECE else self._fill_gate:
-                held = await tier.fetch(f.key, f.etag, f.size, filler)  # type: ignore[arg-type]
+                held = await tier.fetch(f.key, f.etag, f.size, filler, fill.check)  # type: ignore[arg-type]
             if held is not None:  # the fill reads by its own descriptor; the tier's is given back
                 try:
                     fd = os.dup(held.fd)
