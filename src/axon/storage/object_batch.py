@@ -81,12 +81,17 @@ class BatchSource:
         loop is asked only for the rest."""
         self._ensure()
         batch = _Batch(self, paths)
-        if batch.trusted:
-            batch.first = [None if meta is None else self._held_now(path, meta, batch.room)
-                           for path, meta in zip(paths, batch.metas())]
-            if None not in batch.first:
-                return batch.first  # type: ignore[return-value]
-        return self.run(self._open_many(paths, batch))
+        try:
+            if batch.trusted:
+                for i, (path, meta) in enumerate(zip(paths, batch.metas())):
+                    if meta is not None:
+                        batch.first[i] = self._held_now(path, meta, batch.room)
+                if None not in batch.first:
+                    return batch.first  # type: ignore[return-value]
+            return self.run(self._open_many(paths, batch))
+        except BaseException:
+            batch.close()  # what it holds (closing twice is nothing: a file closes once)
+            raise
 
     def for_batch(self, paths: list[str]) -> BatchOpener:
         """This source as a batch of ``paths`` opens it: each ``open`` answered from HEADs made
@@ -106,7 +111,9 @@ class BatchSource:
         # In turn, not as tasks: a lookup waits only on a write of that object under way.
         first = batch.first
         if trusted:
-            first = [f if f is not None else await held(p, m) for p, f, m in zip(paths, first, batch.metas())]
+            for i, (path, meta) in enumerate(zip(paths, batch.metas())):
+                if first[i] is None:
+                    first[i] = await held(path, meta)
         listed = await self._listed([keys[p] for p, f in zip(paths, first) if f is None and p in keys])
 
         async def one(path: str, found: ObjectFile | None) -> ObjectFile | HTTPError:
@@ -123,7 +130,12 @@ class BatchSource:
             async with gate:
                 return await self._open_kept(path, room)
 
-        return list(await asyncio.gather(*map(one, paths, first)))
+        opened = await asyncio.gather(*map(one, paths, first), return_exceptions=True)
+        failed = next((f for f in opened if isinstance(f, BaseException) and not isinstance(f, HTTPError)), None)
+        if failed is not None:
+            batch.first = [f for f in opened if isinstance(f, ObjectFile)]  # closed by open_many
+            raise failed
+        return opened  # type: ignore[return-value]
 
     async def _listed(self, keys: list[str]) -> dict[str, dict[str, Any]]:
         """What listings made now say of ``keys`` and the keys beside them (key -> size, ETag,
@@ -217,6 +229,12 @@ class _Batch:
         self.paths = paths
         self.trusted = source._listings.current(list(self.keys.values()), started)
         self.first: list[ObjectFile | None] = [None] * len(paths)
+
+    def close(self) -> None:
+        """Close what was found for the batch (a batch that fails to open holds nothing)."""
+        for f in self.first:
+            if f is not None:
+                f.close()
 
     def metas(self) -> list[dict[str, Any] | None]:
         """Each path's entry still valid, or None."""
