@@ -363,6 +363,33 @@ def test_a_small_kept_file_is_read_once_then_sent_from_memory(tmp_path, monkeypa
     held.close()
 
 
+def test_hits_from_handler_threads_wake_the_store_loop_once_for_a_sweep(tmp_path):
+    import threading
+
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    tier.share_files(size=100, valid=60.0, inactive=60.0)
+    data = os.urandom(6000)
+    assert fetch(tier, "k", data) == data
+    loop = asyncio.new_event_loop()
+    tier.loop = loop
+    busy, wakeups = threading.Event(), []
+    real = loop.call_soon_threadsafe
+    loop.call_soon_threadsafe = lambda *a: wakeups.append(a) or real(*a)
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    try:
+        real(busy.wait, 5)  # the store loop is busy while the hits come
+        for _ in range(50):
+            tier.open("k", etag_of(data), len(data)).close()
+        busy.set()
+        assert len(wakeups) == 1
+    finally:
+        busy.set()
+        real(loop.stop)
+        thread.join(5)
+        loop.close()
+
+
 def test_descriptors_of_deleted_files_are_closed_by_the_next_sweep(tmp_path, monkeypatch):
     monkeypatch.setattr(object_disk, "SWEEP", 0.05)
     tier = DiskTier(str(tmp_path), 1 << 20)

@@ -263,6 +263,8 @@ class DiskTier:
         return True
 
     def _sweep_later(self) -> None:
+        """A sweep in :data:`SWEEP` seconds on the store loop, unless one is due: one wake-up of
+        that loop, not one per hit (hits come from handler threads)."""
         due = self._sweeping
         if due is not None and not due.is_closed():  # (a loop that ended took its sweep with it)
             return
@@ -273,11 +275,15 @@ class DiskTier:
         loop = self.loop or running
         if loop is None:
             return  # no loop (a test's direct call): descriptors are checked by each use still
-        if loop is not running:  # a handler thread: the sweep is the store loop's to start
-            loop.call_soon_threadsafe(self._sweep_later)
-            return
-        loop.call_later(SWEEP, self._sweep)
-        self._sweeping = loop
+        with self._counting:  # one thread asks for it; the others find it due
+            if self._sweeping is due:
+                self._sweeping = loop
+            else:
+                return
+        if loop is running:
+            loop.call_later(SWEEP, self._sweep)
+        else:  # a handler thread: the sweep is the store loop's to start
+            loop.call_soon_threadsafe(loop.call_later, SWEEP, self._sweep)
 
     def _sweep(self) -> None:
         """Close the descriptors unused for the idle time; all of them once any process deleted
