@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HTTPError
-from .object_file import ObjectFile, TierFile
+from .object_file import ObjectFile, TierFile, identity_of
 from .object_fill import FillingFile
 from .object_listing import ListedKeys, ListingRefused, list_runs, plan_runs
 from .object_tiered import OPEN_READ
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("axon.storage")
 
+#: Listing entries whose objects' facts a process keeps made (each path's, for its entry now).
+FACTS_MADE = 16384
 #: Seconds batches are opened without listing after the store refused to list (credentials
 #: that may GET but not LIST are common): then it is asked again.
 LISTING_RETRY = 300.0
@@ -56,6 +58,8 @@ class BatchSource:
     _listings: ListedKeys
     _listing_off_until: float
     tier: DiskTier | None
+    #: requested path -> (its listing entry, the facts made of it, their identity): :meth:`_listed_file`.
+    _made: dict[str, tuple[dict[str, Any], tuple[Any, ...], int]]
 
     if TYPE_CHECKING:  # (stubs here would stand before the TieredSource methods they name)
         def key(self, requested: str) -> str: ...
@@ -206,11 +210,21 @@ class BatchSource:
 
     def _listed_file(self, requested: str, meta: dict[str, Any], data: bytes | None = None,
                      held: Held | None = None) -> ObjectFile:
-        """The object a listing entry names: its bytes ``data`` in memory, or its file ``held``."""
-        key = meta["path"]
-        facts = (self, key, meta.get("e_tag"), requested, key, meta["size"],
-                 int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key))
-        return ObjectFile(*facts, data) if held is None else TierFile.of(held, *facts)  # type: ignore[arg-type]
+        """The object a listing entry names: its bytes ``data`` in memory, or its file ``held``.
+        Its facts are made once per entry (a warm batch's objects are named by the same entries)."""
+        made = self._made.get(requested)
+        if made is None or made[0] is not meta:
+            key = meta["path"]
+            facts = (self, key, meta.get("e_tag"), requested, key, meta["size"],
+                     int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key))
+            made = (meta, facts, identity_of(facts[2], facts[5], facts[6]))
+            if len(self._made) >= FACTS_MADE:
+                self._made.clear()
+            self._made[requested] = made
+        _, facts, inode = made
+        if held is None:
+            return ObjectFile(*facts, data, None, inode)  # type: ignore[arg-type]
+        return TierFile.of(held, *facts, inode=inode)
 
 
 class _Batch:

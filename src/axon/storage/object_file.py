@@ -13,6 +13,13 @@ if TYPE_CHECKING:
     from .object_disk import Held
 
 
+def identity_of(etag: str | None, size: int, mtime_ns: int) -> int:
+    """A version's identity for ETags and batch identities: the store's ETag, hashed, in place of
+    an inode (a replaced object is another one, as a replaced file is)."""
+    version = (etag or f"{mtime_ns}-{size}").encode()
+    return int.from_bytes(hashlib.blake2b(version, digest_size=8).digest(), "big") >> 1
+
+
 class ObjectFile:
     """One object as a HEAD found it: the facts a :class:`~axon.storage.File` has. It holds no
     resource (its bytes are fetched when sent), so ``close()`` has nothing to give back."""
@@ -28,7 +35,8 @@ class ObjectFile:
     fill = None
 
     def __init__(self, source: Source, key: str, etag: str | None, path: str, name: str, size: int,
-                 mtime_ns: int, content_type: str, data: bytes | None = None, head: bytes | None = None) -> None:
+                 mtime_ns: int, content_type: str, data: bytes | None = None, head: bytes | None = None,
+                 inode: int | None = None) -> None:
         self.source = source
         self.key = key  # as the store names it (relative to the source's prefix)
         self.etag = etag  # the store's, quoted; None where the store gives none
@@ -36,10 +44,7 @@ class ObjectFile:
         self.name = name
         self.size = size
         self.mtime_ns = self.ctime_ns = mtime_ns
-        # The version's identity for ETags and batch identities: the store's ETag, hashed, in
-        # place of an inode (a replaced object is another one, as a replaced file is).
-        version = (etag or f"{mtime_ns}-{size}").encode()
-        self.inode = int.from_bytes(hashlib.blake2b(version, digest_size=8).digest(), "big") >> 1
+        self.inode = identity_of(etag, size, mtime_ns) if inode is None else inode
         self.device = 0
         self.content_type = content_type
         self.data = data  # the whole object, when opening fetched it (a small one)
@@ -72,11 +77,11 @@ class TierFile(ObjectFile):
         self._held: Held | None = held
 
     @classmethod
-    def of(cls, held: Held, *facts: object) -> TierFile:
+    def of(cls, held: Held, *facts: object, inode: int | None = None) -> TierFile:
         """A kept object from its facts (:class:`ObjectFile`'s arguments) and its file: one
         record, where ``TierFile(ObjectFile(...), held)`` makes two."""
         made = cls.__new__(cls)
-        ObjectFile.__init__(made, *facts, held.data)  # type: ignore[arg-type]
+        ObjectFile.__init__(made, *facts, held.data, None, inode)  # type: ignore[arg-type]
         made.fd, made._held = held.fd, held
         return made
 

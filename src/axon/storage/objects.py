@@ -142,6 +142,7 @@ class ObjectSource(BatchSource, TieredSource):
         self._cache: ObjectCache | None = None  # made per process, with the loop
         self._listings = ListedKeys(listing_valid)  # likewise
         self._listing_off_until = 0.0
+        self._made = {}  # a listing entry's facts, made once (object_batch)
         self._env = env if env is not None else object_store_environment()
         if store is None:
             require_credentials(self.root, self.scheme, self._env)
