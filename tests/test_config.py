@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from axon.app import App
-from axon.config import Environment, environment, flag, variable
+from axon.config import Environment, environment, flag, must_be, variable
 from axon.storage.local import FileStore
 
 
@@ -85,3 +87,12 @@ def test_sizes_take_binary_units_and_name_the_variable_when_wrong():
     for text, said in [("lots", "a number of bytes"), ("0", "more than 0"), ("-1G", "more than 0"), ("1X", "a number")]:
         with pytest.raises(ValueError, match=f"AXON_OBJECT_DISK_SIZE (is|must be) {said}"):
             environment({"AXON_OBJECT_DISK_SIZE": text})
+
+
+@pytest.mark.parametrize(("value", "positive", "said"), [
+    (0, False, None), (2.5, False, None), (0, True, "more than 0"), (-1, False, "0 or more"),
+    (float("nan"), False, "0 or more"), (float("inf"), True, "more than 0"),
+])
+def test_one_rule_for_an_amount_of_0_or_more(value, positive, said):
+    # The environment's numbers, the server's seconds flags and the object source's arguments ask it.
+    assert must_be(value, positive=positive) == said

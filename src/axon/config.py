@@ -34,6 +34,15 @@ def flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
     raise ValueError(f"{name} must be 1, true, yes or on (or 0, false, no, off), not {word!r}")
 
 
+def must_be(value: float, *, positive: bool = False) -> str | None:
+    """None if ``value`` is a finite number, 0 or more (more than 0 if ``positive``; NaN is
+    neither); else what it must be, for an error to say. The one test of every such setting,
+    whether an environment variable, a flag or an argument gives it."""
+    if 0 <= value < float("inf") and not (positive and value == 0):
+        return None
+    return "more than 0" if positive else "0 or more"
+
+
 def number(name: str, default: float, environ: Mapping[str, str] | None = None, *, positive: bool = False,
            whole: bool = False) -> float:
     """``AXON_...`` as a number, 0 or more (more than 0 if ``positive``; a whole one if
@@ -45,8 +54,9 @@ def number(name: str, default: float, environ: Mapping[str, str] | None = None, 
         value = int(text) if whole else float(text)
     except ValueError:
         raise ValueError(f"{name} must be a {'whole ' if whole else ''}number, not {text!r}") from None
-    if not 0 <= value < float("inf") or (positive and value == 0):  # NaN fails too
-        raise ValueError(f"{name} must be {'more than 0' if positive else '0 or more'}, not {text!r}")
+    must = must_be(value, positive=positive)
+    if must is not None:
+        raise ValueError(f"{name} must be {must}, not {text!r}")
     return value
 
 

@@ -179,6 +179,26 @@ def test_a_key_evicted_from_the_disk_within_the_window_is_still_served(weed, pre
     assert source.hops == 1
 
 
+@pytest.mark.parametrize("failing", ["_listed", "_open_kept"])  # before the batch's opening, and within it
+def test_a_batch_that_fails_to_open_holds_no_kept_file(weed, prefix, tmp_path, monkeypatch, failing):
+    app, source, cache_dir = tiered(weed, prefix, tmp_path, 60)
+    gone = next(os.path.join(d, f) for d, _, fs in os.walk(cache_dir) for f in fs if f in kept_files(cache_dir))
+    os.unlink(gone)  # so the batch goes on to the store loop, holding the others' files
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("the store loop failed")
+
+    def held_files() -> int:
+        return sum(os.readlink(f"/proc/self/fd/{fd}").startswith(str(cache_dir)) for fd in os.listdir("/proc/self/fd")
+                   if os.path.exists(f"/proc/self/fd/{fd}"))
+
+    before = held_files()
+    monkeypatch.setattr(source, failing, broken)
+    with pytest.raises(RuntimeError):
+        source.open_many(NAMES)
+    assert held_files() == before
+
+
 def test_a_slice_of_an_object_overwritten_within_the_window_is_never_cut(weed, prefix, parse_multipart):
     """The window's promise (object_batch): bytes fetched from the store are asked by the ETag the
     store gives now, so an entry gone stale never makes a fetch fail its If-Match. A small object

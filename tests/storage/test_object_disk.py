@@ -343,6 +343,53 @@ def test_a_hit_within_the_window_stats_nothing(tmp_path, monkeypatch):
     assert stats == []
 
 
+def test_a_small_kept_file_is_read_once_then_sent_from_memory(tmp_path, monkeypatch):
+    # As a local small file's in the open-file cache, but at once: a name is one version, so
+    # its bytes need not settle first (and a hit's touch keeps moving its ctime).
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    tier.share_files(size=100, valid=60.0, inactive=60.0, small_bytes=1 << 20)
+    small, large = os.urandom(6000), os.urandom(100 * KiB)
+    assert fetch(tier, "small", small) == small and fetch(tier, "large", large) == large
+    reads = []
+    real_pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda *a: reads.append(a) or real_pread(*a))
+    for _ in range(20):
+        held = tier.open("small", etag_of(small), len(small))
+        assert held.data == small
+        held.close()
+    assert len(reads) <= 1
+    held = tier.open("large", etag_of(large), len(large))
+    assert held.data is None  # past the small size: read by offset as it is sent
+    held.close()
+
+
+def test_hits_from_handler_threads_wake_the_store_loop_once_for_a_sweep(tmp_path):
+    import threading
+
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    tier.share_files(size=100, valid=60.0, inactive=60.0)
+    data = os.urandom(6000)
+    assert fetch(tier, "k", data) == data
+    loop = asyncio.new_event_loop()
+    tier.loop = loop
+    busy, wakeups = threading.Event(), []
+    real = loop.call_soon_threadsafe
+    loop.call_soon_threadsafe = lambda *a: wakeups.append(a) or real(*a)
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    try:
+        real(busy.wait, 5)  # the store loop is busy while the hits come
+        for _ in range(50):
+            tier.open("k", etag_of(data), len(data)).close()
+        busy.set()
+        assert len(wakeups) == 1
+    finally:
+        busy.set()
+        real(loop.stop)
+        thread.join(5)
+        loop.close()
+
+
 def test_descriptors_of_deleted_files_are_closed_by_the_next_sweep(tmp_path, monkeypatch):
     monkeypatch.setattr(object_disk, "SWEEP", 0.05)
     tier = DiskTier(str(tmp_path), 1 << 20)

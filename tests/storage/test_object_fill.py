@@ -188,6 +188,28 @@ def test_the_last_piece_waits_for_the_commit_and_a_failed_fill_gives_nothing_mor
     asyncio.run(scenario(commit=False))
 
 
+def test_the_last_piece_is_given_once_checked_not_after_the_sync(tmp_path):
+    # The commit's sync and rename change no byte: a whole response need not wait for them.
+    from axon.storage.object_fill import Fill
+
+    async def scenario() -> None:
+        fd = os.open(tmp_path / "object.tmp", os.O_RDWR | os.O_CREAT)
+        fill = Fill("key", 300)
+        fill.begin(fd)
+        os.pwrite(fd, b"a" * 300, 0)
+        fill.advance(300)
+        last = asyncio.ensure_future(fill.read(200, 100))
+        await asyncio.sleep(0.02)
+        assert not last.done()
+        fill.check()  # whole and checked; not committed yet
+        assert await asyncio.wait_for(last, 1) == b"a" * 100
+        os.close(fd)
+        fill.finish(None)
+        fill.release()
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.slow  # SeaweedFS, a proxy and axon serve over sockets
 def test_the_first_bytes_arrive_while_the_object_fills(large, slow, served):
     _, key, payload = large

@@ -20,7 +20,7 @@ import tempfile
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
-from ..config import environment, flag, parse_size, variable
+from ..config import environment, flag, must_be, parse_size, variable
 from ..storage import FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID
 
 if TYPE_CHECKING:
@@ -73,8 +73,9 @@ def _seconds(*, positive: bool) -> Any:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number of seconds, not {text!r}") from None
-        if not 0 <= value < float("inf") or (positive and value == 0):  # NaN fails too
-            raise argparse.ArgumentTypeError(f"must be {'more than 0' if positive else '0 or more'} seconds, not {text}")
+        must = must_be(value, positive=positive)
+        if must is not None:
+            raise argparse.ArgumentTypeError(f"must be {must} seconds, not {text}")
         return value
     return check
 

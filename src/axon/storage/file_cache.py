@@ -167,9 +167,9 @@ class CachedDescriptor:
         small = self.small
         if small is not None and small[0] == key:
             return small
-        if time.time_ns() - st.st_ctime_ns < SETTLED_NS:
-            return None
         cache = self._cache
+        if time.time_ns() - st.st_ctime_ns < SETTLED_NS and not cache._immutable:  # (a name is one version)
+            return None
         if cache.small_total + size > cache.small_bytes:
             return None
         return self._keep(key, small)

@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HTTPError
-from .object_file import ObjectFile, TierFile
+from .object_file import ObjectFile, TierFile, identity_of
 from .object_fill import FillingFile
 from .object_listing import ListedKeys, ListingRefused, list_runs, plan_runs
 from .object_tiered import OPEN_READ
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("axon.storage")
 
+#: Listing entries whose objects' facts a process keeps made (each path's, for its entry now).
+FACTS_MADE = 16384
 #: Seconds batches are opened without listing after the store refused to list (credentials
 #: that may GET but not LIST are common): then it is asked again.
 LISTING_RETRY = 300.0
@@ -56,6 +58,8 @@ class BatchSource:
     _listings: ListedKeys
     _listing_off_until: float
     tier: DiskTier | None
+    #: requested path -> (its listing entry, the facts made of it, their identity): :meth:`_listed_file`.
+    _made: dict[str, tuple[dict[str, Any], tuple[Any, ...], int]]
 
     if TYPE_CHECKING:  # (stubs here would stand before the TieredSource methods they name)
         def key(self, requested: str) -> str: ...
@@ -81,12 +85,17 @@ class BatchSource:
         loop is asked only for the rest."""
         self._ensure()
         batch = _Batch(self, paths)
-        if batch.trusted:
-            batch.first = [None if meta is None else self._held_now(path, meta, batch.room)
-                           for path, meta in zip(paths, batch.metas())]
-            if None not in batch.first:
-                return batch.first  # type: ignore[return-value]
-        return self.run(self._open_many(paths, batch))
+        try:
+            if batch.trusted:
+                for i, (path, meta) in enumerate(zip(paths, batch.metas())):
+                    if meta is not None:
+                        batch.first[i] = self._held_now(path, meta, batch.room)
+                if None not in batch.first:
+                    return batch.first  # type: ignore[return-value]
+            return self.run(self._open_many(paths, batch))
+        except BaseException:
+            batch.close()  # what it holds (closing twice is nothing: a file closes once)
+            raise
 
     def for_batch(self, paths: list[str]) -> BatchOpener:
         """This source as a batch of ``paths`` opens it: each ``open`` answered from HEADs made
@@ -106,7 +115,9 @@ class BatchSource:
         # In turn, not as tasks: a lookup waits only on a write of that object under way.
         first = batch.first
         if trusted:
-            first = [f if f is not None else await held(p, m) for p, f, m in zip(paths, first, batch.metas())]
+            for i, (path, meta) in enumerate(zip(paths, batch.metas())):
+                if first[i] is None:
+                    first[i] = await held(path, meta)
         listed = await self._listed([keys[p] for p, f in zip(paths, first) if f is None and p in keys])
 
         async def one(path: str, found: ObjectFile | None) -> ObjectFile | HTTPError:
@@ -123,7 +134,12 @@ class BatchSource:
             async with gate:
                 return await self._open_kept(path, room)
 
-        return list(await asyncio.gather(*map(one, paths, first)))
+        opened = await asyncio.gather(*map(one, paths, first), return_exceptions=True)
+        failed = next((f for f in opened if isinstance(f, BaseException) and not isinstance(f, HTTPError)), None)
+        if failed is not None:
+            batch.first = [f for f in opened if isinstance(f, ObjectFile)]  # closed by open_many
+            raise failed
+        return opened  # type: ignore[return-value]
 
     async def _listed(self, keys: list[str]) -> dict[str, dict[str, Any]]:
         """What listings made now say of ``keys`` and the keys beside them (key -> size, ETag,
@@ -194,11 +210,21 @@ class BatchSource:
 
     def _listed_file(self, requested: str, meta: dict[str, Any], data: bytes | None = None,
                      held: Held | None = None) -> ObjectFile:
-        """The object a listing entry names: its bytes ``data`` in memory, or its file ``held``."""
-        key = meta["path"]
-        facts = (self, key, meta.get("e_tag"), requested, key, meta["size"],
-                 int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key))
-        return ObjectFile(*facts, data) if held is None else TierFile.of(held, *facts)  # type: ignore[arg-type]
+        """The object a listing entry names: its bytes ``data`` in memory, or its file ``held``.
+        Its facts are made once per entry (a warm batch's objects are named by the same entries)."""
+        made = self._made.get(requested)
+        if made is None or made[0] is not meta:
+            key = meta["path"]
+            facts = (self, key, meta.get("e_tag"), requested, key, meta["size"],
+                     int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key))
+            made = (meta, facts, identity_of(facts[2], facts[5], facts[6]))
+            if len(self._made) >= FACTS_MADE:
+                self._made.clear()
+            self._made[requested] = made
+        _, facts, inode = made
+        if held is None:
+            return ObjectFile(*facts, data, None, inode)  # type: ignore[arg-type]
+        return TierFile.of(held, *facts, inode=inode)
 
 
 class _Batch:
@@ -217,6 +243,12 @@ class _Batch:
         self.paths = paths
         self.trusted = source._listings.current(list(self.keys.values()), started)
         self.first: list[ObjectFile | None] = [None] * len(paths)
+
+    def close(self) -> None:
+        """Close what was found for the batch (a batch that fails to open holds nothing)."""
+        for f in self.first:
+            if f is not None:
+                f.close()
 
     def metas(self) -> list[dict[str, Any] | None]:
         """Each path's entry still valid, or None."""

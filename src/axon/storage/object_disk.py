@@ -37,7 +37,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, NamedTuple
 
-from . import FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID
+from . import FILE_CACHE_BYTES, FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID
 from .file_cache import CachedDescriptor, FileCache
 from .object_disk_fill import Fill, lock_fill, to_the_end, unlock_fill, write_all
 from .object_disk_space import Space, entries_of
@@ -82,10 +82,12 @@ class FillFailed(Exception):
 
 class Held(NamedTuple):
     """A kept file's descriptor, as a response holds it: the open-file cache's (``shared``:
-    given back, never closed; read by offset only) or its own. Whoever holds it closes it."""
+    given back, never closed; read by offset only) or its own. Whoever holds it closes it.
+    ``data``: a small file's bytes, when the open-file cache keeps them (sent without a read)."""
 
     fd: int
     shared: CachedDescriptor | None = None
+    data: bytes | None = None
 
     def close(self) -> None:
         if self.shared is not None:
@@ -115,22 +117,22 @@ class DiskTier:
         self.space = Space(self.directory, size)
         self.space.scan()  # a restart: what is whole stays, a killed fill's temporary file goes
         #: The open-file cache's settings (:meth:`share_files`), None while descriptors are not shared.
-        self._sharing: tuple[int, float, float] | None = None
+        self._sharing: tuple[int, float, float, int] | None = None
         self.forked()
 
     def __repr__(self) -> str:
         return f"DiskTier({self.directory!r}, size={self.size})"
 
     def share_files(self, size: int = FILE_CACHE_SIZE, valid: float = FILE_CACHE_VALID,
-                    inactive: float = FILE_CACHE_INACTIVE) -> None:
+                    inactive: float = FILE_CACHE_INACTIVE, small_bytes: int = FILE_CACHE_BYTES) -> None:
         """Keep the kept files' descriptors in an open-file cache (:mod:`.file_cache`, as a local
         file's: at most ``size``, each closed once unused ``inactive`` seconds, its name checked
-        again every ``valid``), shared by the responses: for a server that reads files by offset
-        only (``axon serve``). A name is a version, so a use trusts the descriptor's last
+        again every ``valid``, small files' bytes kept too within ``small_bytes``), shared by the
+        responses: for a server that reads files by offset only (``axon serve``). A name is a version, so a use trusts the descriptor's last
         ``fstat`` for the cache's ``valid`` window (its bytes are that version's even once
         deleted); each process drops all of them within :data:`SWEEP` seconds of a deletion by
         any process, so that no evicted file's blocks stay held."""
-        self._sharing = (size, valid, inactive)
+        self._sharing = (size, valid, inactive, small_bytes)
         self.forked()
 
     def forked(self) -> None:
@@ -153,8 +155,8 @@ class DiskTier:
         self._md5_agreed, self._md5_disagreed, self.etags_are_md5 = False, 0, True
         # A parent's descriptors are left to it: never closed or swept here.
         self.files = None if self._sharing is None else FileCache(
-            self._sharing[0], self._sharing[1], inactive=self._sharing[2], small_bytes=0, recheck=_still_named,
-            immutable=True)
+            self._sharing[0], self._sharing[1], inactive=self._sharing[2], small_bytes=self._sharing[3],
+            recheck=_still_named, immutable=True)
         self._usage = -1 if self._sharing is None else self.space.open_usage()
         self._seen_deletions = -1 if self._sharing is None else self.space.deletions(self._usage)
         self._sweeping: asyncio.AbstractEventLoop | None = None  # the loop a sweep is due on
@@ -224,7 +226,7 @@ class DiskTier:
                 entry, st = found
                 if st.st_size == size and self._touched(path, entry.fd, st):
                     self._sweep_later()
-                    return Held(entry.fd, entry)
+                    return _shared(entry, st)
                 entry.release()
                 return None
         try:
@@ -242,7 +244,7 @@ class DiskTier:
         if files is None:
             return Held(fd)
         self._sweep_later()
-        return Held(fd, files.add(path, fd, (st.st_dev, st.st_ino), path, ""))
+        return _shared(files.add(path, fd, (st.st_dev, st.st_ino), path, ""), st)
 
     def _touched(self, path: str, fd: int, st: os.stat_result) -> bool:
         """Set a hit file's mtime (its last use, for the LRU) at most every :data:`TOUCH` seconds;
@@ -261,6 +263,8 @@ class DiskTier:
         return True
 
     def _sweep_later(self) -> None:
+        """A sweep in :data:`SWEEP` seconds on the store loop, unless one is due: one wake-up of
+        that loop, not one per hit (hits come from handler threads)."""
         due = self._sweeping
         if due is not None and not due.is_closed():  # (a loop that ended took its sweep with it)
             return
@@ -271,11 +275,15 @@ class DiskTier:
         loop = self.loop or running
         if loop is None:
             return  # no loop (a test's direct call): descriptors are checked by each use still
-        if loop is not running:  # a handler thread: the sweep is the store loop's to start
-            loop.call_soon_threadsafe(self._sweep_later)
-            return
-        loop.call_later(SWEEP, self._sweep)
-        self._sweeping = loop
+        with self._counting:  # one thread asks for it; the others find it due
+            if self._sweeping is due:
+                self._sweeping = loop
+            else:
+                return
+        if loop is running:
+            loop.call_later(SWEEP, self._sweep)
+        else:  # a handler thread: the sweep is the store loop's to start
+            loop.call_soon_threadsafe(loop.call_later, SWEEP, self._sweep)
 
     def _sweep(self) -> None:
         """Close the descriptors unused for the idle time; all of them once any process deleted
@@ -295,10 +303,12 @@ class DiskTier:
 
     # -- fills -----------------------------------------------------------------------------------
 
-    async def fetch(self, key: str, etag: str, size: int, fill: Filler) -> Held | None:
+    async def fetch(self, key: str, etag: str, size: int, fill: Filler,
+                    checked: Callable[[], None] | None = None) -> Held | None:
         """A descriptor of ``key`` at ``etag``: from its file, or filled by ``fill`` now (one fill
         per object at a time, across processes), or waited for from another process's fill;
-        None when it cannot be kept (a failure logged and counted): then fetch it from the store."""
+        None when it cannot be kept (a failure logged and counted): then fetch it from the store.
+        ``checked`` is called once a fill made here is whole and checked, before its commit."""
         path = self.path_of(key, etag)
         held = self._open_whole(path, size)
         if held is not None:
@@ -309,7 +319,7 @@ class DiskTier:
         if flight is None:
             flight = self._flights[path] = asyncio.get_running_loop().create_future()
             try:
-                await self._fill_locked(path, key, etag, size, fill)
+                await self._fill_locked(path, key, etag, size, fill, checked)
             except OSError as exc:  # the directory itself failed us (its lock, its count)
                 self._failed(key, str(exc))
             finally:
@@ -319,7 +329,8 @@ class DiskTier:
             await asyncio.shield(flight)
         return self._open_whole(path, size)
 
-    async def _fill_locked(self, path: str, key: str, etag: str, size: int, fill: Filler) -> None:
+    async def _fill_locked(self, path: str, key: str, etag: str, size: int, fill: Filler,
+                           checked: Callable[[], None] | None) -> None:
         """Fill ``path`` unless another process does (then wait for it, at most ``wait`` s)."""
         deadline = time.monotonic() + self.wait
         while True:
@@ -334,11 +345,12 @@ class DiskTier:
             await asyncio.sleep(POLL)
         try:
             if not os.path.exists(path):  # else filled while this one waited for the lock
-                await self._fill(path, key, etag, size, fill)
+                await self._fill(path, key, etag, size, fill, checked)
         finally:
             unlock_fill(path, lock)
 
-    async def _fill(self, path: str, key: str, etag: str, size: int, fill: Filler) -> None:
+    async def _fill(self, path: str, key: str, etag: str, size: int, fill: Filler,
+                    checked: Callable[[], None] | None = None) -> None:
         made = Fill(self.space, path, size)
         try:
             # In threads: making room may delete files, and a sync waits on the disk; the store's
@@ -349,6 +361,8 @@ class DiskTier:
             expected = self._md5_to_check(etag)
             md5 = hashlib.md5(usedforsecurity=False) if expected is not None else None
             self._check(size, await fill(made.fd, md5), made.fd, md5, expected)
+            if checked is not None:  # its bytes are final: the sync and the rename keep them, no more
+                checked()
             await to_the_end(made.commit)
             self._filled(path, size)
         except asyncio.CancelledError:
@@ -469,6 +483,13 @@ def _name_of(key: str, etag: str) -> str:
     """:meth:`DiskTier.path_of` below the directory, kept for the keys in use (a hit hashes nothing)."""
     k = hashlib.sha256(key.encode()).hexdigest()
     return f"/{k[:2]}/{k}-{hashlib.sha256(etag.encode()).hexdigest()[:32]}"
+
+
+def _shared(entry: CachedDescriptor, st: os.stat_result) -> Held:
+    """A use of the open-file cache's ``entry`` (``st``: its stat now), with a small file's bytes
+    when the cache keeps them: a name is one version, so they are that version's bytes."""
+    kept = entry.content(st)
+    return Held(entry.fd, entry, None if kept is None else kept[1])
 
 
 def _still_named(entry: CachedDescriptor, now: float) -> float | None:

@@ -8,10 +8,10 @@ writer: one set of GETs to the store.
 
 What a reader may take (:meth:`Fill.read`):
 
-* bytes the fill has written, except the object's last byte, which waits for the commit: the
-  object is renamed into the tier only once whole and checked (its length, the MD5 its ETag
-  states), so a response that includes the object's end is never completed with bytes that
-  failed the check. A span that ends before it (a ``Range``, a batch's slice) is given as soon as
+* bytes the fill has written, except the object's last byte, which waits for the check (its
+  length, the MD5 its ETag states), so a response that includes the object's end is never
+  completed with bytes that failed it. Not for the commit (the sync and the rename that follow):
+  they keep the bytes for later requests and change none. A span that ends before it (a ``Range``, a batch's slice) is given as soon as
   written, and may complete before the check: an MD5 checks only the whole object, a span of it
   fetched from the store without the tier is not checked either, and it should not wait for the
   rest of a large object;
@@ -48,6 +48,7 @@ class Fill:
         self.key = key
         self.size = size
         self.written = 0  # bytes written from the start, in order
+        self.checked = False  # whole, and its bytes checked (the commit may be under way)
         self.state = FILLING
         self._fd = -1  # a duplicate of the temporary file's descriptor (the committed file's after)
         self._uses = 1  # the fill's own, and each reader's
@@ -67,6 +68,11 @@ class Fill:
 
     def advance(self, written: int) -> None:
         self.written = written
+        self._step()
+
+    def check(self) -> None:
+        """The object is whole and its bytes checked: its last byte may be read."""
+        self.checked = True
         self._step()
 
     def finish(self, fd: int | None) -> None:
@@ -104,10 +110,10 @@ class Fill:
 
     async def read(self, offset: int, count: int) -> bytes | None:
         """Bytes ``offset`` to ``offset + count`` once the fill has them (the last piece once the
-        object is committed); None when the object is not kept (fetch it from the store);
+        object is checked); None when the object is not kept (fetch it from the store);
         :class:`ObjectStreamBroken` when the fill failed after it had written bytes."""
         stop = offset + count
-        while self.state is FILLING and not stop <= min(self.written, self.size - 1):
+        while self.state is FILLING and not stop <= min(self.written, self.size - (not self.checked)):
             await asyncio.shield(self._moved)
         if self.state is NOT_KEPT:
             return None

@@ -78,11 +78,11 @@ class TieredSource:
         """This process's counts of the disk tier (:meth:`.object_disk.DiskTier.counts`); none without one."""
         return {} if self.tier is None else self.tier.counts()
 
-    def share_kept_files(self, size: int, valid: float, inactive: float) -> None:
+    def share_kept_files(self, size: int, valid: float, inactive: float, small_bytes: int) -> None:
         """For a server that reads files by offset only: the kept files' descriptors shared
         through an open-file cache as a local file's are (:meth:`.object_disk.DiskTier.share_files`)."""
         if self.tier is not None:
-            self.tier.share_files(size, valid, inactive)
+            self.tier.share_files(size, valid, inactive, small_bytes)
 
 
     def _crc_on_disk(self, f: ObjectFile) -> int | None:
@@ -195,7 +195,7 @@ class TieredSource:
         try:
             # Large fills hold pieces in memory: a few at once (and their room is made in turn).
             async with tier.large_fills if f.size > FILL_PIECE else self._fill_gate:
-                held = await tier.fetch(f.key, f.etag, f.size, filler)  # type: ignore[arg-type]
+                held = await tier.fetch(f.key, f.etag, f.size, filler, fill.check)  # type: ignore[arg-type]
             if held is not None:  # the fill reads by its own descriptor; the tier's is given back
                 try:
                     fd = os.dup(held.fd)

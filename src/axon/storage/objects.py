@@ -52,7 +52,7 @@ from obstore.exceptions import (
     NotFoundError, NotModifiedError, PermissionDeniedError, PreconditionError, UnauthenticatedError,
 )
 
-from ..config import ObjectStoreEnvironment, environment, object_store_environment
+from ..config import ObjectStoreEnvironment, environment, must_be, object_store_environment
 from ..errors import FileChanged, Forbidden, HTTPError, NotFound
 from ..http.segments import ObjectSlice, Segment
 from . import Entry
@@ -125,7 +125,7 @@ class ObjectSource(BatchSource, TieredSource):
         listing_valid = given.object_listing_valid if listing_valid is None else listing_valid
         disk_cache = given.object_disk_cache if disk_cache is None else disk_cache
         disk_size = given.object_disk_size if disk_size is None else disk_size
-        if timeout <= 0 or concurrency < 1 or cache_bytes < 0 or not 0 <= listing_valid < float("inf"):
+        if timeout <= 0 or concurrency < 1 or cache_bytes < 0 or must_be(listing_valid) is not None:
             raise ValueError("timeout must be positive, concurrency at least 1, cache_bytes and listing_valid "
                              "not negative")
         self.root = url.rstrip("/")
@@ -142,6 +142,7 @@ class ObjectSource(BatchSource, TieredSource):
         self._cache: ObjectCache | None = None  # made per process, with the loop
         self._listings = ListedKeys(listing_valid)  # likewise
         self._listing_off_until = 0.0
+        self._made = {}  # a listing entry's facts, made once (object_batch)
         self._env = env if env is not None else object_store_environment()
         if store is None:
             require_credentials(self.root, self.scheme, self._env)

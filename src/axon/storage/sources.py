@@ -85,6 +85,6 @@ def share_open_files(source: Source, size: int, valid: float = FILE_CACHE_VALID,
     if not isinstance(source, FileStore):
         share_kept = getattr(source, "share_kept_files", None)
         if share_kept is not None:  # an object store's disk tier: its files' descriptors are its own
-            share_kept(size, valid, inactive)
+            share_kept(size, valid, inactive, small_bytes)
         return None
     return SharedFiles(source, size, valid, inactive, small_bytes)
