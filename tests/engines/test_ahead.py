@@ -201,6 +201,7 @@ def test_workers_read_their_own_next_batches(slow):
     seen = served.requests_since(mark)
     assert got == expected(served, RELS[:240])
     assert len([r for r in seen if r["path"] == "/api/stream-files"]) == 16, seen
+    assert len([r for r in seen if r["path"] == "/api/limits"]) == 1, seen  # asked before the workers start
     assert took < 7 * ROUND_TRIP * FLOOR_SHARE, took
 
 
