@@ -210,6 +210,14 @@ def test_a_server_that_is_down_is_named_by_host_and_port():
             read()
 
 
+def test_asking_the_limits_before_the_workers_leaves_a_server_that_is_down_to_the_reads():
+    netloc = dead_netloc()
+    dataset = AxonDataset([f"axon://{netloc}/small/0000.bin"])
+    dataset.ask_limits()  # what a loader does before its workers start: nothing raised here
+    with pytest.raises(OSError, match=netloc):
+        dataset.__getitems__([0])  # but where a read is, naming the server
+
+
 def test_a_server_that_is_not_axon_says_so(nginx_netloc):
     for read in _reads(f"axon://{nginx_netloc}/small/missing.bin"):
         with pytest.raises(NotAxonServer) as caught:
