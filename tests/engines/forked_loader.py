@@ -7,7 +7,7 @@ segmentation fault in CI that no run of this program, alone or after ``ray.init`
 So the forking tests run this program: the fork they test is the user's, not the suite's.
 
 ``python forked_loader.py dataset|shards ADDRESS REL...`` prints one JSON object: the SHA-256 of
-each sample in the order the DataLoader gave them (``dataset``: the parent reads a file before
+each sample in the order the DataLoader gave them (``dataset``: the parent reads a file and asks the limits before
 the workers fork and another after they are done, as ``parent_before`` and ``parent_after``).
 """
 
@@ -34,6 +34,7 @@ def named_length(path: str, data: bytes) -> tuple[str, int]:
 def read_dataset(urls: list[str]) -> dict:
     dataset = AxonDataset(urls)
     before = digest(dataset[0])  # the parent's filesystem and session now exist
+    dataset.ask_limits()  # and its servers' limits, which the workers take
     loader = DataLoader(dataset, batch_size=30, num_workers=2, multiprocessing_context="fork", collate_fn=list)
     got = [digest(data) for batch in loader for data in batch]
     return {"parent_before": before, "samples": got, "parent_after": digest(dataset[1])}

@@ -190,17 +190,19 @@ def test_a_sampler_of_shuffled_runs_reads_no_batch_it_is_not_asked_for(served):
 
 def test_workers_read_their_own_next_batches(slow):
     address, served = slow
-    dataset = AxonDataset([f"axon://{address}/{rel}" for rel in RELS[:240]])
     mark = served.mark()
-    loader = dataset.loader(batch_size=15, num_workers=2, multiprocessing_context="fork", collate_fn=list)
-    batches = iter(loader)
-    got = next(batches)
-    began = time.monotonic()  # each worker runs now: the rest is 7 round trips each, one by one
-    got += [data for batch in batches for data in batch]
-    took = time.monotonic() - began
+    # closed at the end: the main process asked the limits, and keeps that connection until then
+    with AxonDataset([f"axon://{address}/{rel}" for rel in RELS[:240]]) as dataset:
+        loader = dataset.loader(batch_size=15, num_workers=2, multiprocessing_context="fork", collate_fn=list)
+        batches = iter(loader)
+        got = next(batches)
+        began = time.monotonic()  # each worker runs now: the rest is 7 round trips each, one by one
+        got += [data for batch in batches for data in batch]
+        took = time.monotonic() - began
     seen = served.requests_since(mark)
     assert got == expected(served, RELS[:240])
     assert len([r for r in seen if r["path"] == "/api/stream-files"]) == 16, seen
+    assert len([r for r in seen if r["path"] == "/api/limits"]) == 1, seen  # asked before the workers start
     assert took < 7 * ROUND_TRIP * FLOOR_SHARE, took
 
 

@@ -32,6 +32,10 @@ def batch_requests(seen: list[dict], suffix: str = "") -> list[dict]:
     return [r for r in seen if r["path"] == "/api/stream-files" + suffix]
 
 
+def limits_requests(seen: list[dict]) -> list[dict]:
+    return [r for r in seen if r["path"] == "/api/limits"]
+
+
 def sized(path: str, data: bytes) -> tuple[str, int]:
     """A decode hook at module level, so that it pickles for spawned workers."""
     return path, len(data)
@@ -115,6 +119,7 @@ def test_forked_workers_read_with_their_own_filesystem_after_the_parent_read(ser
     assert got["parent_before"] == sha256_of(served.root / RELS[0])
     assert got["parent_after"] == sha256_of(served.root / RELS[1])  # and the parent's still works
     assert len(batch_requests(seen)) == SMALL_FILES // 30, seen
+    assert len(limits_requests(seen)) == 1, seen  # the parent's: the workers take its answer
 
 
 def test_a_batch_past_the_servers_max_files_is_split_not_refused(served):
@@ -128,9 +133,11 @@ def test_a_batch_past_the_servers_max_files_is_split_not_refused(served):
 
 def test_the_dataset_pickles_after_use_and_the_copy_reads_the_same(served):
     dataset = AxonDataset([served.url(rel) for rel in RELS[:5]], decode=sized)
-    dataset[0]
+    dataset.__getitems__([0])  # a batch: the server's limits are asked
     copy = pickle.loads(pickle.dumps(dataset))
+    mark = served.mark()
     assert copy.__getitems__([0, 4]) == dataset.__getitems__([0, 4])
+    assert limits_requests(served.requests_since(mark)) == []  # the copy took what the original asked
 
 
 @pytest.mark.slow
@@ -201,6 +208,14 @@ def test_a_server_that_is_down_is_named_by_host_and_port():
     for read in _reads(f"axon://{netloc}/small/0000.bin"):
         with pytest.raises(OSError, match=netloc):
             read()
+
+
+def test_asking_the_limits_before_the_workers_leaves_a_server_that_is_down_to_the_reads():
+    netloc = dead_netloc()
+    dataset = AxonDataset([f"axon://{netloc}/small/0000.bin"])
+    dataset.ask_limits()  # what a loader does before its workers start: nothing raised here
+    with pytest.raises(OSError, match=netloc):
+        dataset.__getitems__([0])  # but where a read is, naming the server
 
 
 def test_a_server_that_is_not_axon_says_so(nginx_netloc):

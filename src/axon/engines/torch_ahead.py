@@ -54,9 +54,12 @@ class AheadBatchSampler(BatchSampler):
 
 
 class AheadLoader(DataLoader):
-    """A ``DataLoader`` whose iterator, once left or closed, cancels the reads ahead of this process."""
+    """A ``DataLoader`` whose iterator, once left or closed, cancels the reads ahead of this
+    process; with workers, the servers' limits are asked here first, once, not by each worker."""
 
     def __iter__(self) -> Iterator[Any]:
+        if self.num_workers:
+            self.dataset.ask_limits()
         try:
             yield from super().__iter__()
         finally:

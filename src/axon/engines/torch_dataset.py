@@ -41,6 +41,7 @@ from ..batchclient.tar_reader import tar_files
 from ..batchclient.transport import Connections, RoundTrip
 from ..fsspec import AxonFileSystem
 from ..fsspec.errors import error_for
+from ..fsspec.servers import ServerLimits
 from ..signing import mint_token
 from .ahead import AHEAD, Ahead
 from .file_groups import axon_filesystem
@@ -73,22 +74,31 @@ class _PerProcess:
     aiohttp session belong to the parent (fsspec refuses it: "not fork-safe"); the process id
     tells that the object is not ours, and a new one is built. Pickling drops it altogether.
     The filesystem is this dataset's own (not fsspec's cached instance), so closing it closes
-    this dataset's connections and no one else's.
+    this dataset's connections and no one else's. What the parent learnt of the servers' limits
+    is handed on (through the fork, or the pickle of a ``spawn`` worker): a worker does not ask
+    ``/api/limits`` again before its first batch.
     """
 
-    def __init__(self, storage_options: dict[str, Any], ahead: int) -> None:
+    def __init__(self, storage_options: dict[str, Any], ahead: int,
+                 limits: dict[str, ServerLimits] | None = None) -> None:
         self.storage_options = storage_options
         self.limit = ahead
         self._fs: AxonFileSystem | None = None
         self._ahead = Ahead(ahead)
         self._pid: int | None = None
+        self._limits = dict(limits or {})  # learnt in the process this object came from
 
     def get(self) -> tuple[AxonFileSystem, Ahead]:
         if self._fs is None or self._pid != os.getpid():
+            known = self.known_limits()  # the parent's, before its filesystem is replaced
             self._fs = AxonFileSystem(skip_instance_cache=True, **self.storage_options)
+            self._fs.learn_limits(known)
             self._ahead = Ahead(self.limit)
             self._pid = os.getpid()
         return self._fs, self._ahead
+
+    def known_limits(self) -> dict[str, ServerLimits]:
+        return {**self._limits, **(self._fs.known_limits() if self._fs is not None else {})}
 
     def cancel_ahead(self) -> None:
         """Cancel this process's reads ahead, if it read at all (nothing is built to say so)."""
@@ -102,10 +112,10 @@ class _PerProcess:
             self._fs.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"storage_options": self.storage_options, "ahead": self.limit}
+        return {"storage_options": self.storage_options, "ahead": self.limit, "limits": self.known_limits()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["storage_options"], state["ahead"])
+        self.__init__(state["storage_options"], state["ahead"], state.get("limits"))
 
 
 class AxonDataset(Dataset):
@@ -187,6 +197,18 @@ class AxonDataset(Dataset):
         sampler = RandomSampler(self, generator=generator) if shuffle else SequentialSampler(self)
         batches = AheadBatchSampler(sampler, batch_size, drop_last, num_workers=num_workers, ahead=self._fs.limit)
         return AheadLoader(self, batch_sampler=batches, num_workers=num_workers, **kwargs)
+
+    def ask_limits(self) -> None:
+        """Ask the servers of ``paths`` their limits now, in this process (each once in its life):
+        workers started after this take them from it and go straight to their first batch. The
+        loader asks before its workers start. A server that does not answer is left for the
+        workers, which raise what a read raises."""
+        fs, _ = self._fs.get()
+        for netloc in dict.fromkeys(path.partition("/")[0] for path in self.paths):
+            try:
+                fs.server_limits(netloc)
+            except OSError:
+                return
 
     def stop_reading_ahead(self) -> None:
         """Cancel the reads ahead this process has in flight (the loader does, as it is left)."""

@@ -382,6 +382,15 @@ class AxonFileSystem(AsyncFileSystem):
         :class:`~.errors.NotAxonServer` if it is not Axon."""
         return sync(self.loop, self._servers.limits, netloc)
 
+    def known_limits(self) -> dict[str, ServerLimits]:
+        """The servers' limits this filesystem has asked so far, by ``host:port`` (to hand to
+        another process's filesystem with :meth:`learn_limits`)."""
+        return self._servers.known_limits()
+
+    def learn_limits(self, known: dict[str, ServerLimits]) -> None:
+        """Take servers' limits asked elsewhere: this filesystem will not ask them again."""
+        self._servers.learn_limits(known)
+
     def ukey(self, path):
         return self.info(path).get("ETag") or super().ukey(path)
 

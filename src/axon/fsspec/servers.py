@@ -111,6 +111,15 @@ class Servers:
             asking.add_done_callback(lambda _: self._asking.pop(netloc, None))
         return await asyncio.shield(asking)
 
+    def known_limits(self) -> dict[str, ServerLimits]:
+        """The limits asked so far, by ``host:port``."""
+        return dict(self._limits)
+
+    def learn_limits(self, known: dict[str, ServerLimits]) -> None:
+        """Take limits another process asked (a ``DataLoader`` worker's from its parent's): a
+        server's limits do not depend on who asks, and each process asking costs a round trip."""
+        self._limits.update(known)
+
     def forget_asking(self) -> None:
         """Drop the asks in flight (a forked child: they belong to its parent's loop)."""
         self._asking.clear()
