@@ -563,13 +563,20 @@ class Harness:
         self.pump()
         return self
 
-    def pump(self, rounds: int = 50) -> None:
+    def pump(self, rounds: int = 500) -> None:
         import asyncio
 
+        quiet = 0
         for _ in range(rounds):
             cycle = self.proto.cycle
-            if cycle is None or cycle.task is None:  # no answer pending in a task
-                break
+            # No answer pending in a task or waiting for its turn, and no request queued behind
+            # it, at two looks a loop turn apart: what the last turn held is written by then.
+            if (cycle is None or cycle.task is None) and not self.proto._pipeline:
+                quiet += 1
+                if quiet == 2:
+                    break
+            else:
+                quiet = 0
             self.loop.run_until_complete(asyncio.sleep(0.002))
 
     @property
