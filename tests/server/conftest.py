@@ -566,6 +566,8 @@ class Harness:
     def pump(self, rounds: int = 500) -> None:
         import asyncio
 
+        if self.loop.is_closed():  # finished already (a test may finish before the fixture does)
+            return
         quiet = 0
         for _ in range(rounds):
             cycle = self.proto.cycle
