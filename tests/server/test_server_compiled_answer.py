@@ -283,3 +283,22 @@ def test_every_answer_is_recorded_as_the_python_path_records_it(served) -> None:
     fields = {kind: [(r[1], r[2], r[3], r[4], r[5], r[6], r[8]) for r in got] for kind, got in seen.items()}
     assert fields["compiled"] == fields["pure"]
     assert fields["compiled"][-1] == ("GET", "/files/a.bin", "", 200, 4096, 1, "127.0.0.1")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("served", [2.0], indirect=True)
+def test_a_file_in_use_stays_the_compiled_answers_past_its_window(served) -> None:
+    """The sweep checks a file in use ahead of its window's end (FileCache.refresh), so no request
+    finds the window past and goes to the Python path for the check: asked all along for more than
+    two windows, a warm file is answered in C every time."""
+    _root, both, python_answers = served
+    url = "/files/a.bin"
+    with pair(both, python_answers) as p:
+        assert p.warm(url) >= 1
+        before, asked = p.in_c, 0
+        ends = time.monotonic() + 2 * 2.0 + 0.5
+        while time.monotonic() < ends:
+            assert p.ask(url).body == FILES["a.bin"]
+            asked += 1
+            time.sleep(0.05)
+        assert p.in_c - before == asked

@@ -139,3 +139,49 @@ def test_directories_kept_are_bounded_and_closed_past_their_window(root) -> None
     clock.now += VALID
     dirs.prune()
     assert len(dirs) == 0 and kept() == []
+
+
+# -- checked ahead of the window's end (FileCache.due and refresh: the server's sweep) ---------------
+
+AHEAD = 2.0
+
+
+def test_a_file_in_use_is_checked_ahead_of_its_window_and_its_directory_resolved_anew(shared) -> None:
+    content(shared, "sub/x.txt")
+    revalidate_directory(shared, "sub/x.txt")  # its directory kept from now on
+    entry = shared.cache.entries["sub/x.txt"]
+    first = entry.checked
+    assert first == shared.clock.now
+    shared.clock.now += VALID - AHEAD / 2  # used again within its window, which ends within AHEAD
+    assert content(shared, "sub/x.txt") == b"X"
+    assert entry.checked == first  # a use checks nothing while its window is open
+    due = shared.cache.due(AHEAD)
+    assert due == ["sub/x.txt"]
+    shared.cache.refresh(due, AHEAD)
+    assert entry.checked == shared.clock.now  # its directory resolved now, not at its first use
+    assert shared.cache.due(AHEAD) == [] and shared.cache.entries["sub/x.txt"] is entry
+
+
+def test_a_file_not_used_in_its_window_is_left_to_its_next_use(shared) -> None:
+    content(shared, "sub/x.txt")
+    content(shared, "sub/y.txt")
+    first = shared.cache.entries["sub/x.txt"].checked
+    shared.clock.now += VALID - AHEAD / 2
+    content(shared, "sub/y.txt")
+    shared.clock.now += AHEAD  # x's window has ended unused; y was used in its window
+    assert shared.cache.due(AHEAD) == ["sub/y.txt"]
+    shared.cache.refresh(shared.cache.due(AHEAD), AHEAD)
+    assert shared.cache.entries["sub/x.txt"].checked == first
+
+
+def test_a_file_moved_out_of_the_root_is_forgotten_by_the_check_ahead(shared, root) -> None:
+    content(shared, "sub/x.txt")
+    shared.clock.now += VALID - AHEAD / 2
+    content(shared, "sub/x.txt")
+    (root / "sub" / "x.txt").rename(root.parent / "outside" / "x.txt")
+    shared.cache.refresh(shared.cache.due(AHEAD), AHEAD)
+    assert "sub/x.txt" not in shared.cache.entries
+    assert str(root.parent / "outside" / "x.txt") not in fd_targets()  # its descriptor closed
+    with pytest.raises(HTTPError) as err:
+        content(shared, "sub/x.txt")
+    assert err.value.status == 404

@@ -359,3 +359,30 @@ def test_a_trusted_file_leaves_three_objects_for_the_collector(root, settled) ->
         assert sum(left.values()) <= 3 * len(names) + 40, left  # and a few of the cache's own
     finally:
         store.close()
+
+
+def test_a_trusted_file_checked_ahead_of_its_window_keeps_what_was_made_of_it(store) -> None:
+    """The sweep's check ahead (FileCache.refresh) is a use's check: the same file version stays
+    trusted, so what was made of it (a remembered head's answer) still stands."""
+    trusted(store, "a.txt")
+    entry = store.cache.entries["a.txt"]
+    known, first = entry.known, entry.checked
+    assert known is not None
+    time.sleep(VALID / 2)
+    served(store, "a.txt")  # used in its window
+    due = store.cache.due(VALID)
+    assert due == ["a.txt"]
+    store.cache.refresh(due, VALID)
+    assert entry.checked > first and entry.known is known
+
+
+def test_a_write_inotify_cannot_see_is_found_by_the_check_ahead(store, root) -> None:
+    trusted(store, "a.txt")
+    known = store.cache.entries["a.txt"].known
+    with open(root / "a.txt", "r+b") as f, mmap.mmap(f.fileno(), 0) as mapped:
+        mapped[:7] = b"MAPPED!"  # no inotify event
+        mapped.flush()
+    time.sleep(VALID / 2)
+    store.cache.refresh(store.cache.due(VALID), VALID)
+    assert store.cache.entries["a.txt"].known is not known
+    assert served(store, "a.txt") == b"MAPPED! 1\n"

@@ -173,10 +173,28 @@ class Worker:
                     conn.abort()
         if self.shared_files is not None:
             self.shared_files.prune()
+            self._refresh(self.shared_files.cache.due(self._tick + REFRESH_MARGIN), 0)
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
             log.warning("the supervisor is gone; stopping")
             self.stop()
         self._tick_handle = self.loop.call_later(self._tick, self._sweep)
+
+    def _refresh(self, due: list[str], start: int) -> None:
+        """Check the files in use whose window ends before the next sweep (FileCache.refresh),
+        ``REFRESH_SLICE`` a loop turn, so that the requests between keep the loop's lag short."""
+        end = start + REFRESH_SLICE
+        self.shared_files.cache.refresh(due[start:end], self._tick + REFRESH_MARGIN)  # type: ignore[union-attr]
+        if end < len(due):
+            self.loop.call_soon(self._refresh, due, end)
+
+
+#: A file in use is checked again (its path, its stat, its kept bytes) this much more than a
+#: sweep's interval before its window ends, by the sweep rather than by the request that would
+#: find it past (which the compiled answer hands to the Python path): the slices of one sweep,
+#: and its lateness under load, have that long to run.
+REFRESH_MARGIN = 0.5
+#: Files checked in one loop turn by the sweep (some tens of microseconds each).
+REFRESH_SLICE = 32
 
 
 def raise_fd_limit() -> None:

@@ -71,12 +71,13 @@ class CheckedDirs:
     def __len__(self) -> int:
         return len(self._dirs)
 
-    def still_names(self, entry: Named, now: float) -> float | None:
+    def still_names(self, entry: Named, now: float, ahead: float = 0.0) -> float | None:
         """As of when ``entry``'s path is known to name its file, a regular file the server may
         still read (at most ``now``: the time its directory was resolved); None if it names
-        anything else now, or nothing, or is refused. The open-file cache's ``recheck``."""
+        anything else now, or nothing, or is refused. The open-file cache's ``recheck``: with
+        ``ahead``, a directory whose window ends within ``ahead`` seconds is resolved anew."""
         head, _, base = entry.name.rpartition("/")
-        found = self._acquire(head, now)
+        found = self._acquire(head, now, ahead)
         if found is None:  # the directory is gone, refused, or out of descriptors: open anew
             return None
         try:
@@ -106,12 +107,12 @@ class CheckedDirs:
             os.close(fd)
         return now if _is_file_of(st, entry) else None
 
-    def _acquire(self, head: str, now: float) -> _Dir | None:
-        """The directory ``head`` resolved within the window, with one more user; None if it
-        cannot be resolved now."""
+    def _acquire(self, head: str, now: float, ahead: float) -> _Dir | None:
+        """The directory ``head`` resolved within the window (and not in its last ``ahead``
+        seconds), with one more user; None if it cannot be resolved now."""
         with self._lock:
             found = self._dirs.get(head)
-            if found is not None and now - found.checked < self.valid:
+            if found is not None and now - found.checked < self.valid - ahead:
                 self._dirs.move_to_end(head)
                 found.refs += 1
                 return found

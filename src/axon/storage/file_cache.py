@@ -107,8 +107,10 @@ Kept = tuple[tuple[int, int, int], bytes, int]
 #: ready file (:class:`~.local.TrustedFile`), so a request that opens it builds nothing.
 Trusted = Callable[[str, Token, bytes, str, str], Any]
 #: A revalidation's check of an entry's path, at the cache's time ``now``: as of when the path is
-#: known to name the entry's file (at most ``now``), or None if it no longer does.
-Recheck = Callable[["CachedDescriptor", float], "float | None"]
+#: known to name the entry's file (at most ``now``), or None if it no longer does. ``ahead``: a
+#: check ahead of time (:meth:`FileCache.refresh`), which must leave the path known for at least
+#: ``valid - ahead`` seconds more (a directory resolved that long ago is resolved anew).
+Recheck = Callable[["CachedDescriptor", float, float], "float | None"]
 
 
 class Facts(NamedTuple):
@@ -242,7 +244,7 @@ class FileCache:
         self.small_bytes = small_bytes
         #: Bytes the entries' small files hold now (at most ``small_bytes``).
         self.small_total = 0
-        self._recheck = recheck if recheck is not None else (lambda entry, now: None)
+        self._recheck = recheck if recheck is not None else (lambda entry, now, ahead: None)
         self._trusted = trusted or _facts
         # Public, with ``begun``, ``taken``, ``valid``, ``REORDER`` and ``move_up``: the native
         # server's compiled answer reads them (axon/server/_simplehead.c) to find what peek_all
@@ -280,11 +282,12 @@ class FileCache:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def acquire(self, requested: str) -> tuple[CachedDescriptor, os.stat_result] | None:
+    def acquire(self, requested: str, ahead: float = 0.0) -> tuple[CachedDescriptor, os.stat_result] | None:
         """The cached descriptor for ``requested`` with one more user, and its ``fstat`` now; or
         None: not cached, no longer linked, or no longer what the path names. The key is the
         path exactly as requested: it passed the store's checks when the entry was made, and
-        they depend on nothing else."""
+        they depend on nothing else. ``ahead`` > 0: not a use but :meth:`refresh`'s check, which
+        moves nothing in the LRU order and checks a window that ends within ``ahead`` seconds."""
         if self.begun != self.taken:
             self._take_events()
         lock = self._lock
@@ -293,12 +296,15 @@ class FileCache:
             if entry is None:
                 return None
             entry.refs += 1
-            self.entries.move_to_end(requested)
-            entry.used = now = self.clock()
+            now = self.clock()
+            if not ahead:
+                self.entries.move_to_end(requested)
+                entry.used = now
             syncs = self._syncs
+        due = now - entry.checked >= self.valid - ahead
         st = entry.fresh
         if st is not None:
-            if now - entry.checked < self.valid:
+            if not due:
                 return entry, st
             entry.fresh = entry.known = None  # fstat it again now and then: inotify misses mmap and NFS writes
         try:
@@ -314,7 +320,7 @@ class FileCache:
                 self._forget(requested, entry)
                 entry.refs -= 1
             return None
-        if st.st_nlink == 0 or (now - entry.checked >= self.valid and not self._revalidate(entry, st, now)):
+        if st.st_nlink == 0 or (due and not self._revalidate(entry, st, now, ahead)):
             # Deleted, renamed over, or the path names another file now: resolve it again.
             with lock:
                 self._forget(requested, entry)
@@ -325,6 +331,32 @@ class FileCache:
         elif entry.small is not None and entry.wd >= 0 and self.watcher is not None:
             self._trust(requested, entry, st, syncs)
         return entry, st
+
+    def due(self, ahead: float) -> list[str]:
+        """The entries used in their window whose window ends within ``ahead`` seconds: what
+        :meth:`refresh` checks. Most recently used first; those not used in their window (a
+        request checks them when it comes) end the walk."""
+        now, valid = self.clock(), self.valid
+        with self._lock:
+            found = []
+            for requested in reversed(self.entries):
+                entry = self.entries[requested]
+                if now - entry.used >= valid:
+                    break
+                if now - entry.checked >= valid - ahead:
+                    found.append(requested)
+        return found
+
+    def refresh(self, paths: Iterable[str], ahead: float) -> None:
+        """Check ``paths`` (from :meth:`due`) now, ahead of their windows' ends, as a use would
+        check them (:meth:`acquire`): the server does this in its once-a-second sweep, so that a
+        file in use is never found past its window by a request (which would check it then, on
+        the Python path, and send its answer late). A file that changed, or that its path no
+        longer names, is forgotten as a use would forget it."""
+        for requested in paths:
+            found = self.acquire(requested, ahead)
+            if found is not None:
+                found[0].release()
 
     def peek(self, requested: str) -> Any:
         """What ``trusted`` made of ``requested``'s version if its entry is trusted (watched,
@@ -479,12 +511,12 @@ class FileCache:
                 for entry in _each(self._watched.pop(wd, None)):
                     entry.fresh, entry.known, entry.wd = None, None, -1
 
-    def _revalidate(self, entry: CachedDescriptor, st: os.stat_result, now: float) -> bool:
+    def _revalidate(self, entry: CachedDescriptor, st: os.stat_result, now: float, ahead: float = 0.0) -> bool:
         """What every ``valid`` seconds of use check, watched or not (inotify misses mmap and NFS
         writes): the path still names the file (``recheck``), and bytes kept are still the file's.
         False: resolve the path again. The entry's next window starts when the path was known to
         name the file, which may be before ``now``."""
-        since = self._recheck(entry, now)
+        since = self._recheck(entry, now, ahead)
         if since is None:
             return False
         entry.reread(st)

@@ -492,8 +492,9 @@ def _shared(entry: CachedDescriptor, st: os.stat_result) -> Held:
     return Held(entry.fd, entry, None if kept is None else kept[1])
 
 
-def _still_named(entry: CachedDescriptor, now: float) -> float | None:
-    """The open-file cache's revalidation of a kept file: ``now`` if its name still names that file."""
+def _still_named(entry: CachedDescriptor, now: float, ahead: float = 0.0) -> float | None:
+    """The open-file cache's revalidation of a kept file: ``now`` if its name still names that
+    file (asked now, ahead of time or not)."""
     try:
         st = os.lstat(entry.name)
     except OSError:
