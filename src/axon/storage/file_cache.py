@@ -17,6 +17,8 @@ seconds at a time.
   the entry keeps its descriptor for another ``valid`` seconds from the time ``recheck`` says
   the path was known to name it (:mod:`.checked_dirs` resolves a directory once per window);
   anything else and the path is opened anew, or refused, as any request's would be.
+  The server's sweep does that check ahead of time for the entries in use (:meth:`FileCache.due`,
+  :meth:`FileCache.refresh`), so that a request rarely finds a window past.
 
 When a change on disk is seen:
 
@@ -57,7 +59,7 @@ own server turns the cache on: WSGI's ``file_wrapper`` and ASGI's ``zerocopysend
 descriptor to code that may use it. Thread-safe: blocking handlers open files from the App's
 thread pool.
 
-Why one module of some 480 lines, past the guide of 450: the entries, their revalidation and
+Why one module of some 600 lines, past the guide of 450: the entries, their revalidation and
 the byte budget share one lock and one set of freshness rules, and a third of the length is
 this statement of those rules.
 """
