@@ -141,9 +141,16 @@ def test_directories_kept_are_bounded_and_closed_past_their_window(root) -> None
     assert len(dirs) == 0 and kept() == []
 
 
-# -- checked ahead of the window's end (FileCache.due and refresh: the server's sweep) ---------------
+# -- checked ahead of the window's end (FileCache.refresh: the server's sweep) -------------------------
 
 AHEAD = 2.0
+
+
+def refresh(shared: SharedFiles) -> None:
+    """The sweep's walk, whole: every entry in use whose window ends within AHEAD checked."""
+    keys, start = shared.cache.by_recent_use(), 0
+    while start is not None:
+        start = shared.cache.refresh(keys, start, AHEAD, 1)
 
 
 def test_a_file_in_use_is_checked_ahead_of_its_window_and_its_directory_resolved_anew(shared) -> None:
@@ -155,23 +162,37 @@ def test_a_file_in_use_is_checked_ahead_of_its_window_and_its_directory_resolved
     shared.clock.now += VALID - AHEAD / 2  # used again within its window, which ends within AHEAD
     assert content(shared, "sub/x.txt") == b"X"
     assert entry.checked == first  # a use checks nothing while its window is open
-    due = shared.cache.due(AHEAD)
-    assert due == ["sub/x.txt"]
-    shared.cache.refresh(due, AHEAD)
+    refresh(shared)
     assert entry.checked == shared.clock.now  # its directory resolved now, not at its first use
-    assert shared.cache.due(AHEAD) == [] and shared.cache.entries["sub/x.txt"] is entry
+    assert shared.cache.entries["sub/x.txt"] is entry
 
 
-def test_a_file_not_used_in_its_window_is_left_to_its_next_use(shared) -> None:
-    content(shared, "sub/x.txt")
-    content(shared, "sub/y.txt")
+def test_only_files_used_in_their_window_are_checked_ahead(shared) -> None:
+    for name in ("x", "y", "z"):
+        content(shared, f"sub/{name}.txt")
     first = shared.cache.entries["sub/x.txt"].checked
     shared.clock.now += VALID - AHEAD / 2
     content(shared, "sub/y.txt")
-    shared.clock.now += AHEAD  # x's window has ended unused; y was used in its window
-    assert shared.cache.due(AHEAD) == ["sub/y.txt"]
-    shared.cache.refresh(shared.cache.due(AHEAD), AHEAD)
-    assert shared.cache.entries["sub/x.txt"].checked == first
+    content(shared, "sub/z.txt")
+    shared.clock.now += AHEAD / 2 + 0.5  # x was last used a window ago; y and z in theirs
+    refresh(shared)
+    assert shared.cache.entries["sub/x.txt"].checked == first  # left to its next request
+    assert shared.cache.entries["sub/y.txt"].checked == shared.clock.now
+    assert shared.cache.entries["sub/z.txt"].checked == shared.clock.now
+
+
+def test_a_walk_checks_at_most_what_it_is_given_a_turn(shared) -> None:
+    for name in ("x", "y", "z"):
+        content(shared, f"sub/{name}.txt")
+    shared.clock.now += VALID - AHEAD / 2
+    for name in ("x", "y", "z"):
+        content(shared, f"sub/{name}.txt")
+    keys = shared.cache.by_recent_use()
+    assert keys == ["sub/z.txt", "sub/y.txt", "sub/x.txt"]
+    assert shared.cache.refresh(keys, 0, AHEAD, 2) == 2  # two checked: go on from the third
+    assert [shared.cache.entries[k].checked == shared.clock.now for k in keys] == [True, True, False]
+    assert shared.cache.refresh(keys, 2, AHEAD, 2) is None
+    assert shared.cache.entries["sub/x.txt"].checked == shared.clock.now
 
 
 def test_a_file_moved_out_of_the_root_is_forgotten_by_the_check_ahead(shared, root) -> None:
@@ -179,7 +200,7 @@ def test_a_file_moved_out_of_the_root_is_forgotten_by_the_check_ahead(shared, ro
     shared.clock.now += VALID - AHEAD / 2
     content(shared, "sub/x.txt")
     (root / "sub" / "x.txt").rename(root.parent / "outside" / "x.txt")
-    shared.cache.refresh(shared.cache.due(AHEAD), AHEAD)
+    refresh(shared)
     assert "sub/x.txt" not in shared.cache.entries
     assert str(root.parent / "outside" / "x.txt") not in fd_targets()  # its descriptor closed
     with pytest.raises(HTTPError) as err:

@@ -173,19 +173,18 @@ class Worker:
                     conn.abort()
         if self.shared_files is not None:
             self.shared_files.prune()
-            self._refresh(self.shared_files.cache.due(self._tick + REFRESH_MARGIN), 0)
+            self._refresh(self.shared_files.cache.by_recent_use(), 0)
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
             log.warning("the supervisor is gone; stopping")
             self.stop()
         self._tick_handle = self.loop.call_later(self._tick, self._sweep)
 
-    def _refresh(self, due: list[str], start: int) -> None:
-        """Check the files in use whose window ends before the next sweep (FileCache.refresh),
-        ``REFRESH_SLICE`` a loop turn, so that the requests between keep the loop's lag short."""
-        end = start + REFRESH_SLICE
-        self.shared_files.cache.refresh(due[start:end], self._tick + REFRESH_MARGIN)  # type: ignore[union-attr]
-        if end < len(due):
-            self.loop.call_soon(self._refresh, due, end)
+    def _refresh(self, keys: list[str], start: int) -> None:
+        """Check the files in use whose window ends before the next sweep (FileCache.refresh), a
+        slice a loop turn, so that the requests between keep the loop's lag short."""
+        going_on = self.shared_files.cache.refresh(keys, start, self._tick + REFRESH_MARGIN, REFRESH_SLICE)  # type: ignore[union-attr]
+        if going_on is not None:
+            self.loop.call_soon(self._refresh, keys, going_on)
 
 
 #: A file in use is checked again (its path, its stat, its kept bytes) this much more than a

@@ -17,8 +17,7 @@ seconds at a time.
   the entry keeps its descriptor for another ``valid`` seconds from the time ``recheck`` says
   the path was known to name it (:mod:`.checked_dirs` resolves a directory once per window);
   anything else and the path is opened anew, or refused, as any request's would be.
-  The server's sweep does that check ahead of time for the entries in use (:meth:`FileCache.due`,
-  :meth:`FileCache.refresh`), so that a request rarely finds a window past.
+  The server's sweep does that check ahead of time for the entries in use (:meth:`FileCache.refresh`), so that a request rarely finds a window past.
 
 When a change on disk is seen:
 
@@ -96,6 +95,8 @@ DEFAULT_VALID, DEFAULT_SMALL_BYTES = FILE_CACHE_VALID, FILE_CACHE_BYTES
 #: if its last move is this old: the order (and ``used``) is kept to this much, while a file hit
 #: thousands of times a second takes the lock once a second instead of on every hit.
 REORDER_SECONDS = 1.0
+#: Keys :meth:`FileCache.refresh` looks at in one call (one loop turn of the server's sweep).
+SCAN_SLICE = 1024
 
 #: The version token of kept bytes: (device, inode, size, mtime, ctime) as they were read under,
 #: and their CRC-32.
@@ -334,31 +335,38 @@ class FileCache:
             self._trust(requested, entry, st, syncs)
         return entry, st
 
-    def due(self, ahead: float) -> list[str]:
-        """The entries used in their window whose window ends within ``ahead`` seconds: what
-        :meth:`refresh` checks. Most recently used first; those not used in their window (a
-        request checks them when it comes) end the walk."""
-        now, valid = self.clock(), self.valid
+    def by_recent_use(self) -> list[str]:
+        """The entries' keys, most recently used first (a copy: :meth:`refresh` walks it in
+        slices while requests move the order)."""
         with self._lock:
-            found = []
-            for requested in reversed(self.entries):
-                entry = self.entries[requested]
-                if now - entry.used >= valid:
-                    break
-                if now - entry.checked >= valid - ahead:
-                    found.append(requested)
-        return found
+            return list(reversed(self.entries))
 
-    def refresh(self, paths: Iterable[str], ahead: float) -> None:
-        """Check ``paths`` (from :meth:`due`) now, ahead of their windows' ends, as a use would
-        check them (:meth:`acquire`): the server does this in its once-a-second sweep, so that a
-        file in use is never found past its window by a request (which would check it then, on
-        the Python path, and send its answer late). A file that changed, or that its path no
-        longer names, is forgotten as a use would forget it."""
-        for requested in paths:
-            found = self.acquire(requested, ahead)
-            if found is not None:
-                found[0].release()
+    def refresh(self, keys: list[str], start: int, ahead: float, most: int) -> int | None:
+        """Check now, as a use would check them (:meth:`acquire`), the entries of ``keys[start:]``
+        (:meth:`by_recent_use`) used in their window whose window ends within ``ahead`` seconds:
+        at most ``most`` of them, and at most ``SCAN_SLICE`` keys looked at. Where to go on, or
+        None once done: the first entry not used in its window ends the walk (the rest were used
+        before it), and is left to the request that comes for it. The server does this in its
+        once-a-second sweep, so that a file in use is never found past its window by a request
+        (which would check it then, on the Python path, and send its answer late); a file that
+        changed, or that its path no longer names, is forgotten as a use would forget it."""
+        entries, valid, now = self.entries, self.valid, self.clock()
+        checked = 0
+        end = min(len(keys), start + SCAN_SLICE)
+        for i in range(start, end):
+            entry = entries.get(keys[i])
+            if entry is None:
+                continue
+            if now - entry.used >= valid:
+                return None
+            if now - entry.checked >= valid - ahead:
+                found = self.acquire(keys[i], ahead)
+                if found is not None:
+                    found[0].release()
+                checked += 1
+                if checked >= most:
+                    return i + 1
+        return end if end < len(keys) else None
 
     def peek(self, requested: str) -> Any:
         """What ``trusted`` made of ``requested``'s version if its entry is trusted (watched,
