@@ -97,6 +97,19 @@ class BatchSource:
             batch.close()  # what it holds (closing twice is nothing: a file closes once)
             raise
 
+    def open_held(self, requested: str) -> ObjectFile | None:
+        """``requested`` alone as :meth:`open_many` opens a batch's key on the caller's thread:
+        when its entry stands within the window and this process holds its bytes (in memory, or
+        whole on disk); else None, and it is opened (asking the store)."""
+        if not self._listings.valid:
+            return None
+        try:
+            key = self.key(requested)
+        except HTTPError:
+            return None  # opening says why
+        meta = self._listings.current([key], time.monotonic()).get(key)
+        return None if meta is None else self._held_now(requested, meta, [self.prefetch_bytes])
+
     def for_batch(self, paths: list[str]) -> BatchOpener:
         """This source as a batch of ``paths`` opens it: each ``open`` answered from HEADs made
         together (the planner opens one path at a time; the round trips overlap here)."""
