@@ -52,7 +52,7 @@ def request(kind: str, rng: random.Random) -> bytes:
 def start(argv: list[str], env: dict[str, str], out: str, callgrind: bool) -> subprocess.Popen:
     tool = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p"] if callgrind else []
     return subprocess.Popen([*tool, sys.executable, "-m", "axon.cli", "serve", *argv], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=open(f"{out}/server.err", "ab"))
 
 
 def warm(port: int) -> None:

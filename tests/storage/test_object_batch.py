@@ -264,3 +264,25 @@ def tier_file(app: App, name: str) -> tuple[int, dict, bytes]:
     finally:
         response.close()
     return response.status, dict(response.headers), data
+
+
+def test_a_trusted_kept_file_is_one_object_that_every_batch_shares(weed, prefix, tmp_path):
+    """Through the tier's open-file cache (axon serve's), a small kept file's bytes are trusted
+    from the use that keeps them (a name is one version): every later batch within the window gets
+    the one object made of that entry and those bytes, holding nothing; once the cache drops them
+    (evicted, swept), they are not used again."""
+    _, source, _ = tiered(weed, prefix, tmp_path, 60)
+    source.share_kept_files(100, 60.0, 60.0, 1 << 20)
+    for f in source.open_many(NAMES):  # opened through the cache, and trusted
+        f.close()
+    second, third = source.open_many(NAMES), source.open_many(NAMES)
+    assert [f.data for f in third] == [body_of(i, 3000) for i in range(SMALL)]
+    assert all(a is b for a, b in zip(second, third)) and source.hops == 0
+    source.tier.files.clear()
+    fourth = source.open_many(NAMES)
+    try:
+        assert [f.data for f in fourth] == [body_of(i, 3000) for i in range(SMALL)]
+        assert not any(a is b for a, b in zip(third, fourth))
+    finally:
+        for f in fourth:
+            f.close()

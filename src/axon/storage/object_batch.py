@@ -27,7 +27,7 @@ from .object_tiered import OPEN_READ
 
 if TYPE_CHECKING:
     from .object_cache import ObjectCache
-    from .object_disk import DiskTier, Held
+    from .object_disk import DiskTier, Held, KeptVersion
 
 log = logging.getLogger("axon.storage")
 
@@ -58,8 +58,9 @@ class BatchSource:
     _listings: ListedKeys
     _listing_off_until: float
     tier: DiskTier | None
-    #: requested path -> (its listing entry, the facts made of it, their identity): :meth:`_listed_file`.
-    _made: dict[str, tuple[dict[str, Any], tuple[Any, ...], int]]
+    #: requested path -> (its listing entry, the facts made of it, their identity, the file the disk
+    #: tier keeps it as or None): :meth:`_listed_file`.
+    _made: dict[str, tuple[dict[str, Any], tuple[Any, ...], int, str | None]]
 
     if TYPE_CHECKING:  # (stubs here would stand before the TieredSource methods they name)
         def key(self, requested: str) -> str: ...
@@ -206,7 +207,15 @@ class BatchSource:
 
     def _held_now(self, requested: str, meta: dict[str, Any], room: list[int]) -> ObjectFile | None:
         """:meth:`_listed_object` without waiting, from any thread: the object from memory, or
-        from its file whole on disk; None for the store loop to find (filling, or not held)."""
+        from its file whole on disk; None for the store loop to find (filling, or not held). A
+        small kept file whose bytes the tier's open-file cache trusts is sent as the one object
+        made of that entry and those bytes (:meth:`_trusted_file`), which every request shares."""
+        made = self._made.get(requested)
+        if made is not None and made[0] is meta and made[3] is not None:
+            kept = self.tier.trusted(made[3])  # type: ignore[union-attr]
+            if kept is not None:
+                sent = kept.sent
+                return sent[1] if sent is not None and sent[0] is made else self._trusted_file(kept, made)
         found = self._from_listing(requested, meta, room)
         if found is not None and found.data is not None:
             return found
@@ -221,20 +230,32 @@ class BatchSource:
         tier.remember_version(kept.key, etag, size, kept.mtime_ns)
         return kept
 
+    def _trusted_file(self, kept: KeptVersion, made: tuple[Any, ...]) -> ObjectFile:
+        """The object ``made`` names (a requested path's listing entry) from the trusted bytes
+        ``kept``: holding nothing (its ``close`` gives nothing back), kept with them for the next
+        request of that path and entry."""
+        _, facts, inode, _ = made
+        sent = ObjectFile(*facts, kept.data, None, inode)
+        kept.sent = (made, sent)
+        return sent
+
     def _listed_file(self, requested: str, meta: dict[str, Any], data: bytes | None = None,
                      held: Held | None = None) -> ObjectFile:
         """The object a listing entry names: its bytes ``data`` in memory, or its file ``held``.
         Its facts are made once per entry (a warm batch's objects are named by the same entries)."""
         made = self._made.get(requested)
         if made is None or made[0] is not meta:
-            key = meta["path"]
-            facts = (self, key, meta.get("e_tag"), requested, key, meta["size"],
+            key, etag = meta["path"], meta.get("e_tag")
+            facts = (self, key, etag, requested, key, meta["size"],
                      int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key))
-            made = (meta, facts, identity_of(facts[2], facts[5], facts[6]))
+            tier = self._keeping(etag, meta["size"])
+            # ... and the file it is kept as, if the tier keeps it (DiskTier.trusted asks by it).
+            made = (meta, facts, identity_of(etag, facts[5], facts[6]),
+                    None if tier is None else tier.path_of(key, etag))
             if len(self._made) >= FACTS_MADE:
                 self._made.clear()
             self._made[requested] = made
-        _, facts, inode = made
+        _, facts, inode, _ = made
         if held is None:
             return ObjectFile(*facts, data, None, inode)  # type: ignore[arg-type]
         return TierFile.of(held, *facts, inode=inode)
