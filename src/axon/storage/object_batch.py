@@ -268,10 +268,15 @@ class _Batch:
     def __init__(self, source: BatchSource, paths: list[str]) -> None:
         self.room = [source.prefetch_bytes]
         started = time.monotonic()
-        self.keys: dict[str, str] = {}
+        self.keys = keys = {}
+        made = source._made
         for path in paths:
+            known = made.get(path)
+            if known is not None:  # a path named by an entry before: key() gave this key then
+                keys[path] = known[1][1]
+                continue
             try:
-                self.keys[path] = source.key(path)
+                keys[path] = source.key(path)
             except HTTPError:
                 pass  # _open says why
         self.paths = paths
