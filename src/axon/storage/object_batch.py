@@ -57,6 +57,8 @@ class BatchSource:
     _cache: ObjectCache | None
     _listings: ListedKeys
     _listing_off_until: float
+    #: key -> the opening of it under way on the store loop (within a listing window): :meth:`_after_opening`.
+    _openings: dict[str, asyncio.Future[None]]
     tier: DiskTier | None
     #: requested path -> (its listing entry, the facts made of it, their identity, the file the disk
     #: tier keeps it as or None): :meth:`_listed_file`.
@@ -110,6 +112,39 @@ class BatchSource:
             return None  # opening says why
         meta = self._listings.current([key], time.monotonic()).get(key)
         return None if meta is None else self._held_now(requested, meta, [self.prefetch_bytes])
+
+    async def _after_opening(self, requested: str, room: list[int] | None) -> tuple[ObjectFile | None, Any]:
+        """Within a listing window, one opening of a key at a time (on the store loop): a request
+        for a key whose opening is under way waits for it; then (or at once) it takes the object as
+        its entry within the window names it, when this process holds (or fills) its bytes: (that
+        object, None). Else
+        (None, done), ``done`` to be called when this request's own opening has ended (None when
+        it is not the key's opening). Without a window every request opens: an answer sent before
+        it began would not be the store's version now."""
+        if not self._listings.valid:
+            return None, None
+        try:
+            key = self.key(requested)
+        except HTTPError:
+            return None, None  # opening says why
+        openings = self._openings
+        under_way = openings.get(key)
+        if under_way is not None:
+            await asyncio.shield(under_way)
+        meta = self._listings.current([key], time.monotonic()).get(key)
+        found = None if meta is None else await self._listed_object(
+            requested, meta, [self.prefetch_bytes] if room is None else room)
+        if found is not None and holds_bytes(found):
+            return found, None
+        if key in openings:
+            return None, None  # another request's opening began meanwhile: this one opens too
+        mine = openings[key] = asyncio.get_running_loop().create_future()
+
+        def done() -> None:
+            openings.pop(key, None)
+            mine.set_result(None)
+
+        return None, done
 
     def for_batch(self, paths: list[str]) -> BatchOpener:
         """This source as a batch of ``paths`` opens it: each ``open`` answered from HEADs made

@@ -143,6 +143,7 @@ class ObjectSource(BatchSource, TieredSource):
         self.tier = DiskTier(disk_cache, disk_size, wait=timeout) if disk_cache else None
         self._cache: ObjectCache | None = None  # made per process, with the loop
         self._listings = ListedKeys(listing_valid)  # likewise
+        self._openings = {}  # likewise (object_batch)
         self._listing_off_until = 0.0
         self._made = {}  # a listing entry's facts, made once (object_batch)
         self._env = env if env is not None else object_store_environment()
@@ -184,6 +185,7 @@ class ObjectSource(BatchSource, TieredSource):
                     # A worker's own: one made before a fork would start as the parent's copy.
                     self._cache = ObjectCache(self.cache_bytes, OPEN_READ) if self.cache_bytes else None
                     self._listings = ListedKeys(self.listing_valid)
+                    self._openings = {}
                     loop = asyncio.new_event_loop()
                     threading.Thread(target=loop.run_forever, name="axon-objects", daemon=True).start()
                     self._loop, self._pid = loop, os.getpid()
