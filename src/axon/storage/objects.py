@@ -26,7 +26,8 @@ that long for the objects whose bytes are kept (:class:`~.object_listing.ListedK
 
 obstore's calls run on one event loop per process, in a thread of its own: the synchronous
 callers (a handler in a thread, a WSGI body) wait on it, async runtimes await it, and no
-runtime's loop ever runs a request to the store. It is started lazily in the process that
+runtime's loop ever runs a request to the store (nor waits for one: there :meth:`ObjectSource.run`
+raises :class:`~axon.errors.WouldBlock`, and the App runs the handler again in its thread pool). It is started lazily in the process that
 uses it (``axon serve`` forks its workers after building the App: a loop or connections made
 before the fork would be shared, broken, by every worker).
 
