@@ -395,3 +395,24 @@ def test_long_paths_are_not_cached(store, root) -> None:
     assert read(f) == b"version 1\n" and not f.shared
     f.close()
     assert len(store.cache) == 0
+
+
+def test_an_immutable_cache_trusts_kept_bytes_at_the_use_that_keeps_them(tmp_path: Path) -> None:
+    """A cache of files whose names never change bytes (the objects' disk tier) needs no watch: the
+    use that keeps a small file's bytes trusts them, and peek gives them from then on, nothing held."""
+    from axon.storage.file_cache import FileCache
+
+    path = tmp_path / "kept"
+    path.write_bytes(b"one version")
+    cache = FileCache(10, 60.0, immutable=True)
+    fd = os.open(path, os.O_RDONLY)
+    st = os.fstat(fd)
+    entry = cache.add(str(path), fd, (st.st_dev, st.st_ino), str(path), "")
+    assert cache.peek(str(path)) is None
+    assert entry.content(st)[1] == b"one version"
+    known = cache.admit(str(path), entry, st)
+    entry.release()
+    assert known is not None and known.data == b"one version"
+    assert cache.peek(str(path)) is known
+    cache.clear()
+    assert cache.peek(str(path)) is None

@@ -8,6 +8,7 @@ overwrite after the window and still serves a key evicted from the tier within i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -211,3 +212,77 @@ def test_a_slice_of_an_object_overwritten_within_the_window_is_never_cut(weed, p
     status, headers, body = call(app, "POST", "/api/stream-files", body=json.dumps({"files": items}).encode())
     assert status == 200 and len(body) == int(headers["Content-Length"])
     assert parts(parse_multipart, headers, body)[0] in (body_of(5, 3000)[:100], body_of(5, 3000, b"v2")[:100])
+
+
+def test_within_the_window_a_key_alone_on_disk_asks_the_store_nothing(weed, prefix, tmp_path):
+    """``/files/KEY`` follows a batch's rule: its entry standing and its file whole on disk, it is
+    sent from there on the caller's thread, without a request to the store; an overwrite is seen
+    once the window has passed."""
+    valid = 3.0
+    app, source, _ = tiered(weed, prefix, tmp_path, valid)
+    listed_by = time.monotonic()
+    weed.put(f"{prefix}/d/003.bin", body_of(3, 3000, b"v2"))
+    (status, _, body), within = counted(weed, lambda: tier_file(app, "d/003.bin"))
+    assert time.monotonic() - listed_by < valid, "the machine is too slow for this test's window"
+    assert (status, body) == (200, body_of(3, 3000)) and within == {"GET": 0, "LIST": 0} and source.hops == 0
+    time.sleep(max(0.0, listed_by + valid - time.monotonic()) + 0.1)
+    (status, _, body), after = counted(weed, lambda: tier_file(app, "d/003.bin"))
+    assert (status, body) == (200, body_of(3, 3000, b"v2")) and after["GET"] >= 1
+
+
+def test_a_batch_held_within_the_window_is_answered_on_the_loop(weed, prefix, tmp_path, parse_multipart):
+    """On an event loop's thread (axon serve's, an ASGI server's) a batch held within the window is
+    answered at once, as a local directory's is; one that must ask the store is handed to the
+    thread pool (a coroutine), never waited for on the loop."""
+    app, source, _ = tiered(weed, prefix, tmp_path, 60)
+    weed.put(f"{prefix}/d/new.bin", b"made after the listing")
+
+    async def on_loop(names: list[str]):
+        query = "&".join(f"f{i}={n}" for i, n in enumerate(names))
+        return app.handle_on_loop(Request("GET", "/api/stream-files", query))
+
+    async def both():
+        held = await on_loop(NAMES[:20])  # (more than INLINE_FILES would be planned in steps)
+        assert source.hops == 0
+        made = await on_loop([*NAMES[:20], "d/new.bin"])
+        return held, made, await made
+
+    held, made, later = asyncio.run(both())
+    for response in (held, later):
+        try:
+            assert response.status == 200
+        finally:
+            response.close()
+    assert not asyncio.iscoroutine(held) and asyncio.iscoroutine(made)
+
+
+def tier_file(app: App, name: str) -> tuple[int, dict, bytes]:
+    """``GET /files/NAME``, a kept file's slices read as a server sends them (by offset)."""
+    response = app.handle(Request("GET", f"/files/{name}"))
+    try:
+        data = b"".join(os.pread(s.fd, s.count, s.offset) if isinstance(s, FileSlice) else s for s in response.body)
+    finally:
+        response.close()
+    return response.status, dict(response.headers), data
+
+
+def test_a_trusted_kept_file_is_one_object_that_every_batch_shares(weed, prefix, tmp_path):
+    """Through the tier's open-file cache (axon serve's), a small kept file's bytes are trusted
+    from the use that keeps them (a name is one version): every later batch within the window gets
+    the one object made of that entry and those bytes, holding nothing; once the cache drops them
+    (evicted, swept), they are not used again."""
+    _, source, _ = tiered(weed, prefix, tmp_path, 60)
+    source.share_kept_files(100, 60.0, 60.0, 1 << 20)
+    for f in source.open_many(NAMES):  # opened through the cache, and trusted
+        f.close()
+    second, third = source.open_many(NAMES), source.open_many(NAMES)
+    assert [f.data for f in third] == [body_of(i, 3000) for i in range(SMALL)]
+    assert all(a is b for a, b in zip(second, third)) and source.hops == 0
+    source.tier.files.clear()
+    fourth = source.open_many(NAMES)
+    try:
+        assert [f.data for f in fourth] == [body_of(i, 3000) for i in range(SMALL)]
+        assert not any(a is b for a, b in zip(third, fourth))
+    finally:
+        for f in fourth:
+            f.close()

@@ -271,6 +271,27 @@ def test_a_large_object_is_filled_by_ranged_gets(weed, objects, tmp_path):
         server.stop()
 
 
+def test_within_the_window_requests_at_once_for_a_cold_object_open_it_once(weed, objects, tmp_path):
+    """``/files/KEY`` of a cold large object asked 20 times at once: within a listing window the
+    store sees one opening and the fill's ranged GETs; the requests that came while the opening was
+    under way read behind its fill."""
+    from axon.storage.object_tiered import FILL_PIECE
+
+    prefix, _ = objects
+    name = f"o/large-{uuid.uuid4().hex[:6]}.bin"
+    payload = os.urandom(2 * FILL_PIECE + 12345)
+    weed.put(f"{prefix}/{name}", payload)
+    server = started(weed, prefix, tmp_path, tmp_path / "tier", "--object-listing-valid", "60")
+    try:
+        before = quiet(weed)
+        with ThreadPoolExecutor(20) as pool:
+            answers = list(pool.map(lambda _: get(server.port, f"/files/{name}"), range(20)))
+        assert all(status == 200 and body == payload for status, _, body in answers)
+        assert gets(weed) - before == 1 + 3  # one opening, then three pieces
+    finally:
+        server.stop()
+
+
 def test_a_server_killed_mid_fill_leaves_nothing_served(weed, tmp_path, parse_multipart):
     prefix = f"tier-kill-{uuid.uuid4().hex[:6]}"
     names = [f"k/{i:02d}.bin" for i in range(COUNT)]

@@ -76,8 +76,10 @@ class Source(Protocol):
     #: What is served, as given (a directory's real path, or a store's URL): named in messages
     #: and, with no secret, in the batch key.
     root: str
-    #: Whether opening waits on the network (an object store): the async runtimes then run
-    #: Axon's own file endpoints in their thread pool, never on their event loop.
+    #: Whether opening may wait even on an event loop's thread: the async runtimes then run
+    #: Axon's own file endpoints in their thread pool. An object store says False: on a loop's
+    #: thread it raises :class:`~axon.errors.WouldBlock` where it would wait for the store, and
+    #: the App runs the handler again in its pool.
     blocking: bool
     #: ``for_batch(paths)``: a source for one batch that opens its paths together (an object
     #: store asks for them all at once); None where each path is opened alone.

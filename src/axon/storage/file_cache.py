@@ -437,7 +437,7 @@ class FileCache:
         small = entry.small
         if small is None or small[0] != (st.st_size, st.st_mtime_ns, st.st_ctime_ns):
             return
-        if entry.wd == 0:
+        if entry.wd == 0 and not self._immutable:  # (a name that is one version needs no watch)
             if not self._watch(entry):
                 return
             # Watched from now: a change from here on is an event, one before it shows in this fstat.
@@ -484,8 +484,13 @@ class FileCache:
         """The use that kept ``entry``'s bytes as of ``st`` (an ``fstat`` of this use; the caller
         holds a reference), for a file the kernel does not watch yet: watched now, and trusted from
         this use on (an ``fstat`` after the watch, :meth:`_trust`). What :meth:`peek` gives from now
-        (what ``trusted`` made of it), or None: no watcher, no room for a watch, or a change."""
-        if self.watcher is None or self._immutable or entry.wd != 0:
+        (what ``trusted`` made of it), or None: no watcher, no room for a watch, or a change. An
+        ``immutable`` cache trusts kept bytes as they are, unwatched: its names never change bytes."""
+        if self._immutable:
+            if entry.known is None:
+                self._trust(requested, entry, st, self._syncs)
+            return entry.known
+        if self.watcher is None or entry.wd != 0:
             return None
         self._trust(requested, entry, st, self._syncs)  # not watched yet: it watches, then fstats
         return entry.known

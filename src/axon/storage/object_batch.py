@@ -27,7 +27,7 @@ from .object_tiered import OPEN_READ
 
 if TYPE_CHECKING:
     from .object_cache import ObjectCache
-    from .object_disk import DiskTier, Held
+    from .object_disk import DiskTier, Held, KeptVersion
 
 log = logging.getLogger("axon.storage")
 
@@ -57,9 +57,12 @@ class BatchSource:
     _cache: ObjectCache | None
     _listings: ListedKeys
     _listing_off_until: float
+    #: key -> the opening of it under way on the store loop (within a listing window): :meth:`_after_opening`.
+    _openings: dict[str, asyncio.Future[None]]
     tier: DiskTier | None
-    #: requested path -> (its listing entry, the facts made of it, their identity): :meth:`_listed_file`.
-    _made: dict[str, tuple[dict[str, Any], tuple[Any, ...], int]]
+    #: requested path -> (its listing entry, the facts made of it, their identity, the file the disk
+    #: tier keeps it as or None): :meth:`_listed_file`.
+    _made: dict[str, tuple[dict[str, Any], tuple[Any, ...], int, str | None]]
 
     if TYPE_CHECKING:  # (stubs here would stand before the TieredSource methods they name)
         def key(self, requested: str) -> str: ...
@@ -96,6 +99,52 @@ class BatchSource:
         except BaseException:
             batch.close()  # what it holds (closing twice is nothing: a file closes once)
             raise
+
+    def open_held(self, requested: str) -> ObjectFile | None:
+        """``requested`` alone as :meth:`open_many` opens a batch's key on the caller's thread:
+        when its entry stands within the window and this process holds its bytes (in memory, or
+        whole on disk); else None, and it is opened (asking the store)."""
+        if not self._listings.valid:
+            return None
+        try:
+            key = self.key(requested)
+        except HTTPError:
+            return None  # opening says why
+        meta = self._listings.current([key], time.monotonic()).get(key)
+        return None if meta is None else self._held_now(requested, meta, [self.prefetch_bytes])
+
+    async def _after_opening(self, requested: str, room: list[int] | None) -> tuple[ObjectFile | None, Any]:
+        """Within a listing window, one opening of a key at a time (on the store loop): a request
+        for a key whose opening is under way waits for it; then (or at once) it takes the object as
+        its entry within the window names it, when this process holds (or fills) its bytes: (that
+        object, None). Else
+        (None, done), ``done`` to be called when this request's own opening has ended (None when
+        it is not the key's opening). Without a window every request opens: an answer sent before
+        it began would not be the store's version now."""
+        if not self._listings.valid:
+            return None, None
+        try:
+            key = self.key(requested)
+        except HTTPError:
+            return None, None  # opening says why
+        openings = self._openings
+        under_way = openings.get(key)
+        if under_way is not None:
+            await asyncio.shield(under_way)
+        meta = self._listings.current([key], time.monotonic()).get(key)
+        found = None if meta is None else await self._listed_object(
+            requested, meta, [self.prefetch_bytes] if room is None else room)
+        if found is not None and holds_bytes(found):
+            return found, None
+        if key in openings:
+            return None, None  # another request's opening began meanwhile: this one opens too
+        mine = openings[key] = asyncio.get_running_loop().create_future()
+
+        def done() -> None:
+            openings.pop(key, None)
+            mine.set_result(None)
+
+        return None, done
 
     def for_batch(self, paths: list[str]) -> BatchOpener:
         """This source as a batch of ``paths`` opens it: each ``open`` answered from HEADs made
@@ -193,7 +242,15 @@ class BatchSource:
 
     def _held_now(self, requested: str, meta: dict[str, Any], room: list[int]) -> ObjectFile | None:
         """:meth:`_listed_object` without waiting, from any thread: the object from memory, or
-        from its file whole on disk; None for the store loop to find (filling, or not held)."""
+        from its file whole on disk; None for the store loop to find (filling, or not held). A
+        small kept file whose bytes the tier's open-file cache trusts is sent as the one object
+        made of that entry and those bytes (:meth:`_trusted_file`), which every request shares."""
+        made = self._made.get(requested)
+        if made is not None and made[0] is meta and made[3] is not None:
+            kept = self.tier.trusted(made[3])  # type: ignore[union-attr]
+            if kept is not None:
+                sent = kept.sent
+                return sent[1] if sent is not None and sent[0] is made else self._trusted_file(kept, made)
         found = self._from_listing(requested, meta, room)
         if found is not None and found.data is not None:
             return found
@@ -208,20 +265,32 @@ class BatchSource:
         tier.remember_version(kept.key, etag, size, kept.mtime_ns)
         return kept
 
+    def _trusted_file(self, kept: KeptVersion, made: tuple[Any, ...]) -> ObjectFile:
+        """The object ``made`` names (a requested path's listing entry) from the trusted bytes
+        ``kept``: holding nothing (its ``close`` gives nothing back), kept with them for the next
+        request of that path and entry."""
+        _, facts, inode, _ = made
+        sent = ObjectFile(*facts, kept.data, None, inode)
+        kept.sent = (made, sent)
+        return sent
+
     def _listed_file(self, requested: str, meta: dict[str, Any], data: bytes | None = None,
                      held: Held | None = None) -> ObjectFile:
         """The object a listing entry names: its bytes ``data`` in memory, or its file ``held``.
         Its facts are made once per entry (a warm batch's objects are named by the same entries)."""
         made = self._made.get(requested)
         if made is None or made[0] is not meta:
-            key = meta["path"]
-            facts = (self, key, meta.get("e_tag"), requested, key, meta["size"],
+            key, etag = meta["path"], meta.get("e_tag")
+            facts = (self, key, etag, requested, key, meta["size"],
                      int(meta["last_modified"].timestamp()) * 1_000_000_000, self.content_type(key))
-            made = (meta, facts, identity_of(facts[2], facts[5], facts[6]))
+            tier = self._keeping(etag, meta["size"])
+            # ... and the file it is kept as, if the tier keeps it (DiskTier.trusted asks by it).
+            made = (meta, facts, identity_of(etag, facts[5], facts[6]),
+                    None if tier is None else tier.path_of(key, etag))
             if len(self._made) >= FACTS_MADE:
                 self._made.clear()
             self._made[requested] = made
-        _, facts, inode = made
+        _, facts, inode, _ = made
         if held is None:
             return ObjectFile(*facts, data, None, inode)  # type: ignore[arg-type]
         return TierFile.of(held, *facts, inode=inode)
@@ -234,10 +303,15 @@ class _Batch:
     def __init__(self, source: BatchSource, paths: list[str]) -> None:
         self.room = [source.prefetch_bytes]
         started = time.monotonic()
-        self.keys: dict[str, str] = {}
+        self.keys = keys = {}
+        made = source._made
         for path in paths:
+            known = made.get(path)
+            if known is not None:  # a path named by an entry before: key() gave this key then
+                keys[path] = known[1][1]
+                continue
             try:
-                self.keys[path] = source.key(path)
+                keys[path] = source.key(path)
             except HTTPError:
                 pass  # _open says why
         self.paths = paths

@@ -96,6 +96,20 @@ class Held(NamedTuple):
             os.close(self.fd)
 
 
+class KeptVersion:
+    """A kept small file the tier's open-file cache trusts (:meth:`DiskTier.trusted`): its version
+    token and bytes, made once per file by the cache and dropped with its entry. ``sent``: what a
+    source made of it last (its listing entry and the object sent), shared by the requests that
+    send it while both stand, and gone with the trust: it holds nothing the cache does not."""
+
+    __slots__ = ("version", "data", "sent")
+
+    def __init__(self, requested: str, version: tuple, data: bytes, name: str, content_type: str) -> None:
+        self.version = version
+        self.data = data
+        self.sent: Any = None
+
+
 def md5_of_etag(etag: str) -> str | None:
     """The MD5 an ETag states (a single-part upload's), in lower-case hex; None for any other."""
     found = _MD5_ETAG.match(etag)
@@ -156,7 +170,7 @@ class DiskTier:
         # A parent's descriptors are left to it: never closed or swept here.
         self.files = None if self._sharing is None else FileCache(
             self._sharing[0], self._sharing[1], inactive=self._sharing[2], small_bytes=self._sharing[3],
-            recheck=_still_named, immutable=True)
+            recheck=_still_named, immutable=True, trusted=KeptVersion)
         self._usage = -1 if self._sharing is None else self.space.open_usage()
         self._seen_deletions = -1 if self._sharing is None else self.space.deletions(self._usage)
         self._sweeping: asyncio.AbstractEventLoop | None = None  # the loop a sweep is due on
@@ -218,15 +232,27 @@ class DiskTier:
             await asyncio.shield(flight)
         return self.open(key, etag, size)
 
+    def trusted(self, path: str) -> KeptVersion | None:
+        """The kept file ``path`` from its bytes in memory, when the open-file cache trusts them
+        (:meth:`~.file_cache.FileCache.peek`: nothing held, nothing read), counted a hit; else None
+        (then :meth:`open` it). A name is one version, so trusted bytes are that version's."""
+        files = self.files
+        kept = None if files is None else files.peek(path)
+        if kept is None or not self._touched(path, path, kept.version[3] / 1e9):
+            return None
+        self._sweep_later()
+        self._count(hits=1)
+        return kept
+
     def _open_whole(self, path: str, size: int) -> Held | None:
         files = self.files
         if files is not None:
             found = files.acquire(path)  # None as well for a file deleted or renamed over since
             if found is not None:
                 entry, st = found
-                if st.st_size == size and self._touched(path, entry.fd, st):
+                if st.st_size == size and self._touched(path, entry.fd, st.st_mtime):
                     self._sweep_later()
-                    return _shared(entry, st)
+                    return _shared(files, path, entry, st)
                 entry.release()
                 return None
         try:
@@ -238,23 +264,24 @@ class DiskTier:
         except OSError:
             st = None
         # Never: a name is committed whole; but never serve a wrong length.
-        if st is None or st.st_size != size or not self._touched(path, fd, st):
+        if st is None or st.st_size != size or not self._touched(path, fd, st.st_mtime):
             os.close(fd)
             return None
         if files is None:
             return Held(fd)
         self._sweep_later()
-        return _shared(files.add(path, fd, (st.st_dev, st.st_ino), path, ""), st)
+        return _shared(files, path, files.add(path, fd, (st.st_dev, st.st_ino), path, ""), st)
 
-    def _touched(self, path: str, fd: int, st: os.stat_result) -> bool:
-        """Set a hit file's mtime (its last use, for the LRU) at most every :data:`TOUCH` seconds;
-        False if it cannot be (gone bad: not served). The open-file cache may give a stat taken
-        before this process's last touch, so the time of that touch is remembered beside it."""
+    def _touched(self, path: str, file: int | str, mtime: float) -> bool:
+        """Set a hit file's mtime (its last use, for the LRU) at most every :data:`TOUCH` seconds
+        (``file``: its descriptor, or its path when none is held); False if it cannot be (gone
+        bad: not served). ``mtime`` may be as of a stat taken before this process's last touch,
+        so the time of that touch is remembered beside it."""
         now, touches = time.time(), self._touches
-        if now - max(st.st_mtime, touches.get(path, 0.0)) <= TOUCH:
+        if now - max(mtime, touches.get(path, 0.0)) <= TOUCH:
             return True
         try:
-            os.utime(fd)
+            os.utime(file)
         except OSError:
             return False
         if len(touches) >= TOUCHES:
@@ -485,11 +512,15 @@ def _name_of(key: str, etag: str) -> str:
     return f"/{k[:2]}/{k}-{hashlib.sha256(etag.encode()).hexdigest()[:32]}"
 
 
-def _shared(entry: CachedDescriptor, st: os.stat_result) -> Held:
+def _shared(files: FileCache, path: str, entry: CachedDescriptor, st: os.stat_result) -> Held:
     """A use of the open-file cache's ``entry`` (``st``: its stat now), with a small file's bytes
-    when the cache keeps them: a name is one version, so they are that version's bytes."""
+    when the cache keeps them: a name is one version, so they are that version's bytes, trusted
+    from this use on (:meth:`DiskTier.trusted`)."""
     kept = entry.content(st)
-    return Held(entry.fd, entry, None if kept is None else kept[1])
+    if kept is None:
+        return Held(entry.fd, entry)
+    files.admit(path, entry, st)
+    return Held(entry.fd, entry, kept[1])
 
 
 def _still_named(entry: CachedDescriptor, now: float, ahead: float = 0.0) -> float | None:

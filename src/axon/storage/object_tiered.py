@@ -60,6 +60,8 @@ class TieredSource:
 
     def run(self, coro: Any) -> Any: ...
 
+    async def _after_opening(self, requested: str, room: list[int] | None) -> tuple[Any, Any]: ...
+
     @property
     def sending(self) -> str:
         """What sends an object's bytes, and how long a listing stands, for ``axon serve``'s start line."""
@@ -122,17 +124,25 @@ class TieredSource:
         return TierFile(found, fd)
 
     async def _open_kept(self, requested: str, room: list[int] | None = None) -> ObjectFile | HTTPError:
-        """:meth:`_open`, then through the disk tier when there is one."""
-        held, known = await self._kept_version(requested)
-        found = await self._open(requested, room, unless=None if held is None else known[0])
-        if found is None:  # the store's 304: the version on disk is the one it has now
-            return TierFile(ObjectFile(self, known[3], known[0], requested, known[3], known[1], known[2],
-                                       self.content_type(known[3])), held)
-        if held is not None:
-            held.close()
-        if self.tier is None or isinstance(found, HTTPError):
-            return found
-        return await self._through_tier(found)
+        """:meth:`_open`, then through the disk tier when there is one. Within a listing window,
+        one opening of a key at a time (:meth:`~.object_batch.BatchSource._after_opening`)."""
+        shared, opening = await self._after_opening(requested, room)
+        if shared is not None:
+            return shared
+        try:
+            held, known = await self._kept_version(requested)
+            found = await self._open(requested, room, unless=None if held is None else known[0])
+            if found is None:  # the store's 304: the version on disk is the one it has now
+                return TierFile(ObjectFile(self, known[3], known[0], requested, known[3], known[1], known[2],
+                                           self.content_type(known[3])), held)
+            if held is not None:
+                held.close()
+            if self.tier is None or isinstance(found, HTTPError):
+                return found
+            return await self._through_tier(found)
+        finally:
+            if opening is not None:
+                opening()
 
     async def _kept_version(self, requested: str) -> tuple[Any, Any]:
         """The file of the version of ``requested`` this process last found on disk, and that

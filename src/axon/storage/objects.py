@@ -26,7 +26,8 @@ that long for the objects whose bytes are kept (:class:`~.object_listing.ListedK
 
 obstore's calls run on one event loop per process, in a thread of its own: the synchronous
 callers (a handler in a thread, a WSGI body) wait on it, async runtimes await it, and no
-runtime's loop ever runs a request to the store. It is started lazily in the process that
+runtime's loop ever runs a request to the store (nor waits for one: there :meth:`ObjectSource.run`
+raises :class:`~axon.errors.WouldBlock`, and the App runs the handler again in its thread pool). It is started lazily in the process that
 uses it (``axon serve`` forks its workers after building the App: a loop or connections made
 before the fork would be shared, broken, by every worker).
 
@@ -53,7 +54,7 @@ from obstore.exceptions import (
 )
 
 from ..config import ObjectStoreEnvironment, environment, must_be, object_store_environment
-from ..errors import FileChanged, Forbidden, HTTPError, NotFound
+from ..errors import FileChanged, Forbidden, HTTPError, NotFound, WouldBlock
 from ..http.segments import ObjectSlice, Segment
 from . import Entry
 from .batch_key import derive_url_key
@@ -100,9 +101,11 @@ class ObjectSource(BatchSource, TieredSource):
     ``disk_size`` bytes on disk (default ``$AXON_OBJECT_DISK_SIZE``, else 10 GiB;
     :mod:`.object_disk`)."""
 
-    #: Opening is a request to the store: async runtimes call the App's handlers in their thread
-    #: pool, never on their event loop.
-    blocking = True
+    #: Opening that must ask the store is never done on an event loop's thread: there :meth:`run`
+    #: raises WouldBlock and the App runs the handler again in its thread pool. So a batch (or a
+    #: key) that this process holds within the listing's window is answered on the server's loop,
+    #: as local files are, and everything else in the pool.
+    blocking = False
     ready_files = None  # each batch's objects are opened together (for_batch), none kept ready
     # The local store's suffix -> media type rule, shared: an object is typed by its key's suffix.
     content_type = FileStore.content_type
@@ -141,6 +144,7 @@ class ObjectSource(BatchSource, TieredSource):
         self.tier = DiskTier(disk_cache, disk_size, wait=timeout) if disk_cache else None
         self._cache: ObjectCache | None = None  # made per process, with the loop
         self._listings = ListedKeys(listing_valid)  # likewise
+        self._openings = {}  # likewise (object_batch)
         self._listing_off_until = 0.0
         self._made = {}  # a listing entry's facts, made once (object_batch)
         self._env = env if env is not None else object_store_environment()
@@ -182,6 +186,7 @@ class ObjectSource(BatchSource, TieredSource):
                     # A worker's own: one made before a fork would start as the parent's copy.
                     self._cache = ObjectCache(self.cache_bytes, OPEN_READ) if self.cache_bytes else None
                     self._listings = ListedKeys(self.listing_valid)
+                    self._openings = {}
                     loop = asyncio.new_event_loop()
                     threading.Thread(target=loop.run_forever, name="axon-objects", daemon=True).start()
                     self._loop, self._pid = loop, os.getpid()
@@ -211,7 +216,13 @@ class ObjectSource(BatchSource, TieredSource):
         check_store(self.root, self.scheme, self._env, self.timeout)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on this process's store loop and wait for it (from any other thread)."""
+        """Run ``coro`` on this process's store loop and wait for it (from any other thread).
+        On a thread that runs an event loop (a handler called on the server's loop) the wait would
+        stall that loop for the store's round trip: :class:`~axon.errors.WouldBlock` instead, and
+        the App runs the handler again in its thread pool, where this waits."""
+        if asyncio._get_running_loop() is not None:
+            coro.close()
+            raise WouldBlock("the object store must be asked")
         return asyncio.run_coroutine_threadsafe(coro, self._ensure()).result()
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
@@ -230,6 +241,10 @@ class ObjectSource(BatchSource, TieredSource):
         return "/".join(parts)
 
     def open(self, requested: str) -> ObjectFile:
+        self._ensure()
+        held = self.open_held(requested)
+        if held is not None:
+            return held
         found = self.run(self._open_kept(requested))
         if isinstance(found, HTTPError):
             raise found
