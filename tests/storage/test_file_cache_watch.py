@@ -370,7 +370,7 @@ def test_a_trusted_file_checked_ahead_of_its_window_keeps_what_was_made_of_it(st
     assert known is not None
     time.sleep(VALID / 2)
     served(store, "a.txt")  # used in its window
-    assert store.cache.refresh(store.cache.by_recent_use(), 0, VALID, 8) is None
+    assert store.cache.refresh(store.cache.keys(), 0, VALID, 8) is None
     assert entry.checked > first and entry.known is known
 
 
@@ -381,6 +381,6 @@ def test_a_write_inotify_cannot_see_is_found_by_the_check_ahead(store, root) -> 
         mapped[:7] = b"MAPPED!"  # no inotify event
         mapped.flush()
     time.sleep(VALID / 2)
-    store.cache.refresh(store.cache.by_recent_use(), 0, VALID, 8)
+    store.cache.refresh(store.cache.keys(), 0, VALID, 8)
     assert store.cache.entries["a.txt"].known is not known
     assert served(store, "a.txt") == b"MAPPED! 1\n"

@@ -173,7 +173,7 @@ class Worker:
                     conn.abort()
         if self.shared_files is not None:
             self.shared_files.prune()
-            self._refresh(self.shared_files.cache.by_recent_use(), 0)
+            self._refresh(self.shared_files.cache.keys(), 0)
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
             log.warning("the supervisor is gone; stopping")
             self.stop()

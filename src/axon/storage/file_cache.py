@@ -335,37 +335,35 @@ class FileCache:
             self._trust(requested, entry, st, syncs)
         return entry, st
 
-    def by_recent_use(self) -> list[str]:
-        """The entries' keys, most recently used first (a copy: :meth:`refresh` walks it in
-        slices while requests move the order)."""
+    def keys(self) -> list[str]:
+        """The entries' keys, in no useful order (a copy: :meth:`refresh` walks it in slices while
+        requests move the LRU order; the dictionary's own keys, since a walk of the LRU order
+        itself, linked through every entry, took milliseconds for 10,000 of them)."""
         with self._lock:
-            return list(reversed(self.entries))
+            return list(dict.keys(self.entries))
 
     def refresh(self, keys: list[str], start: int, ahead: float, most: int) -> int | None:
         """Check now, as a use would check them (:meth:`acquire`), the entries of ``keys[start:]``
-        (:meth:`by_recent_use`) used in their window whose window ends within ``ahead`` seconds:
-        at most ``most`` of them, and at most ``SCAN_SLICE`` keys looked at. Where to go on, or
-        None once done: the first entry not used in its window ends the walk (the rest were used
-        before it), and is left to the request that comes for it. The server does this in its
-        once-a-second sweep, so that a file in use is never found past its window by a request
-        (which would check it then, on the Python path, and send its answer late); a file that
-        changed, or that its path no longer names, is forgotten as a use would forget it."""
+        (:meth:`keys`) used in their window whose window ends within ``ahead`` seconds: at most
+        ``most`` of them, and at most ``SCAN_SLICE`` keys looked at. Where to go on, or None once
+        done. An entry not used in its window is left to the request that comes for it. The
+        server does this in its once-a-second sweep, so that a file in use is never found past
+        its window by a request (which would check it then, on the Python path, and send its
+        answer late); a file that changed, or that its path no longer names, is forgotten as a
+        use would forget it."""
         entries, valid, now = self.entries, self.valid, self.clock()
         checked = 0
         end = min(len(keys), start + SCAN_SLICE)
         for i in range(start, end):
             entry = entries.get(keys[i])
-            if entry is None:
+            if entry is None or now - entry.used >= valid or now - entry.checked < valid - ahead:
                 continue
-            if now - entry.used >= valid:
-                return None
-            if now - entry.checked >= valid - ahead:
-                found = self.acquire(keys[i], ahead)
-                if found is not None:
-                    found[0].release()
-                checked += 1
-                if checked >= most:
-                    return i + 1
+            found = self.acquire(keys[i], ahead)
+            if found is not None:
+                found[0].release()
+            checked += 1
+            if checked >= most:
+                return i + 1
         return end if end < len(keys) else None
 
     def peek(self, requested: str) -> Any:
