@@ -416,3 +416,26 @@ def test_an_immutable_cache_trusts_kept_bytes_at_the_use_that_keeps_them(tmp_pat
     assert cache.peek(str(path)) is known
     cache.clear()
     assert cache.peek(str(path)) is None
+
+
+def test_an_immutable_cache_trusts_kept_bytes_again_after_their_window(tmp_path: Path) -> None:
+    """Past its window a kept file is checked (its name still names it) and trusted again as the
+    same object, by a use or by the sweep's check ahead: a tier's hit stays one lookup."""
+    from axon.storage.file_cache import FileCache
+
+    path = tmp_path / "kept"
+    path.write_bytes(b"one version")
+    cache = FileCache(10, 0.2, immutable=True, recheck=lambda entry, now, ahead: now)
+    fd = os.open(path, os.O_RDONLY)
+    st = os.fstat(fd)
+    entry = cache.add(str(path), fd, (st.st_dev, st.st_ino), str(path), "")
+    entry.content(st)
+    known = cache.admit(str(path), entry, st)
+    entry.release()
+    assert known is not None
+    time.sleep(0.25)
+    assert cache.peek(str(path)) is known  # checked again by this use, trusted as before
+    time.sleep(0.1)
+    assert cache.refresh(cache.keys(), 0, 0.2, 8) is None
+    assert entry.known is known and cache.peek(str(path)) is known
+    cache.clear()

@@ -331,6 +331,8 @@ class FileCache:
             return None
         if self._immutable:
             entry.fresh = st  # its bytes stay the version its name says, even once deleted
+            if entry.made is not None:
+                self._trust(requested, entry, st, syncs)  # trusted before its check: so again, the same object
         elif entry.small is not None and entry.wd >= 0 and self.watcher is not None:
             self._trust(requested, entry, st, syncs)
         return entry, st
