@@ -129,7 +129,14 @@ def test_a_reader_stopped_at_its_budget_shows_as_more_than_the_budget():
     rows = [_row("s3", "peer", None, files="6,000 x 4 KiB", read=6000, error=""), _row("axon", "axon", 1.0, read=6000)]
     assert loaders.best_peers(rows) == {}
     assert loaders.table(rows).splitlines()[2] == \
-        "| 6,000 x 4 KiB | s3 |  | > 60 | < 100 | 1:  |  | stopped after 60 s |  |"
+        "| 6,000 x 4 KiB | s3 |  | > 60 | < 100 |  | 1:  |  | stopped after 60 s |  |"
+
+
+def test_each_reader_shows_the_cpu_its_processes_spent_a_file():
+    row = loaders.Row("4 x 4 KiB", "axon", "axon", "", 1.0, 60.0, 4, 4, 1, "", None, None, "", 0.002)
+    assert row.cpu_per_file == 500
+    assert "| 1.00 | 4 | 500 | 1:  |" in loaders.table([row]).splitlines()[2]
+    assert _row("axon", "axon", 1.0).cpu_per_file is None
 
 
 def test_a_reader_is_wrong_unless_it_read_every_file_with_its_bytes():
@@ -189,6 +196,7 @@ def test_every_reader_side_by_side(tmp_path: Path):
         for row in mine:
             assert row["error"] == "" and row["seconds"] > 0 and row["settings"], row
             assert row["read"] == count, row  # every file read, its bytes checked (else error is set)
+            assert row["cpu"] > 0, row  # the reader's processes, its DataLoader workers too
             if row["kind"] != "peer":
                 assert row["ratio"] == pytest.approx(row["rate"] / best["rate"]), row
             if row["batches"] is not None:  # AxonDataset, AxonShards: one request per batch

@@ -83,6 +83,28 @@ def test_reads_ahead_stay_within_the_bound_and_stale_ones_are_cancelled():
         Ahead(-1)
 
 
+def test_reads_ahead_fit_the_bytes_of_the_largest_batch_read():
+    ahead = Ahead(8, max_bytes=100)
+    batches = [(("a", k), [k]) for k in range(1, 9)]
+    ahead.plan(batches, lambda batch: Future())
+    assert len(ahead) == 4  # no batch read yet: as far as before the bytes counted
+    ahead.measured(30)
+    ahead.plan(batches, lambda batch: Future())
+    assert ahead.room == 3 and len(ahead) == 4  # none cancelled, none more started
+    ahead.measured(10)
+    assert ahead.room == 3  # the largest batch read counts
+    ahead.measured(1000)
+    assert ahead.room == 1  # one batch larger than the bound: still one ahead
+    ahead.take(("a", 4), [4])
+    ahead.plan(batches[4:], lambda batch: Future())
+    assert len(ahead) == 1
+    small = Ahead(8)
+    small.measured(64 * 4096)
+    assert small.room == 8 and Ahead(0).room == 0
+    with pytest.raises(ValueError):
+        Ahead(2, max_bytes=0)
+
+
 def test_a_read_ahead_serves_only_its_own_indices_and_a_plan_drops_what_it_no_longer_names():
     ahead = Ahead(3)
     ahead.plan([(("a", 1), [2, 3]), (("a", 2), [4, 5])], lambda batch: Future())
@@ -159,6 +181,29 @@ def test_a_plain_loader_in_order_without_workers_reads_ahead(served):
         seen = served.requests_since(mark)
     assert got == expected(served, RELS[:100])
     assert len([r for r in seen if r["path"] == "/api/stream-files"]) == 10, seen
+
+
+def test_a_plain_loader_reads_further_ahead_once_its_batches_are_known_to_be_small(served):
+    rels = RELS[:200]
+    with AxonDataset([served.url(rel) for rel in rels]) as dataset:
+        mark = served.mark()
+        batches = iter(DataLoader(dataset, batch_size=5, collate_fn=list))
+        got = next(batches)
+        _, ahead = dataset._fs.get()
+        assert len(ahead) == 4  # the first batch's size was not known when it planned
+        got += next(batches)
+        assert len(ahead) == 8  # 5 small files a batch: the default's eight fit its bytes
+        got += [data for batch in batches for data in batch]
+        seen = served.requests_since(mark)
+    assert got == expected(served, rels)
+    assert len([r for r in seen if r["path"] == "/api/stream-files"]) == 40, seen
+    with AxonDataset([served.url(rel) for rel in rels], ahead_bytes=1) as dataset:
+        batches = iter(DataLoader(dataset, batch_size=5, collate_fn=list))
+        got = [data for _ in range(5) for data in next(batches)]
+        # the four planned before the first batch's size was known were read; then one at a time
+        assert len(dataset._fs.get()[1]) == 1
+        got += [data for batch in batches for data in batch]
+    assert got == expected(served, rels)
 
 
 def test_a_plain_loader_in_order_reads_ahead_in_each_worker_one_request_a_batch(slow):

@@ -3,7 +3,9 @@
 
 The process reads a few files untimed the same way (imports done, connections open), prints
 ``{"ready": true}``, waits for a line on stdin (the harness marks the servers' logs then), reads
-the whole set and prints ``{"seconds", "files", "check", "batches"}``: ``check`` is the digest of
+the whole set and prints ``{"seconds", "files", "check", "batches", "cpu"}``: ``cpu`` is the CPU
+seconds the reader's processes spent in the timed read (this one's and its children's: the
+``DataLoader`` workers, once they ended, and what they started), ``check`` is the digest of
 every file's :func:`digest` (:func:`~axon.bench.engine_cells.files_check`), which the harness
 compares with the files'. The digest is a CRC-32 and the length, not a SHA-256: it catches
 wrong, cut or misplaced bytes all the same at a small part of the CPU, which every reader (the
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import resource
 import sys
 import time
 import zlib
@@ -244,11 +247,18 @@ def main(text: str) -> None:
     warm = read(spec, True)
     print(json.dumps({"ready": True, "settings": warm.settings}), file=out)
     sys.stdin.readline()
-    started = time.perf_counter()
+    cpu, started = cpu_seconds(), time.perf_counter()
     result = read(spec, False)
     seconds = time.perf_counter() - started
+    cpu = cpu_seconds() - cpu
     print(json.dumps({"seconds": seconds, "files": len(result.digests), "check": files_check(result.digests),
-                      "batches": result.batches}), file=out)
+                      "batches": result.batches, "cpu": cpu}), file=out)
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that ended (and were waited for)."""
+    return sum(usage.ru_utime + usage.ru_stime
+               for usage in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 
 
 if __name__ == "__main__":

@@ -22,8 +22,10 @@ and ``--connect-ms`` more for a new connection). What each reader read is checke
 files (every file's length and CRC-32, :func:`~.loader_cells.digest`). The requests each server saw during the timed read are counted from
 its own records (axon serve's and nginx's access logs, SeaweedFS's metrics); for the readers that
 ask for a known number of batches (``AxonDataset``, ``AxonShards``) the table shows the batch
-requests the server logged per batch. Each Axon reader's files/s is divided by the best peer's
-in the same run, for the same set.
+requests the server logged per batch, and for every reader the CPU its processes (the reader's
+and its ``DataLoader`` workers') spent a file: on a machine whose cores the servers and the
+relay share, that is what a reader costs the others. Each Axon reader's files/s is divided by
+the best peer's in the same run, for the same set.
 """
 
 from __future__ import annotations
@@ -65,6 +67,12 @@ class Row:
     batches: int | None  # the batch requests its settings ask for (None: the reader decides)
     per_batch: float | None  # batch requests the server logged / batches
     error: str = ""
+    cpu: float | None = None  # CPU seconds of the reader's processes in the timed read
+
+    @property
+    def cpu_per_file(self) -> float | None:
+        """Microseconds of the reader's CPU a file read."""
+        return None if self.cpu is None or not self.read else 1e6 * self.cpu / self.read
 
     @property
     def rate(self) -> float | None:
@@ -130,7 +138,8 @@ def read_set(spec: Spec, digests: list[str], counter, budget: float, log: Path) 
     logged = sum(seen[kind] for kind in BATCH_KINDS)
     return Row(label, reader.label, reader.kind, ready.get("settings", ""),
                done["seconds"] if done and not error else None, budget, len(digests), done.get("files", 0),
-               sum(seen.values()), requests_text(seen), batches, logged / batches if batches else None, error)
+               sum(seen.values()), requests_text(seen), batches, logged / batches if batches else None, error,
+               done.get("cpu"))
 
 
 def verdict(kind: str, done: dict, digests: list[str]) -> str:
@@ -172,9 +181,9 @@ def _seconds(row: Row) -> str:
 
 def table(rows: list[Row]) -> str:
     best = best_peers(rows)
-    lines = ["| files | reader | settings | seconds | files/s | requests the server saw | batch requests "
-             "a batch | bytes checked | x best peer |",
-             "|---|---|---|---:|---:|---|---:|---|---:|"]
+    lines = ["| files | reader | settings | seconds | files/s | reader's CPU a file (us) | requests the server saw "
+             "| batch requests a batch | bytes checked | x best peer |",
+             "|---|---|---|---:|---:|---:|---|---:|---|---:|"]
     for r in rows:
         times = ratio(r, best)
         if r is best.get(r.files):
@@ -191,7 +200,8 @@ def table(rows: list[Row]) -> str:
             checked = r.error or f"stopped after {r.budget:g} s"
         else:
             checked = f"{r.read:,} files, CRC-32" if r.kind != "floor" else f"first {r.read:,}, CRC-32"
-        lines.append(f"| {r.files} | {name} | {r.settings} | {_seconds(r)} | {rate} | {r.requests:,}: {r.kinds} "
+        cpu = "" if r.error or r.cpu_per_file is None else f"{r.cpu_per_file:,.0f}"
+        lines.append(f"| {r.files} | {name} | {r.settings} | {_seconds(r)} | {rate} | {cpu} | {r.requests:,}: {r.kinds} "
                      f"| {per_batch} | {checked} | {versus} |")
     return "\n".join(lines)
 

@@ -11,7 +11,9 @@ to the workers in turn: :func:`in_order` plans the runs that come next from the 
 the run before it foretold (a sampler of shuffled runs seldom gives either, and has no read ahead
 wasted otherwise).
 The dataset then keeps an :class:`Ahead`: the reads of those next batches started now, at most
-``limit`` of them, each taken by the batch it was started for (the same indices). A read ahead
+``limit`` of them and, once a batch was read, as many as fit ``max_bytes`` at the size of the
+largest batch read so far (small files: many batches overlap their round trips; large ones: the
+memory they hold stays bounded), each taken by the batch it was started for (the same indices). A read ahead
 that no batch takes (the caller stopped early, a worker got another batch than planned, the
 order was not the one guessed) is cancelled as soon as a later batch plans without it, or on
 :meth:`Ahead.cancel`; nothing reads beyond the bound, and a failed read raises on the batch that
@@ -26,9 +28,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-__all__ = ["AHEAD", "Ahead", "Key", "PlannedBatch", "in_order"]
+__all__ = ["AHEAD", "AHEAD_BYTES", "Ahead", "Key", "PlannedBatch", "in_order"]
 
-AHEAD = 4  # batches a process reads beyond the one asked for, by default
+AHEAD = 8  # batches a process reads beyond the one asked for, by default, at most
+AHEAD_BYTES = 64 << 20  # the bytes those batches may hold, by default, estimated (see Ahead)
+#: Batches read ahead before any batch's size is known: the start of a pass cannot tell 4 KiB
+#: files from 64 MiB ones, so it reads no further ahead than it did before the bytes counted.
+UNMEASURED = 4
 
 #: ``(pass, position)``: a pass over the data (a random token drawn as the sampler starts one)
 #: and the batch's position in it.
@@ -63,12 +69,18 @@ def in_order(indices: Sequence[int], count: int, workers: int, limit: int) -> tu
 
 
 class Ahead:
-    """The reads in flight for batches not asked for yet: at most ``limit``, by key."""
+    """The reads in flight for batches not asked for yet, by key: at most ``limit``, and at most
+    as many as ``max_bytes`` holds at the size of the largest batch :meth:`measured` (at least
+    one; :data:`UNMEASURED` before any was)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, max_bytes: int = AHEAD_BYTES) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ValueError(f"the batches read ahead are a count >= 0, not {limit!r}")
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError(f"the bytes read ahead are a count >= 1, not {max_bytes!r}")
         self.limit = limit
+        self.max_bytes = max_bytes
+        self._largest = 0  # bytes of the largest batch read so far
         self._reads: dict[Key, tuple[list[int], Future]] = {}
         self._foretold: Key | None = None  # the run the last run in order said comes next
 
@@ -87,6 +99,17 @@ class Ahead:
     def __len__(self) -> int:
         return len(self._reads)
 
+    def measured(self, size: int) -> None:
+        """A batch was read and held ``size`` bytes."""
+        self._largest = max(self._largest, size)
+
+    @property
+    def room(self) -> int:
+        """How many reads may be in flight now."""
+        if not self._largest:
+            return min(self.limit, UNMEASURED)
+        return min(self.limit, max(1, self.max_bytes // self._largest))
+
     def take(self, key: Key, indices: Sequence[int]) -> Future | None:
         """The read started for ``key``, if one was for these very indices; reads planned before
         ``key`` (older passes, earlier positions) will never be asked for now, and are cancelled."""
@@ -103,13 +126,14 @@ class Ahead:
 
     def plan(self, batches: Sequence[tuple[Key, Sequence[int]]], start: Callable[[Any], Future]) -> None:
         """Cancel the reads that ``batches`` no longer names; then start ``start(indices)`` for
-        the first of ``batches`` not already under way, while fewer than ``limit`` reads are in
-        flight."""
+        the first of ``batches`` not already under way, while fewer than :attr:`room` reads are
+        in flight."""
         named = {key for key, _ in batches}
         for gone in [key for key in self._reads if key not in named]:
             self._reads.pop(gone)[1].cancel()
+        room = self.room
         for key, indices in batches:
-            if len(self._reads) >= self.limit:
+            if len(self._reads) >= room:
                 return
             if key not in self._reads:
                 self._reads[key] = (list(indices), start(indices))

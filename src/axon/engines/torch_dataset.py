@@ -43,7 +43,7 @@ from ..fsspec import AxonFileSystem
 from ..fsspec.errors import error_for
 from ..fsspec.servers import ServerLimits
 from ..signing import mint_token
-from .ahead import AHEAD, Ahead
+from .ahead import AHEAD, AHEAD_BYTES, Ahead
 from .file_groups import axon_filesystem
 from .torch_ahead import AheadBatchSampler, AheadLoader
 
@@ -79,12 +79,12 @@ class _PerProcess:
     ``/api/limits`` again before its first batch.
     """
 
-    def __init__(self, storage_options: dict[str, Any], ahead: int,
+    def __init__(self, storage_options: dict[str, Any], ahead: int, ahead_bytes: int,
                  limits: dict[str, ServerLimits] | None = None) -> None:
         self.storage_options = storage_options
-        self.limit = ahead
+        self.limit, self.max_bytes = ahead, ahead_bytes
         self._fs: AxonFileSystem | None = None
-        self._ahead = Ahead(ahead)
+        self._ahead = Ahead(ahead, ahead_bytes)  # a bad bound is refused here, not in a worker
         self._pid: int | None = None
         self._limits = dict(limits or {})  # learnt in the process this object came from
 
@@ -93,7 +93,7 @@ class _PerProcess:
             known = self.known_limits()  # the parent's, before its filesystem is replaced
             self._fs = AxonFileSystem(skip_instance_cache=True, **self.storage_options)
             self._fs.learn_limits(known)
-            self._ahead = Ahead(self.limit)
+            self._ahead = Ahead(self.limit, self.max_bytes)
             self._pid = os.getpid()
         return self._fs, self._ahead
 
@@ -112,10 +112,11 @@ class _PerProcess:
             self._fs.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"storage_options": self.storage_options, "ahead": self.limit, "limits": self.known_limits()}
+        return {"storage_options": self.storage_options, "ahead": self.limit, "ahead_bytes": self.max_bytes,
+                "limits": self.known_limits()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["storage_options"], state["ahead"], state.get("limits"))
+        self.__init__(state["storage_options"], state["ahead"], state["ahead_bytes"], state.get("limits"))
 
 
 class AxonDataset(Dataset):
@@ -123,8 +124,9 @@ class AxonDataset(Dataset):
 
     ``DataLoader(AxonDataset(paths), batch_size=64)`` reads each batch of 64 files in one request;
     in order (no shuffle) it reads each process's next batches while the current one is used: at
-    most ``ahead`` batches (default 4) beyond the one asked for, per process, each still one
-    request. ``dataset.loader(batch_size=64, shuffle=True, num_workers=...)`` reads ahead in any
+    most ``ahead`` batches (default 8) beyond the one asked for, per process, each still one
+    request, and no more than ``ahead_bytes`` (default 64 MiB) hold at the size of the largest
+    batch read so far (4 before the first batch was read). ``dataset.loader(batch_size=64, shuffle=True, num_workers=...)`` reads ahead in any
     order (its sampler names the next batches). ``close()`` (or leaving ``with dataset:``)
     cancels the reads ahead and closes the connections; a later read opens new ones.
     ``storage_options`` go to :class:`~axon.fsspec.AxonFileSystem` (``secret``, ``scheme``, ...).
@@ -134,13 +136,13 @@ class AxonDataset(Dataset):
     """
 
     def __init__(self, paths: Sequence[str], decode: Decode | None = None, *,
-                 storage_options: dict[str, Any] | None = None, ahead: int = AHEAD) -> None:
+                 storage_options: dict[str, Any] | None = None, ahead: int = AHEAD,
+                 ahead_bytes: int = AHEAD_BYTES) -> None:
         if isinstance(paths, str):
             raise TypeError("paths is a list of paths, not one string")
         self.paths = [_strip(p) for p in paths]
         self.decode = decode
-        Ahead(ahead)  # refuse a bad bound now, not in a worker
-        self._fs = _PerProcess(dict(storage_options or {}), ahead)
+        self._fs = _PerProcess(dict(storage_options or {}), ahead, ahead_bytes)
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -168,6 +170,7 @@ class AxonDataset(Dataset):
             read = self._start(fs, indices)
         ahead.plan(following, functools.partial(self._start, fs))
         contents = read.result()
+        ahead.measured(sum(map(len, contents)))
         return [self._sample(self.paths[i], data) for i, data in zip(indices, contents)]
 
     def _start(self, fs: AxonFileSystem, indices: Sequence[int]) -> Future:
