@@ -3,6 +3,7 @@ that its memory (payloads and per-entry overheads) never passes its capacity."""
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
@@ -54,6 +55,16 @@ def test_forget():
 
 
 def test_threads_never_pass_the_bound():
+    # A switch every microsecond: a reader must find the bound kept between any two statements.
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        _threads_work_and_the_bound_holds()
+    finally:
+        sys.setswitchinterval(switch)
+
+
+def _threads_work_and_the_bound_holds():
     cache = ObjectCache(50 * (1000 + ENTRY_OVERHEAD + 8), largest=4096)
     seen = []
 
@@ -63,11 +74,18 @@ def test_threads_never_pass_the_bound():
             cache.get(f"k{n}-{(i * 7) % 300:03d}", f'"{i}"')
             seen.append(cache.used)
 
+    def watch() -> None:  # a reader without the lock, as metrics are: it must never see more
+        while any(t.is_alive() for t in threads):
+            seen.append(cache.used)
+
     threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    watcher = threading.Thread(target=watch)
     for t in threads:
         t.start()
+    watcher.start()
     for t in threads:
         t.join()
+    watcher.join()
     assert max(seen) <= cache.capacity
     assert cache.used == sum(len(d) + len(k) + ENTRY_OVERHEAD for k, (_, d) in cache._entries.items())
 

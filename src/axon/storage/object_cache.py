@@ -63,11 +63,13 @@ class ObjectCache:
             old = self._entries.pop(key, None)
             if old is not None:
                 self.used -= _cost(key, old[1])
-            self._entries[key] = (etag, data)
-            self.used += cost
-            while self.used > self.capacity:
+            # Room first, then the entry: ``used`` is read without the lock (metrics, tests), so
+            # it must never pass the bound, not even between two statements.
+            while self.used + cost > self.capacity:
                 gone, (_, payload) = self._entries.popitem(last=False)
                 self.used -= _cost(gone, payload)
+            self._entries[key] = (etag, data)
+            self.used += cost
 
     def forget(self, key: str) -> None:
         """Drop ``key`` (it was found deleted)."""
