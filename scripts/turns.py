@@ -11,8 +11,9 @@ and the worker thread's CPU time between two marks is one turn's; ``gc.callbacks
 collection in the same turn. CPU time of the thread, not wall time: a busy machine that takes the
 CPU away does not lengthen a turn here, as it does the loop lag ``/metrics`` shows. (The marking
 callback keeps the loop from sleeping in ``epoll_wait``: under load it never does anyway.) For
-each worker it prints the turns, the longest, the 99th percentile, the longest collection, and
-the longest turns without their collections, with the requests the bench counted.
+each worker it prints the turns, the longest, the 99th percentile, the longest collection, the
+longest turns without their collections, and each generation's collections (how many, the
+longest), with the requests the bench counted.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ if os.environ.get("AXON_TURNS_OUT"):
     _start = _lag.LoopLag.start
     _turns = []  # (cpu ms, collector ms) a turn
     _gc = {"ms": 0.0, "t0": 0.0, "max": 0.0}
+    _by_generation = [[0, 0.0], [0, 0.0], [0, 0.0]]  # collections and the longest (ms), a generation
 
     def _collected(phase, info):
         if phase == "start":
@@ -42,12 +44,16 @@ if os.environ.get("AXON_TURNS_OUT"):
             ms = (time.thread_time() - _gc["t0"]) * 1e3
             _gc["ms"] += ms
             _gc["max"] = max(_gc["max"], ms)
+            seen = _by_generation[info["generation"]]
+            seen[0] += 1
+            seen[1] = max(seen[1], ms)
 
     def _dump():
         cpus = sorted(t[0] for t in _turns)
         with open(f"{os.environ['AXON_TURNS_OUT']}.{os.getpid()}.json", "w") as f:
             json.dump({"turns": len(cpus), "cpu_ms": sum(cpus), "max": cpus[-1] if cpus else 0.0,
                        "p99": cpus[int(len(cpus) * 0.99)] if cpus else 0.0, "gc_max": _gc["max"],
+                       "by_generation": _by_generation,
                        "without_gc": sorted(c - g for c, g in _turns)[-3:]}, f)
 
     def start(self):
@@ -94,7 +100,8 @@ def main() -> int:
                 d = json.load(f)
             print(f"worker: {d['turns']} turns, {d['cpu_ms']:.0f} ms CPU; longest {d['max']:.1f} ms, p99 "
                   f"{d['p99']:.2f} ms; longest collection {d['gc_max']:.1f} ms; longest without it: "
-                  + ", ".join(f"{t:.1f}" for t in d["without_gc"]) + " ms")
+                  + ", ".join(f"{t:.1f}" for t in d["without_gc"]) + " ms; collections by generation (count, "
+                  "longest ms): " + ", ".join(f"{g}: {n}, {ms:.1f}" for g, (n, ms) in enumerate(d["by_generation"])))
     return 0
 
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import HTTPError
 from ..http.segments import FileSlice
+from ..untracked import untracked, untracked_tuple
 from .answer import Prepared, fits_one_write
 from .wire import UnsafeHeader, frame_head
 
@@ -139,7 +140,7 @@ class Remembered:
             return
         heads = self.heads
         self.cost += head.cost
-        heads[key] = head
+        heads[key] = untracked(head)  # of texts, numbers and tuples: see axon.untracked
         while len(heads) > self.size or self.cost > self.budget:
             self.cost -= heads.popitem(last=False)[1].cost
         files = response.files
@@ -147,7 +148,7 @@ class Remembered:
         if len(files) == 1 and head.read == 0 and hasattr(trusted, "answer") and key in heads:
             # A trusted file's version keeps the answer of its one-file head, the last made (as
             # recall keeps it): the next request is answered from there, by the compiled answer too.
-            trusted.answer = (head, _answer(head, [trusted.data], (), 0))
+            trusted.answer = _kept(head, _answer(head, [trusted.data], (), 0))
 
     def recall(self, key: tuple[bytes, str | None], open_file, cached_files) -> tuple[Head, Prepared] | None:
         """The head for ``key`` and its answer now: prepared, its files opened to send them;
@@ -200,7 +201,7 @@ class Remembered:
         answer = _answer(head, bodies, files, read)
         if not files:
             if single:
-                known.answer = (head, answer)
+                known.answer = _kept(head, answer)
             else:
                 self._last = (head, known_files, answer)
         return head, answer
@@ -221,6 +222,15 @@ class Remembered:
 
 class _Changed(Exception):
     """A remembered head's file is another version now."""
+
+
+def _kept(head: Head, answer: Prepared) -> tuple[Head, Prepared]:
+    """``(head, answer)`` as a trusted version keeps it while it stands, out of the collector's
+    walk with the answer's lists (of bytes, and of no files): see axon.untracked. (The collector
+    lets a tuple go by itself only when what it holds are tuples or atomic.)"""
+    untracked(answer.body)
+    untracked(answer.files)
+    return untracked((head, untracked(answer)))
 
 
 def _answer(head: Head, bodies: list, files: list, read: int) -> Prepared:
@@ -259,7 +269,8 @@ def _head_of(response: Response) -> Head | None:
     except (UnsafeHeader, UnicodeError, TypeError, ValueError):
         return None
     read = sum(files[t].size for t in template if type(t) is int and type(wholes[t]) is not bytes)
-    return Head(head, tuple(f.path for f in files), tuple(versions), tuple(template), response.length or 0, read)
+    return Head(head, untracked_tuple(tuple(f.path for f in files)), untracked_tuple(tuple(versions)),
+                untracked_tuple(tuple(template)), response.length or 0, read)
 
 
 class Shortcuts:

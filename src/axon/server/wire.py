@@ -10,6 +10,7 @@ import time
 
 from ..http.conditional import http_date
 from ..response import REASONS
+from ..untracked import untracked_tuple
 
 SERVER = b"axon"
 CRLF = b"\r\n"
@@ -68,7 +69,7 @@ def frame_head(status: int, reason: str, headers: list[tuple[str, str]]) -> byte
         if key is not None and all(type(name) is str and type(value) is str for name, value in key[2]):
             if len(_FRAMED) >= _FRAMED_MAX:
                 _FRAMED.clear()
-            _FRAMED[key] = framed
+            _FRAMED[untracked_tuple(key)] = framed  # kept: out of the collector's walk (axon.untracked)
     return framed
 
 

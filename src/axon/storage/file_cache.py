@@ -74,6 +74,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
+from ..untracked import untracked, untracked_tuple
 from . import FILE_CACHE_BYTES, FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID
 from .watch import Events, Watcher, open_watcher
 
@@ -208,7 +209,7 @@ class CachedDescriptor:
                 return None
         if len(data) != size:  # changed as we read: read by offset this time, cache next time
             return None
-        kept = (key, data, zlib.crc32(data))
+        kept = untracked_tuple((key, data, zlib.crc32(data)))  # kept while the entry is: axon.untracked
         cache = self._cache
         with cache._lock:
             if self.dropped or self.small is not old:  # evicted, or kept anew by another thread meanwhile
@@ -540,7 +541,9 @@ class FileCache:
 
     def add(self, requested: str, fd: int, identity: tuple[int, int], name: str, content_type: str) -> CachedDescriptor:
         """Cache the descriptor just opened for ``requested``; the caller holds one reference."""
-        entry = CachedDescriptor(self, fd, identity, name, content_type, self.clock())
+        # Out of the collector's walk: an entry dies by reference count once it leaves the
+        # cache, never in a cycle (its link to the cache is one while it is in it; see axon.untracked).
+        entry = untracked(CachedDescriptor(self, fd, identity, name, content_type, self.clock()))
         with self._lock:
             old = self.entries.pop(requested, None)
             if old is not None:  # another thread resolved the same path meanwhile

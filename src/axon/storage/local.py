@@ -21,6 +21,7 @@ from .file_cache import CachedDescriptor, Token
 from .jail import RootJail, hidden, normalize, os_error
 from ..http.batch_identity import KeptSignature
 from ..http.segments import FileSlice, Segment
+from ..untracked import untracked
 
 _new_slice = tuple.__new__
 #: Longer requested paths are opened without the open-file cache: its keys stay small.
@@ -127,8 +128,9 @@ class TrustedFile(OpenFile):
         facts = version[:5]
         super().__init__(-1, path, name, *facts, content_type, None, data, version[5])
         self.version = version  # type: ignore[misc]
-        self.signature = _new_slice(KeptSignature, (path, content_type, *facts, name, None))  # type: ignore[misc]
+        self.signature = untracked(_new_slice(KeptSignature, (path, content_type, *facts, name, None)))  # type: ignore[misc]
         self.answer: object = None
+        untracked(self)  # kept as long as the version is, by the cache and by heads: see axon.untracked
 
     def close(self) -> None:
         pass
