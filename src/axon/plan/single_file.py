@@ -9,7 +9,7 @@ from ..errors import PreconditionFailed
 from ..storage import File, Source
 from ..limits import Limits
 from ..response import Response
-from ..untracked import untracked_tuple
+from ..untracked import untracked
 from ..http.conditional import date_is_strong, evaluate, http_date, if_range_allows
 from ..http.multipart import PER_FILE_CACHE, frame, new_boundary
 from ..http.ranges import content_range, parse_range
@@ -30,9 +30,11 @@ def _version(inode: int, mtime_ns: int, ctime_ns: int, size: int, content_type: 
     # rewritten behind its mtime's back keeps the tag it always had.
     tag = f'"{inode:x}-{mtime_ns:x}-{size:x}"' if ctime_ns == mtime_ns else f'"{inode:x}-{mtime_ns:x}-{size:x}-{ctime_ns:x}"'
     mtime = mtime_ns // 1_000_000_000  # whole seconds, floored, no float rounding
-    validators = (("ETag", tag), ("Last-Modified", http_date(mtime)))
-    # Kept as long as the version is cached: out of the collector's walk (axon.untracked).
-    return untracked_tuple((tag, mtime, validators, (*validators, ("Accept-Ranges", "bytes"), ("Content-Type", content_type))))
+    # Kept as long as the version is cached: its tuples of tuples out of the collector's walk
+    # (axon.untracked; the pairs, of strings, the collector lets go itself).
+    validators = untracked((("ETag", tag), ("Last-Modified", http_date(mtime))))
+    whole = untracked((*validators, ("Accept-Ranges", "bytes"), ("Content-Type", content_type)))
+    return untracked((tag, mtime, validators, whole))
 
 
 def plan_file(store: Source, path: str, method: str, headers: dict[str, str], limits: Limits) -> Response:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import HTTPError
 from ..http.segments import FileSlice
-from ..untracked import untracked, untracked_tuple
+from ..untracked import untracked
 from .answer import Prepared, fits_one_write
 from .wire import UnsafeHeader, frame_head
 
@@ -269,8 +269,8 @@ def _head_of(response: Response) -> Head | None:
     except (UnsafeHeader, UnicodeError, TypeError, ValueError):
         return None
     read = sum(files[t].size for t in template if type(t) is int and type(wholes[t]) is not bytes)
-    return Head(head, untracked_tuple(tuple(f.path for f in files)), untracked_tuple(tuple(versions)),
-                untracked_tuple(tuple(template)), response.length or 0, read)
+    # versions: a tuple of version tuples (numbers), out of the collector's walk (axon.untracked).
+    return Head(head, tuple(f.path for f in files), untracked(tuple(versions)), tuple(template), response.length or 0, read)
 
 
 class Shortcuts:

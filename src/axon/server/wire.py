@@ -10,7 +10,7 @@ import time
 
 from ..http.conditional import http_date
 from ..response import REASONS
-from ..untracked import untracked_tuple
+from ..untracked import untracked
 
 SERVER = b"axon"
 CRLF = b"\r\n"
@@ -69,7 +69,8 @@ def frame_head(status: int, reason: str, headers: list[tuple[str, str]]) -> byte
         if key is not None and all(type(name) is str and type(value) is str for name, value in key[2]):
             if len(_FRAMED) >= _FRAMED_MAX:
                 _FRAMED.clear()
-            _FRAMED[untracked_tuple(key)] = framed  # kept: out of the collector's walk (axon.untracked)
+            untracked(key[2])  # kept: its tuples of tuples out of the collector's walk (axon.untracked)
+            _FRAMED[untracked(key)] = framed
     return framed
 
 

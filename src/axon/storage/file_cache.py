@@ -74,7 +74,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from ..untracked import untracked, untracked_tuple
+from ..untracked import untracked
 from . import FILE_CACHE_BYTES, FILE_CACHE_INACTIVE, FILE_CACHE_SIZE, FILE_CACHE_VALID
 from .watch import Events, Watcher, open_watcher
 
@@ -209,7 +209,7 @@ class CachedDescriptor:
                 return None
         if len(data) != size:  # changed as we read: read by offset this time, cache next time
             return None
-        kept = untracked_tuple((key, data, zlib.crc32(data)))  # kept while the entry is: axon.untracked
+        kept = untracked((key, data, zlib.crc32(data)))  # kept while the entry is: axon.untracked
         cache = self._cache
         with cache._lock:
             if self.dropped or self.small is not old:  # evicted, or kept anew by another thread meanwhile
