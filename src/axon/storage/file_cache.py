@@ -238,7 +238,7 @@ class FileCache:
         self, size: int = DEFAULT_SIZE, valid: float = DEFAULT_VALID, *, inactive: float = DEFAULT_INACTIVE,
         small_bytes: int = DEFAULT_SMALL_BYTES, recheck: Recheck | None = None,
         clock: Callable[[], float] = time.monotonic, watcher: Watcher | None = None, trusted: Trusted | None = None,
-        immutable: bool = False,
+        immutable: bool = False, walked: bool = False,
     ) -> None:
         if size < 1 or valid < 0 or inactive < 0 or small_bytes < 0:
             raise ValueError("a file cache needs a size of at least 1, and no negative time or byte budget")
@@ -271,6 +271,13 @@ class FileCache:
         #: version): a use trusts the last ``fstat`` until the path's window ends, as it trusts a
         #: watched file's, since only a deletion could change what it says (see :meth:`acquire`).
         self._immutable = immutable
+        #: Whether the cycle collector walks the entries. Each entry names this cache, and the
+        #: cache's tables name it: a cycle, which is freed without the collector only while what
+        #: ``trusted`` makes names nothing that leads back here (a local file's version: then its
+        #: entry is kept out of the collector's walk, axon.untracked, and the cache is let go by
+        #: close or abandon). True where it may (the disk tier's kept versions name what a source
+        #: sent of them, and the source names its tier and this cache).
+        self._walked = walked
 
     @classmethod
     def watched(cls, *args, **kwargs) -> FileCache:  # noqa: ANN002, ANN003 - FileCache's own
@@ -541,9 +548,11 @@ class FileCache:
 
     def add(self, requested: str, fd: int, identity: tuple[int, int], name: str, content_type: str) -> CachedDescriptor:
         """Cache the descriptor just opened for ``requested``; the caller holds one reference."""
-        # Out of the collector's walk: an entry dies by reference count once it leaves the
-        # cache, never in a cycle (its link to the cache is one while it is in it; see axon.untracked).
-        entry = untracked(CachedDescriptor(self, fd, identity, name, content_type, self.clock()))
+        # Out of the collector's walk (unless ``walked``): an entry dies by reference count once it
+        # leaves the cache's tables (see ``walked`` and axon.untracked).
+        entry = CachedDescriptor(self, fd, identity, name, content_type, self.clock())
+        if not self._walked:
+            untracked(entry)
         with self._lock:
             old = self.entries.pop(requested, None)
             if old is not None:  # another thread resolved the same path meanwhile
@@ -571,6 +580,14 @@ class FileCache:
         with self._lock:
             while self.entries:
                 self._drop(self.entries.popitem(last=False)[1])
+
+    def abandon(self) -> None:
+        """Let go of every entry, closing and unwatching nothing: a forked child leaving its
+        parent's cache (the watches are the kernel's, in an instance both processes hold). The
+        entries name this cache, so without this it would never be freed (see ``walked``)."""
+        with self._lock:
+            self.entries.clear()
+            self._watched.clear()
 
     def close(self) -> None:
         """:meth:`clear`, and close the kernel's watcher (after any take-in under way)."""

@@ -170,7 +170,7 @@ class DiskTier:
         # A parent's descriptors are left to it: never closed or swept here.
         self.files = None if self._sharing is None else FileCache(
             self._sharing[0], self._sharing[1], inactive=self._sharing[2], small_bytes=self._sharing[3],
-            recheck=_still_named, immutable=True, trusted=KeptVersion)
+            recheck=_still_named, immutable=True, trusted=KeptVersion, walked=True)  # KeptVersion.sent names the source
         self._usage = -1 if self._sharing is None else self.space.open_usage()
         self._seen_deletions = -1 if self._sharing is None else self.space.deletions(self._usage)
         self._sweeping: asyncio.AbstractEventLoop | None = None  # the loop a sweep is due on

@@ -146,8 +146,9 @@ class SharedFiles:
 def _restart(ref: weakref.ref[SharedFiles]) -> None:
     """In a forked child: a cache of its own, unless closed (a stopped server's: it watches
     nothing, and a kernel watcher per fork of a process holding many would be wasted). The
-    parent's is left as it is, unclosed: its watches are the kernel's, in an instance both
+    parent's is abandoned, unclosed: its watches are the kernel's, in an instance both
     processes hold (and ``axon serve`` forks before anything is cached)."""
     shared = ref()
     if shared is not None and not shared._closed:
+        shared.cache.abandon()
         shared._start()
