@@ -13,7 +13,8 @@ is made untracked once, when it is kept.
 What is untracked must never join a cycle: one would never be freed. Only objects whose
 references point to bytes, numbers, strings, tuples of those and other such objects are given
 here, or to what outlives them and lets them go (an entry names its cache, which drops it from
-its table when it evicts it, and is closed before it is dropped).
+its tables when it evicts it, and is closed or abandoned before it is dropped; a cache whose
+entries may lead back to it otherwise keeps them walked: ``FileCache(walked=True)``).
 
 Tuples: the collector lets a tuple of atomic values go by itself at its first collection, but
 one that holds tuples only a level a collection, walking it each time; kept long (a file
