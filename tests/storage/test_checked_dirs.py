@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from axon.errors import HTTPError
+from axon.storage import checked_dirs
 from axon.storage.checked_dirs import CheckedDirs
 from axon.storage.local import FileStore
 from axon.storage.shared_files import SharedFiles
@@ -25,6 +26,14 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+@pytest.fixture(autouse=True)
+def exact_windows(request, monkeypatch) -> None:
+    """A directory's first window starts when it is resolved, so that the tests' times are exact;
+    the tests of the phases (``phased``) keep them."""
+    if "phased" not in request.keywords:
+        monkeypatch.setattr(checked_dirs, "PHASES", 0.0)
 
 
 def content(shared: SharedFiles, path: str) -> bytes:
@@ -206,3 +215,69 @@ def test_a_file_moved_out_of_the_root_is_forgotten_by_the_check_ahead(shared, ro
     with pytest.raises(HTTPError) as err:
         content(shared, "sub/x.txt")
     assert err.value.status == 404
+
+
+# -- the phases of directories first resolved together ------------------------------------------------
+
+
+def tree(root: Path, dirs: int, files: int) -> list[SimpleNamespace]:
+    """``dirs`` directories of ``files`` files each, as the cache's entries name them."""
+    entries = []
+    for d in range(dirs):
+        (root / f"c{d:02d}").mkdir()
+        for f in range(files):
+            path = root / f"c{d:02d}" / f"{f:03d}.bin"
+            path.write_bytes(b"F")
+            st = os.stat(path)
+            entries.append(SimpleNamespace(name=f"c{d:02d}/{f:03d}.bin", identity=(st.st_dev, st.st_ino)))
+    return entries
+
+
+@pytest.mark.phased
+def test_directories_first_resolved_together_get_windows_that_end_apart(root) -> None:
+    """Each starts its first window up to a window early, by its own phase, never later than
+    when it was resolved; resolved again, its window starts then (the offset is kept)."""
+    clock = Clock()
+    dirs = CheckedDirs(FileStore(root), VALID, 64, clock)
+    entries = tree(root, 20, 1)
+    since = [dirs.still_names(entry, clock.now) for entry in entries]
+    assert all(clock.now - VALID < s <= clock.now for s in since)
+    assert max(since) - min(since) > VALID / 2  # spread, not one moment
+    assert since == [dirs.still_names(entry, clock.now) for entry in entries]  # one resolution a window
+    clock.now += VALID
+    assert [dirs.still_names(entry, clock.now) for entry in entries] == [clock.now] * 20  # resolved anew
+
+
+@pytest.mark.phased
+@pytest.mark.parametrize("phases", [0.0, checked_dirs.PHASES], ids=["without", "with"])
+def test_files_first_seen_together_are_checked_in_steps_not_in_one_wave(root, monkeypatch, phases) -> None:
+    """400 files in 20 directories, first seen in the same second and used all along, checked
+    by the server's sweep once a second (its look-ahead): without phases every file comes due
+    in the same sweep, window after window; with them no sweep checks more than 60% of them."""
+    monkeypatch.setattr(checked_dirs, "PHASES", phases)
+    clock = Clock()
+    shared = SharedFiles(FileStore(root), size=1024, valid=VALID, watch=False, clock=clock)
+    try:
+        names = [entry.name for entry in tree(root, 20, 20)]
+        for name in names:
+            content(shared, name)
+        cache = shared.cache
+        checks = []
+        for second in range(1, 25):
+            clock.now = 1000.0 + second
+            for entry in cache.entries.values():
+                entry.used = clock.now
+            before = {name: entry.checked for name, entry in cache.entries.items()}
+            keys, start = cache.keys(), 0
+            while start is not None:
+                start = cache.refresh(keys, start, 2.0, 32)
+            checks.append(sum(before[name] != entry.checked for name, entry in cache.entries.items()))
+        assert len(cache.entries) == 400
+        steady = checks[8:]  # past the first windows
+        assert sum(steady) > 0
+        if phases:
+            assert max(steady) <= 240, checks
+        else:
+            assert max(steady) == 400, checks
+    finally:
+        shared.close()

@@ -62,6 +62,7 @@ class Worker:
         self._acceptor: Acceptor | None = None
         self._stop: asyncio.Future | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
+        self._refresh_handle: asyncio.TimerHandle | None = None  # the sweep's next slice of checks
         #: Times this worker's loop: how late it runs, for ``/metrics`` (axon.metrics.loop_lag).
         self.loop_lag: LoopLag | None = None
         self._tick = min(1.0, max(0.05, min(self.limits.header_timeout, self.limits.keepalive_timeout, self.limits.write_timeout) / 4))
@@ -139,8 +140,9 @@ class Worker:
             for conn in list(self.connections):
                 conn.abort()
             await asyncio.sleep(0)
-        if self._tick_handle is not None:
-            self._tick_handle.cancel()
+        for handle in (self._tick_handle, self._refresh_handle):
+            if handle is not None:
+                handle.cancel()
         if self._date_handle is not None:
             self._date_handle.cancel()
         if self.loop_lag is not None:
@@ -173,25 +175,33 @@ class Worker:
                     conn.abort()
         if self.shared_files is not None:
             self.shared_files.prune()
-            self._refresh(self.shared_files.cache.keys(), 0)
+            if self._refresh_handle is not None:  # the last sweep's checks, late: this one's walk takes them over
+                self._refresh_handle.cancel()
+            self._refresh(self.shared_files.cache.keys(), 0, now)
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
             log.warning("the supervisor is gone; stopping")
             self.stop()
         self._tick_handle = self.loop.call_later(self._tick, self._sweep)
 
-    def _refresh(self, keys: list[str], start: int) -> None:
+    def _refresh(self, keys: list[str], start: int, began: float) -> None:
         """Check the files in use whose window ends before the next sweep (FileCache.refresh), a
-        slice a loop turn, so that the requests between keep the loop's lag short."""
+        slice at a time, the slices spread over ``REFRESH_SPREAD`` of the margin by their share
+        of the keys: thousands of checks back to back would hold up the requests between them."""
         going_on = self.shared_files.cache.refresh(keys, start, self._tick + REFRESH_MARGIN, REFRESH_SLICE)  # type: ignore[union-attr]
+        self._refresh_handle = None
         if going_on is not None:
-            self.loop.call_soon(self._refresh, keys, going_on)
+            at = began + REFRESH_MARGIN * REFRESH_SPREAD * going_on / len(keys)
+            self._refresh_handle = self.loop.call_at(at, self._refresh, keys, going_on, began)
 
 
 #: A file in use is checked again (its path, its stat, its kept bytes) this much more than a
 #: sweep's interval before its window ends, by the sweep rather than by the request that would
 #: find it past (which the compiled answer hands to the Python path): the slices of one sweep,
 #: and its lateness under load, have that long to run.
-REFRESH_MARGIN = 0.5
+REFRESH_MARGIN = 1.0
+#: The share of the margin over which one sweep's checks are spread: a file the last sweep left
+#: was then more than the margin from its window's end, so every slice still comes before it.
+REFRESH_SPREAD = 0.8
 #: Files checked in one loop turn by the sweep (some tens of microseconds each).
 REFRESH_SLICE = 32
 

@@ -10,7 +10,11 @@ regular file) and one ``faccessat`` (still readable by the server, as an ``open`
 A last component that is a symlink has its whole path resolved again, as a request would.
 
 A file found so is known to be named by its path as of the directory's resolution, not as of
-now: :meth:`CheckedDirs.still_names` gives that time, and the entry's window starts there. So
+now: :meth:`CheckedDirs.still_names` gives that time, and the entry's window starts there. A
+directory's first window starts up to one window early, by a phase of its own (``PHASES``), so
+that directories first resolved together, and the files under them, do not come due together for
+good (the server's sweep would check them all in one wave, design notes, "The sweep's checks no
+longer come in waves"); earlier is always safe. So
 nothing a file's window relies on was checked more than ``valid`` seconds ago, and every change
 the README promises within ``valid`` seconds (a directory renamed away or replaced by a symlink,
 a file replaced) is still seen within them. Nothing is opened through a kept directory: it is
@@ -27,6 +31,7 @@ import os
 import stat
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
@@ -35,6 +40,8 @@ from .jail import RootJail
 
 #: The most directories kept at once (each one descriptor): a dataset's class directories.
 MAX_DIRS = 1024
+#: The share of ``valid`` over which the windows of directories first resolved together are spread.
+PHASES = 1.0
 
 
 class Named(Protocol):
@@ -120,6 +127,12 @@ class CheckedDirs:
         found = None if fd is None else _Dir(fd, now)
         with self._lock:
             old = self._dirs.pop(head, None)
+            if found is not None and old is None:
+                # A directory first resolved starts its window up to PHASES of one early, by a
+                # phase of its own, and keeps that offset from then on: the files first seen
+                # together (a data set's first pass) would otherwise come due together at every
+                # window, their checks a wave that holds up every request meanwhile.
+                found.checked -= self.valid * PHASES * zlib.crc32(head.encode()) / 2**32
             if old is not None:  # past its window: what it named is resolved anew, or gone
                 self._drop(old)
             if found is None:
