@@ -234,18 +234,21 @@ def tree(root: Path, dirs: int, files: int) -> list[SimpleNamespace]:
 
 
 @pytest.mark.phased
-def test_directories_first_resolved_together_get_windows_that_end_apart(root) -> None:
-    """Each starts its first window up to a window early, by its own phase, never later than
-    when it was resolved; resolved again, its window starts then (the offset is kept)."""
+def test_directories_the_sweep_resolves_together_get_windows_that_end_apart(root) -> None:
+    """Resolved by a check ahead with no record of them, each starts its window up to the look-ahead
+    early, by its own phase, never later than when it was resolved; resolved again, its window
+    starts then (the offset is kept). A request's resolution (no look-ahead) gets no phase."""
     clock = Clock()
     dirs = CheckedDirs(FileStore(root), VALID, 64, clock)
     entries = tree(root, 20, 1)
-    since = [dirs.still_names(entry, clock.now) for entry in entries]
-    assert all(clock.now - VALID < s <= clock.now for s in since)
-    assert max(since) - min(since) > VALID / 2  # spread, not one moment
-    assert since == [dirs.still_names(entry, clock.now) for entry in entries]  # one resolution a window
+    since = [dirs.still_names(entry, clock.now, AHEAD) for entry in entries]
+    assert all(clock.now - AHEAD <= s <= clock.now for s in since)
+    assert max(since) - min(since) > AHEAD / 2  # spread, not one moment
+    assert since == [dirs.still_names(entry, clock.now, AHEAD) for entry in entries]  # one resolution a window
     clock.now += VALID
-    assert [dirs.still_names(entry, clock.now) for entry in entries] == [clock.now] * 20  # resolved anew
+    assert [dirs.still_names(entry, clock.now, AHEAD) for entry in entries] == [clock.now] * 20  # resolved anew
+    dirs.close()
+    assert [dirs.still_names(entry, clock.now) for entry in entries] == [clock.now] * 20  # a request's: no phase
 
 
 @pytest.mark.phased
@@ -267,11 +270,14 @@ def test_files_first_seen_together_are_checked_in_steps_not_in_one_wave(root, mo
             clock.now = 1000.0 + second
             for entry in cache.entries.values():
                 entry.used = clock.now
+            shared.prune()  # as the sweep does first
             before = {name: entry.checked for name, entry in cache.entries.items()}
             keys, start = cache.keys(), 0
             while start is not None:
                 start = cache.refresh(keys, start, 2.0, 32)
-            checks.append(sum(before[name] != entry.checked for name, entry in cache.entries.items()))
+            checked = [entry for name, entry in cache.entries.items() if before[name] != entry.checked]
+            assert all(clock.now - 2.0 <= entry.checked <= clock.now for entry in checked)  # valid - ahead left
+            checks.append(len(checked))
         assert len(cache.entries) == 400
         steady = checks[8:]  # past the first windows
         assert sum(steady) > 0

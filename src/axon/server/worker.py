@@ -175,9 +175,8 @@ class Worker:
                     conn.abort()
         if self.shared_files is not None:
             self.shared_files.prune()
-            if self._refresh_handle is not None:  # the last sweep's checks, late: this one's walk takes them over
-                self._refresh_handle.cancel()
-            self._refresh(self.shared_files.cache.keys(), 0, now)
+            if self._refresh_handle is None:  # else the last sweep's walk, late, goes on to its end
+                self._refresh(self.shared_files.cache.keys(), 0, now)
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
             log.warning("the supervisor is gone; stopping")
             self.stop()
@@ -185,12 +184,13 @@ class Worker:
 
     def _refresh(self, keys: list[str], start: int, began: float) -> None:
         """Check the files in use whose window ends before the next sweep (FileCache.refresh), a
-        slice at a time, the slices spread over ``REFRESH_SPREAD`` of the margin by their share
-        of the keys: thousands of checks back to back would hold up the requests between them."""
+        slice at a time, the slices spread over ``REFRESH_SPREAD`` of the margin (or of the
+        interval, if shorter) by their share of the keys: thousands of checks back to back would
+        hold up the requests between them."""
         going_on = self.shared_files.cache.refresh(keys, start, self._tick + REFRESH_MARGIN, REFRESH_SLICE)  # type: ignore[union-attr]
         self._refresh_handle = None
         if going_on is not None:
-            at = began + REFRESH_MARGIN * REFRESH_SPREAD * going_on / len(keys)
+            at = began + min(REFRESH_MARGIN, self._tick) * REFRESH_SPREAD * going_on / len(keys)
             self._refresh_handle = self.loop.call_at(at, self._refresh, keys, going_on, began)
 
 
@@ -200,7 +200,8 @@ class Worker:
 #: and its lateness under load, have that long to run.
 REFRESH_MARGIN = 1.0
 #: The share of the margin over which one sweep's checks are spread: a file the last sweep left
-#: was then more than the margin from its window's end, so every slice still comes before it.
+#: was then more than the margin from its window's end, so a slice still comes before it with
+#: the rest (0.2 s at the defaults) to spare for the loop's lateness.
 REFRESH_SPREAD = 0.8
 #: Files checked in one loop turn by the sweep (some tens of microseconds each).
 REFRESH_SLICE = 32

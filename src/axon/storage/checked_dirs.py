@@ -11,10 +11,10 @@ A last component that is a symlink has its whole path resolved again, as a reque
 
 A file found so is known to be named by its path as of the directory's resolution, not as of
 now: :meth:`CheckedDirs.still_names` gives that time, and the entry's window starts there. A
-directory's first window starts up to one window early, by a phase of its own (``PHASES``), so
-that directories first resolved together, and the files under them, do not come due together for
-good (the server's sweep would check them all in one wave, design notes, "The sweep's checks no
-longer come in waves"); earlier is always safe. So
+directory the server's sweep resolves with no record of it starts its window up to the sweep's
+look-ahead early, by a phase of its own (``PHASES``), so that directories first resolved together,
+and the files under them, do not come due together for good (the sweep would check them all in
+one wave, design notes, "The sweep's checks no longer come in waves"); earlier is always safe. So
 nothing a file's window relies on was checked more than ``valid`` seconds ago, and every change
 the README promises within ``valid`` seconds (a directory renamed away or replaced by a symlink,
 a file replaced) is still seen within them. Nothing is opened through a kept directory: it is
@@ -40,7 +40,7 @@ from .jail import RootJail
 
 #: The most directories kept at once (each one descriptor): a dataset's class directories.
 MAX_DIRS = 1024
-#: The share of ``valid`` over which the windows of directories first resolved together are spread.
+#: The share of a check's look-ahead over which the windows of directories it resolves are spread.
 PHASES = 1.0
 
 
@@ -80,7 +80,7 @@ class CheckedDirs:
 
     def still_names(self, entry: Named, now: float, ahead: float = 0.0) -> float | None:
         """As of when ``entry``'s path is known to name its file, a regular file the server may
-        still read (at most ``now``: the time its directory was resolved); None if it names
+        still read (at most ``now``: the time its directory was resolved, or earlier by its phase); None if it names
         anything else now, or nothing, or is refused. The open-file cache's ``recheck``: with
         ``ahead``, a directory whose window ends within ``ahead`` seconds is resolved anew."""
         head, _, base = entry.name.rpartition("/")
@@ -127,12 +127,13 @@ class CheckedDirs:
         found = None if fd is None else _Dir(fd, now)
         with self._lock:
             old = self._dirs.pop(head, None)
-            if found is not None and old is None:
-                # A directory first resolved starts its window up to PHASES of one early, by a
-                # phase of its own, and keeps that offset from then on: the files first seen
-                # together (a data set's first pass) would otherwise come due together at every
-                # window, their checks a wave that holds up every request meanwhile.
-                found.checked -= self.valid * PHASES * zlib.crc32(head.encode()) / 2**32
+            if found is not None and old is None and ahead:
+                # Resolved by a check ahead (the sweep) with no record of it: its window starts
+                # up to ``ahead`` early, by a phase of its own, and a resolution again keeps that
+                # offset. Files first seen together (a data set's first pass) would otherwise
+                # come due together at every window, their checks a wave that holds up every
+                # request meanwhile. At most ``ahead``: a check ahead leaves ``valid - ahead``.
+                found.checked -= ahead * PHASES * zlib.crc32(head.encode()) / 2**32
             if old is not None:  # past its window: what it named is resolved anew, or gone
                 self._drop(old)
             if found is None:

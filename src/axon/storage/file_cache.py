@@ -373,7 +373,7 @@ class FileCache:
                 found[0].release()
             checked += 1
             if checked >= most:
-                return i + 1
+                return i + 1 if i + 1 < len(keys) else None
         return end if end < len(keys) else None
 
     def peek(self, requested: str) -> Any:
