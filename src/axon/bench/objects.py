@@ -226,12 +226,14 @@ def cold_batches(rounds: int, store: seaweed.Seaweed, log: Path, delay_ms: float
     return min(times)
 
 
-def start_axon(store: seaweed.Seaweed, log: Path, flags: list[str], root: str | None = None) -> tuple[subprocess.Popen, int]:
-    """``axon serve`` (one worker) of the store's objects under :data:`PREFIX`, or of ``root``."""
+def start_axon(store: seaweed.Seaweed, log: Path, flags: list[str], root: str | None = None,
+               endpoint: str | None = None) -> tuple[subprocess.Popen, int]:
+    """``axon serve`` (one worker) of the store's objects under :data:`PREFIX`, or of ``root``;
+    reaching the store at ``endpoint`` (a relay's) instead of its own."""
     import http.client
 
     port = seaweed.free_port()
-    env = dict(os.environ, **store.env())
+    env = dict(os.environ, **store.env(**({"AWS_ENDPOINT_URL": endpoint} if endpoint else {})))
     argv = [sys.executable, "-m", "axon.cli", "serve", root or store.url(PREFIX), "--host", "127.0.0.1",
             "--port", str(port), "--workers", "1", *flags]
     with open(log, "wb") as out:

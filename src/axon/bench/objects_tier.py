@@ -21,10 +21,14 @@ a busy machine weighs on both alike):
   for the large);
 * ``cold``: each large object as the first request of a fresh tiered server on an empty
   directory, beside the store direct: one ``GET`` by the same client (obstore's, of the S3 API
-  and of Axon's ``/files/``) through the same kind of link; then
-  ``--together`` requests at once for one large object of a fresh server. The ratio is the
-  store direct's time over Axon's (the goal: at least 1.0). The store's GETs are counted (its
-  own metrics): the ranged GETs of one fill, plus each request's opening GET;
+  and of Axon's ``/files/``). The tier is node-local, as its name says: the client reaches it
+  directly and it reaches the store over the link (a relay of its own), so that both ways
+  cross the same link to the store once. The ratio is the store direct's time over Axon's (the
+  goal: at least 1.0). The same first request with the client across a link from the tier too
+  (and the tier beside the store: the topology of runs before 2026-11-29) is reported after it,
+  without a goal. Then ``--together`` requests at once for one large object of a fresh
+  node-local server. The store's GETs are counted (its own metrics): the ranged GETs of one
+  fill, plus each request's opening GET;
 * ``restart``: the first batch of 32 small objects of a fresh server on the filled directory:
   the store's GETs beside the listing (the goal: 0).
 """
@@ -172,45 +176,61 @@ def via_files(port: int):
     return HTTPStore.from_url(f"http://127.0.0.1:{port}/files/", client_options={"allow_http": True})
 
 
-def on_fresh_tier(args: argparse.Namespace, store: seaweed.Seaweed, tmp: Path, directory: Path, work) -> tuple[Any, dict]:
-    """``work(port)`` on a fresh tiered server on ``directory``, behind its own relay, its store
-    connection made first; with the store's requests it caused, by kind."""
-    proc, port = start_axon(store, tmp / "cold.log", tier_flags(args, directory))
-    relay = relay_module.start("127.0.0.1:0", ("127.0.0.1", port), args.delay_ms)
+def on_fresh_tier(args: argparse.Namespace, store: seaweed.Seaweed, tmp: Path, directory: Path, work,
+                  near: bool = False) -> tuple[Any, dict]:
+    """``work(port)`` on a fresh tiered server on ``directory``, its store connection made
+    first; with the store's requests it caused, by kind. ``near``: the client beside the tier
+    (``port`` is the server's own) and the store across the link (the server reaches it through
+    a relay); else the client across the link (``port`` is a relay's) and the store beside it."""
+    store_port = int(store.endpoint.rsplit(":", 1)[1])
+    link = relay_module.start("127.0.0.1:0", ("127.0.0.1", store_port), args.delay_ms) if near else None
+    proc, port = start_axon(store, tmp / "cold.log", tier_flags(args, directory),
+                            endpoint=None if link is None else f"http://127.0.0.1:{link.port}")
+    relay = None if near else relay_module.start("127.0.0.1:0", ("127.0.0.1", port), args.delay_ms)
     try:
-        asyncio.run(fetch_all(relay.port, [f"/files/{WARMUP}"], 1))
+        port = port if relay is None else relay.port
+        asyncio.run(fetch_all(port, [f"/files/{WARMUP}"], 1))
         time.sleep(0.3)  # the store counts a request once its answer is written
         before = store.requests()
-        result = work(relay.port)
+        result = work(port)
         time.sleep(0.3)
         after = store.requests()
     finally:
-        relay.stop()
+        for r in (relay, link):
+            if r is not None:
+                r.stop()
         proc.terminate()
         proc.wait(10)
     return result, {kind: after.get(kind, 0) - before.get(kind, 0) for kind in ("LIST", "GET")}
 
 
 def cold_rows(args: argparse.Namespace, store: seaweed.Seaweed, tmp: Path, large: list[str], client) -> list[dict]:
-    best = {"axon": float("inf"), "store": float("inf")}
+    best = {"near": float("inf"), "far": float("inf"), "store": float("inf")}
     asked: dict = {}
     for r in range(args.rounds):
         for key in large:
             best["store"] = min(best["store"], asyncio.run(store_get(client, f"{PREFIX}/{key}")))
-            seconds, asked = on_fresh_tier(args, store, tmp, tmp / f"cold-{r}-{key.replace('/', '-')}",
-                                           lambda port: asyncio.run(store_get(via_files(port), key)))
-            best["axon"] = min(best["axon"], seconds)
-    rows = [{"row": f"cold: {args.large_mib} MiB, /files/, first request", "store direct s": round(best["store"], 3),
-             "tier s": round(best["axon"], 3), "ratio": round(best["store"] / best["axon"], 2), "goal": 1.0,
-             "store GETs": asked["GET"]}]
+            for where in ("near", "far"):
+                seconds, got = on_fresh_tier(args, store, tmp, tmp / f"cold-{where}-{r}-{key.replace('/', '-')}",
+                                             lambda port: asyncio.run(store_get(via_files(port), key)),
+                                             near=where == "near")
+                best[where] = min(best[where], seconds)
+                asked[where] = got
+    mib = args.large_mib
+    rows = [{"row": f"cold: {mib} MiB, /files/, first request (client beside the tier, store across the link)",
+             "store direct s": round(best["store"], 3), "tier s": round(best["near"], 3),
+             "ratio": round(best["store"] / best["near"], 2), "goal": 1.0, "store GETs": asked["near"]["GET"]},
+            {"row": f"cold: {mib} MiB, /files/, first request (client across the link, store beside the tier)",
+             "store direct s": round(best["store"], 3), "tier s": round(best["far"], 3),
+             "ratio": round(best["store"] / best["far"], 2), "store GETs": asked["far"]["GET"]}]
     best_together = float("inf")
     for r in range(args.rounds):
         targets = [f"/files/{large[0]}"] * args.together
-        seconds, asked = on_fresh_tier(args, store, tmp, tmp / f"together-{r}",
-                                       lambda port: timed(port, targets, args.together))
+        seconds, together = on_fresh_tier(args, store, tmp, tmp / f"together-{r}",
+                                          lambda port: timed(port, targets, args.together), near=True)
         best_together = min(best_together, seconds)
-    rows.append({"row": f"cold: {args.large_mib} MiB, {args.together} requests at once for one object",
-                 "tier s": round(best_together, 3), "store GETs": asked["GET"]})
+    rows.append({"row": f"cold: {mib} MiB, {args.together} requests at once for one object (client beside the tier)",
+                 "tier s": round(best_together, 3), "store GETs": together["GET"]})
     return rows
 
 

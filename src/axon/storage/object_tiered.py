@@ -41,6 +41,33 @@ FILLS = 64
 HASH_AHEAD = 16 << 20
 
 
+class Lead:
+    """An opening's GET that asked for an object's first :data:`FILL_PIECE` bytes, for the
+    disk tier's fill to go on with (:meth:`~.objects.ObjectSource._open`): ``first``, the bytes
+    read to open it, and the rest of the stream. The fill takes it as its first piece, so a cold
+    object's bytes flow one round trip sooner than by a GET of their own after the opening. Not
+    taken, it is dropped with its last reference (the store's connection with it)."""
+
+    __slots__ = ("first", "_rest")
+
+    def __init__(self, first: Any, rest: Any) -> None:
+        self.first = first
+        self._rest = rest
+
+    @classmethod
+    async def read(cls, result: Any, at_least: int) -> Lead:
+        """``result`` (obstore's answer to a GET) with its first ``at_least`` bytes read, or
+        more (what arrived with them), or all of a shorter one."""
+        rest = result.stream(min_chunk_size=at_least)
+        return cls(memoryview(await anext(rest, b"")), rest)
+
+    async def chunks(self) -> Any:
+        """Every byte of the GET, ``first`` included, in order."""
+        yield self.first
+        async for chunk in self._rest:
+            yield chunk
+
+
 class TieredSource:
     """The disk tier's part of :class:`~.objects.ObjectSource`, which provides the rest."""
 
@@ -50,7 +77,7 @@ class TieredSource:
     _store: Any
 
     async def _open(self, requested: str, room: list[int] | None = None,
-                    unless: str | None = None) -> ObjectFile | HTTPError | None: ...
+                    unless: str | None = None, leads: list[Lead] | None = None) -> ObjectFile | HTTPError | None: ...
 
     def key(self, requested: str) -> str: ...
 
@@ -129,9 +156,13 @@ class TieredSource:
         shared, opening = await self._after_opening(requested, room)
         if shared is not None:
             return shared
+        leading = None
         try:
             held, known = await self._kept_version(requested)
-            found = await self._open(requested, room, unless=None if held is None else known[0])
+            # Nothing of it on disk, filling or opening to fill here: the opening's GET may lead its fill.
+            leading = self._leading_for(requested) if held is None else None
+            leads: list[Lead] | None = None if leading is None else []
+            found = await self._open(requested, room, unless=None if held is None else known[0], leads=leads)
             if found is None:  # the store's 304: the version on disk is the one it has now
                 return TierFile(ObjectFile(self, known[3], known[0], requested, known[3], known[1], known[2],
                                            self.content_type(known[3])), held)
@@ -139,10 +170,28 @@ class TieredSource:
                 held.close()
             if self.tier is None or isinstance(found, HTTPError):
                 return found
-            return await self._through_tier(found)
+            return await self._through_tier(found, leads[0] if leads else None)
         finally:
+            if leading is not None:
+                self._leading.pop(leading).set_result(None)
             if opening is not None:
                 opening()
+
+    def _leading_for(self, requested: str) -> str | None:
+        """The key of ``requested``, noted as opened to lead its fill, if its opening may start
+        one in this process: a disk tier, no fill of the key under way here and no other opening
+        leading one (a stream that no fill takes is dropped, its bytes unread); else None."""
+        if self.tier is None:
+            return None
+        try:
+            key = self.key(requested)
+        except HTTPError:
+            return None
+        fills = self._fills()  # (and this process's _leading)
+        if key in self._leading or any(filling == key for filling, _ in fills):
+            return None
+        self._leading[key] = asyncio.get_running_loop().create_future()
+        return key
 
     async def _kept_version(self, requested: str) -> tuple[Any, Any]:
         """The file of the version of ``requested`` this process last found on disk, and that
@@ -158,11 +207,13 @@ class TieredSource:
         held = await self.tier.lookup(key, known[0], known[1])
         return (held, (*known, key)) if held is not None else (None, None)
 
-    async def _through_tier(self, found: ObjectFile) -> ObjectFile:
+    async def _through_tier(self, found: ObjectFile, lead: Lead | None = None) -> ObjectFile:
         """``found`` from its file in the disk tier, else read behind its fill (started now unless
-        this process fills it already: :mod:`.object_fill`); ``found`` itself when it is not kept
-        (no tier, no ETag, too large). An object that opening brought whole is sent from memory
-        and kept on disk by a thread."""
+        this process fills it already: :mod:`.object_fill`, which goes on with the opening's
+        ``lead`` when there is one, or behind the fill of an opening under way that leads one);
+        ``found`` itself when it is not kept (no tier, no ETag, too large). An object that
+        opening brought whole is sent from memory and kept on disk by a thread. A ``lead`` no
+        fill takes is dropped on return (and its connection with it)."""
         tier = self._keeping(found.etag, found.size)
         if tier is None:
             return found
@@ -172,6 +223,10 @@ class TieredSource:
         version = (found.key, found.etag)
         fills = self._fills()
         fill = fills.get(version)
+        leader = None if fill is not None or lead is not None else self._leading.get(found.key)
+        if leader is not None:  # another opening leads a fill of the key: read behind that one
+            await asyncio.shield(leader)
+            fill = fills.get(version)
         if fill is None:
             fd = await tier.lookup(found.key, found.etag, found.size)
             if fd is not None:
@@ -179,7 +234,7 @@ class TieredSource:
             fill = fills.get(version)  # begun while this one looked
             if fill is None:
                 fill = fills[version] = Fill(found.key, found.size)
-                task = asyncio.ensure_future(self._run_fill(found, fill))
+                task = asyncio.ensure_future(self._run_fill(found, fill, lead))
                 self._fill_tasks.add(task)  # held until done: the loop keeps only weak references
                 task.add_done_callback(self._fill_tasks.discard)
         return FillingFile(found, fill)
@@ -191,20 +246,26 @@ class TieredSource:
             self._filling: dict[tuple[str, str], Fill] = {}
             self._fill_tasks: set[asyncio.Task[None]] = set()
             self._fill_gate = asyncio.Semaphore(FILLS)
+            #: Keys opened to lead a fill (_leading_for): done once that opening has ended.
+            self._leading: dict[str, asyncio.Future[None]] = {}
             # One thread, so that each fill's pieces are hashed in the order given.
             self._hashing = ThreadPoolExecutor(1, thread_name_prefix="axon-md5")
         return self._filling
 
-    async def _run_fill(self, f: ObjectFile, fill: Fill) -> None:
-        """Fill ``f`` into the tier (one fill per object across processes: :meth:`DiskTier.fetch`);
-        the readers of ``fill`` follow it, and are told how it ended."""
+    async def _run_fill(self, f: ObjectFile, fill: Fill, lead: Lead | None = None) -> None:
+        """Fill ``f`` into the tier (one fill per object across processes: :meth:`DiskTier.fetch`),
+        going on with its opening's ``lead`` if any; the readers of ``fill`` follow it, and are
+        told how it ended."""
         tier = self.tier
         assert tier is not None
-        filler = lambda fd, md5: self._fill(f, fd, md5, fill)  # noqa: E731
+        # Large fills hold pieces in memory: a few at once (and their room is made in turn).
+        gate = tier.large_fills if f.size > FILL_PIECE else self._fill_gate
+        if gate.locked():
+            lead = None  # not held idle while the fill waits its turn: it asks for its first piece then
+        filler = lambda fd, md5: self._fill(f, fd, md5, fill, lead)  # noqa: E731
         fd = None
         try:
-            # Large fills hold pieces in memory: a few at once (and their room is made in turn).
-            async with tier.large_fills if f.size > FILL_PIECE else self._fill_gate:
+            async with gate:
                 held = await tier.fetch(f.key, f.etag, f.size, filler, fill.check)  # type: ignore[arg-type]
             if held is not None:  # the fill reads by its own descriptor; the tier's is given back
                 try:
@@ -216,28 +277,34 @@ class TieredSource:
             fill.finish(fd)
             fill.release()
 
-    async def _fill(self, f: ObjectFile, fd: int, md5: Any, fill: Fill) -> int:
+    async def _fill(self, f: ObjectFile, fd: int, md5: Any, fill: Fill, lead: Lead | None = None) -> int:
         """Write ``f``'s bytes into ``fd`` in order (the MD5 is of the bytes in order), telling
-        ``fill`` how far: one GET with ``If-Match`` on its ETag, or for a large object ranged
-        GETs of :data:`FILL_PIECE`, :data:`FILL_AHEAD` at once; the bytes written."""
+        ``fill`` how far: one GET with ``If-Match`` on its ETag (or the opening's ``lead``,
+        which brings all of it), or for a large object ranged GETs of :data:`FILL_PIECE`,
+        :data:`FILL_AHEAD` at once (the ``lead`` the first of them); the bytes written."""
         fill.begin(fd)
         hashing = Hashing(md5, self._hashing)
         if f.size > FILL_PIECE:
-            written = await self._fill_ranges(f, fd, hashing, fill)
+            written = await self._fill_ranges(f, fd, hashing, fill, lead)
         else:
-            result = await obstore.get_async(self._store, f.key, options={"if_match": f.etag})
-            if result.meta.get("e_tag") != f.etag or result.meta["size"] != f.size:
-                raise FillFailed("the store answered with another version")
+            if lead is not None:
+                chunks = lead.chunks()
+            else:
+                result = await obstore.get_async(self._store, f.key, options={"if_match": f.etag})
+                if result.meta.get("e_tag") != f.etag or result.meta["size"] != f.size:
+                    raise FillFailed("the store answered with another version")
+                chunks = result.stream(min_chunk_size=1 << 20)
             written = 0
-            async for chunk in result.stream(min_chunk_size=1 << 20):
+            async for chunk in chunks:
                 written = await _write(fd, chunk, written, hashing)
                 fill.advance(written)
         await hashing.done()
         return written
 
-    async def _fill_ranges(self, f: ObjectFile, fd: int, hashing: Hashing, fill: Fill) -> int:
-        """Ranged GETs at once; the first in the file's order is written as its bytes arrive,
-        the ones behind it wait in memory for their turn."""
+    async def _fill_ranges(self, f: ObjectFile, fd: int, hashing: Hashing, fill: Fill, lead: Lead | None) -> int:
+        """Ranged GETs at once (the opening's ``lead`` the first, when given); the first in the
+        file's order is written as its bytes arrive, the ones behind it wait in memory for their
+        turn."""
         starts = iter(range(0, f.size, FILL_PIECE))
         pieces: deque[tuple[asyncio.Future[None], asyncio.Queue[Any]]] = deque()
 
@@ -245,7 +312,8 @@ class TieredSource:
             start = next(starts, None)
             if start is not None:
                 arrived: asyncio.Queue[Any] = asyncio.Queue()
-                got = asyncio.ensure_future(self._piece(f, start, min(start + FILL_PIECE, f.size), arrived))
+                got = asyncio.ensure_future(self._piece(f, start, min(start + FILL_PIECE, f.size), arrived,
+                                                        lead if start == 0 else None))
                 pieces.append((got, arrived))
 
         offset = 0
@@ -265,14 +333,20 @@ class TieredSource:
                 got.cancel()
         return offset
 
-    async def _piece(self, f: ObjectFile, start: int, stop: int, arrived: asyncio.Queue[Any]) -> None:
-        """Bytes ``start`` to ``stop`` of ``f`` put in ``arrived`` as they come, then None."""
+    async def _piece(self, f: ObjectFile, start: int, stop: int, arrived: asyncio.Queue[Any],
+                     lead: Lead | None = None) -> None:
+        """Bytes ``start`` to ``stop`` of ``f`` put in ``arrived`` as they come (from ``lead``,
+        the opening's GET of the same bytes, when given), then None."""
         try:
-            result = await obstore.get_async(self._store, f.key, options={"range": (start, stop), "if_match": f.etag})
-            if result.meta.get("e_tag") != f.etag:
-                raise FillFailed("the store answered with another version")
+            if lead is not None:
+                chunks = lead.chunks()
+            else:
+                result = await obstore.get_async(self._store, f.key, options={"range": (start, stop), "if_match": f.etag})
+                if result.meta.get("e_tag") != f.etag:
+                    raise FillFailed("the store answered with another version")
+                chunks = result.stream(min_chunk_size=1 << 20)
             got = 0
-            async for chunk in result.stream(min_chunk_size=1 << 20):
+            async for chunk in chunks:
                 got += len(chunk)
                 if got > stop - start:
                     break

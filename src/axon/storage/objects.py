@@ -65,7 +65,7 @@ from .object_cache import ObjectCache
 from .object_disk import DiskTier
 from .object_file import ObjectFile
 # OPEN_READ: bytes of an object read when it is opened, a smaller object then held whole.
-from .object_tiered import OPEN_READ, TieredSource, keep_on_disk
+from .object_tiered import FILL_PIECE, OPEN_READ, Lead, TieredSource, keep_on_disk
 from .object_health import StoreHealth
 from .object_listing import ListedKeys
 from .object_store import NoCredentials, StoreMisconfigured  # noqa: F401 - raised from here, named here
@@ -251,25 +251,34 @@ class ObjectSource(BatchSource, TieredSource):
         return found
 
     async def _open(self, requested: str, room: list[int] | None = None,
-                    unless: str | None = None) -> ObjectFile | HTTPError | None:
+                    unless: str | None = None, leads: list[Lead] | None = None) -> ObjectFile | HTTPError | None:
         """Open with a ranged GET of the first :data:`OPEN_READ` bytes: its answer names the
         object's size and ETag as a HEAD's would, and a small object comes whole with it, so it
         costs the store one request, not two. Its bytes are kept while ``room`` (a batch's
         budget, taken from) allows; a single object is kept if small. With ``unless`` (an ETag
-        whose bytes the caller has), None when that is the object's ETag now (the store's 304)."""
+        whose bytes the caller has), None when that is the object's ETag now (the store's 304).
+        With ``leads`` (a disk tier that may fill the object), the GET asks for its first
+        :data:`~.object_tiered.FILL_PIECE` bytes, and its stream, the first ``OPEN_READ`` read,
+        is appended there for the fill to go on with (:class:`~.object_tiered.Lead`)."""
         try:
             key = self.key(requested)
         except HTTPError as exc:
             return exc
         data = None
-        options: dict[str, Any] = {"range": (0, OPEN_READ)}
+        options: dict[str, Any] = {"range": (0, OPEN_READ if leads is None else FILL_PIECE)}
         if unless is not None:
             options["if_none_match"] = unless
         sent = time.monotonic()
         try:
             try:
                 result = await obstore.get_async(self._store, key, options=options)
-                meta, data = result.meta, await result.bytes_async()
+                meta = result.meta
+                if leads is None:
+                    data = await result.bytes_async()
+                else:
+                    lead = await Lead.read(result, OPEN_READ)
+                    data = lead.first[:OPEN_READ]
+                    leads.append(lead)
             except NotModifiedError:
                 self.store_health.answered()
                 return None
