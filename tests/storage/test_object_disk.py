@@ -145,6 +145,45 @@ def test_one_fill_for_many_at_once_in_a_process(tmp_path):
     assert len(calls) == 1
 
 
+def test_a_fetch_that_waits_for_another_fill_says_so_first(tmp_path):
+    # What lets a fill's opening stream go rather than sit idle (object_tiered's lead): the
+    # fetches that wait (for this process's fill, or another process's lock) call ``waiting``
+    # before they wait; the one that fills does not.
+    import fcntl
+
+    from axon.storage.object_disk_fill import LOCK
+
+    tier = DiskTier(str(tmp_path), 1 << 20)
+    data, calls, waited = os.urandom(3000), [], []
+
+    async def many():
+        fds = await asyncio.gather(*[tier.fetch("k", etag_of(data), len(data), writer(data, calls, 0.05),
+                                                waiting=lambda i=i: waited.append(i)) for i in range(10)])
+        for held in fds:
+            held.close()
+
+    asyncio.run(many())
+    assert len(calls) == 1 and sorted(waited) == list(range(1, 10))
+
+    other, waited = os.urandom(3000), []
+    path = tier.path_of("o", etag_of(other))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+
+    async def behind_another_process():
+        holder = os.open(path + LOCK, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(holder, fcntl.LOCK_EX)  # another process fills it
+        fetching = asyncio.ensure_future(tier.fetch("o", etag_of(other), len(other), writer(other, calls),
+                                                    waiting=lambda: waited.append("o")))
+        await asyncio.sleep(0.2)
+        assert waited == ["o"]  # said at once, and once, while it polls
+        os.unlink(path + LOCK)
+        os.close(holder)  # that process failed: this one fills
+        (await fetching).close()
+
+    asyncio.run(behind_another_process())
+    assert waited == ["o"] and len(calls) == 2
+
+
 CHILD = """
 import asyncio, os, sys
 from axon.storage.object_disk import DiskTier

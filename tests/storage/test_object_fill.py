@@ -37,6 +37,8 @@ class SlowStore:
         self.target = port
         self.ranges: list[tuple[int, int]] = []  # (first, last) byte of each ranged GET
         self.cutting = False
+        #: GETs of the first piece (an opening that leads a fill) still to answer with a 503.
+        self.refuse_leads = 0
         self._next_free = 0.0
         self._transports: set[asyncio.BaseTransport] = set()
         self.loop = asyncio.new_event_loop()
@@ -49,7 +51,8 @@ class SlowStore:
         return f"http://{HOST}:{self.port}"
 
     def fill_ranges(self) -> list[tuple[int, int]]:
-        """The ranges asked beyond an opening's (its first 64 KiB)."""
+        """The ranges asked beyond the openings that read the first 64 KiB only (an opening that
+        leads a fill asks for its first piece, which the fill goes on with: that one counts)."""
         return sorted(r for r in self.ranges if r != (0, 65535))
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -61,7 +64,13 @@ class SlowStore:
 
         async def asks() -> None:
             while data := await reader.read(65536):
-                self.ranges += [(int(a), int(b)) for a, b in _RANGE.findall(data)]
+                asked = [(int(a), int(b)) for a, b in _RANGE.findall(data)]
+                if self.refuse_leads and (0, 8 * MiB - 1) in asked:
+                    self.refuse_leads -= 1
+                    writer.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    await writer.drain()
+                    raise ConnectionResetError("refused")  # (closes both sides)
+                self.ranges += asked
                 up_writer.write(data)
 
         async def answers() -> None:
@@ -231,6 +240,23 @@ def test_the_first_bytes_arrive_while_the_object_fills(large, slow, served):
     conn.close()
     assert kept_soon(cache_dir) == 1
     assert slow.fill_ranges() == [(s, min(s + 8 * MiB, SIZE) - 1) for s in range(0, SIZE, 8 * MiB)]
+
+
+@pytest.mark.slow
+def test_an_opening_whose_lead_fails_is_filled_by_the_fills_own_gets(large, slow, served):
+    # The opening's GET of the first piece fails (a 503, and obstore's two retries) and a HEAD
+    # opens the object: there is no lead, so the fill asks for every piece itself, and the request
+    # does not wait for a lead of its own (it once waited for itself, and its key with it).
+    _, key, payload = large
+    server, cache_dir = served
+    slow.refuse_leads = 3
+    for _ in range(2):
+        conn, response, head = first_bytes(server.port, key)
+        assert response.status == 200 and head + rest_of(response) == payload
+        conn.close()
+    assert slow.refuse_leads == 0
+    assert slow.fill_ranges() == [(s, min(s + 8 * MiB, SIZE) - 1) for s in range(0, SIZE, 8 * MiB)]
+    assert kept_soon(cache_dir) == 1
 
 
 @pytest.mark.slow

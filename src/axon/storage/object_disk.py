@@ -331,11 +331,13 @@ class DiskTier:
     # -- fills -----------------------------------------------------------------------------------
 
     async def fetch(self, key: str, etag: str, size: int, fill: Filler,
-                    checked: Callable[[], None] | None = None) -> Held | None:
+                    checked: Callable[[], None] | None = None,
+                    waiting: Callable[[], None] | None = None) -> Held | None:
         """A descriptor of ``key`` at ``etag``: from its file, or filled by ``fill`` now (one fill
         per object at a time, across processes), or waited for from another process's fill;
         None when it cannot be kept (a failure logged and counted): then fetch it from the store.
-        ``checked`` is called once a fill made here is whole and checked, before its commit."""
+        ``checked`` is called once a fill made here is whole and checked, before its commit;
+        ``waiting`` when this waits for another fill of it (of this process or another)."""
         path = self.path_of(key, etag)
         held = self._open_whole(path, size)
         if held is not None:
@@ -346,24 +348,30 @@ class DiskTier:
         if flight is None:
             flight = self._flights[path] = asyncio.get_running_loop().create_future()
             try:
-                await self._fill_locked(path, key, etag, size, fill, checked)
+                await self._fill_locked(path, key, etag, size, fill, checked, waiting)
             except OSError as exc:  # the directory itself failed us (its lock, its count)
                 self._failed(key, str(exc))
             finally:
                 self._flights.pop(path, None)
                 flight.set_result(None)
         else:
+            if waiting is not None:
+                waiting()
             await asyncio.shield(flight)
         return self._open_whole(path, size)
 
     async def _fill_locked(self, path: str, key: str, etag: str, size: int, fill: Filler,
-                           checked: Callable[[], None] | None) -> None:
-        """Fill ``path`` unless another process does (then wait for it, at most ``wait`` s)."""
+                           checked: Callable[[], None] | None, waiting: Callable[[], None] | None = None) -> None:
+        """Fill ``path`` unless another process does (then wait for it, at most ``wait`` s,
+        ``waiting`` called first)."""
         deadline = time.monotonic() + self.wait
         while True:
             lock = lock_fill(path)
             if lock is not None:
                 break
+            if waiting is not None:
+                waiting()
+                waiting = None
             if os.path.exists(path):
                 return  # the other fill committed it
             if time.monotonic() > deadline:

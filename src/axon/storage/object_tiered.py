@@ -170,7 +170,11 @@ class TieredSource:
                 held.close()
             if self.tier is None or isinstance(found, HTTPError):
                 return found
-            return await self._through_tier(found, leads[0] if leads else None)
+            lead = leads[0] if leads else None
+            if lead is None and leading is not None:  # (its GET failed and a HEAD opened it): none to lead
+                self._leading.pop(leading).set_result(None)
+                leading = None
+            return await self._through_tier(found, lead)
         finally:
             if leading is not None:
                 self._leading.pop(leading).set_result(None)
@@ -260,13 +264,16 @@ class TieredSource:
         assert tier is not None
         # Large fills hold pieces in memory: a few at once (and their room is made in turn).
         gate = tier.large_fills if f.size > FILL_PIECE else self._fill_gate
-        if gate.locked():
-            lead = None  # not held idle while the fill waits its turn: it asks for its first piece then
-        filler = lambda fd, md5: self._fill(f, fd, md5, fill, lead)  # noqa: E731
+        # The lead is never held idle while the fill waits (its turn here, or another process's
+        # fill): it is dropped, and the fill asks for its first piece itself.
+        leads = [] if lead is None or gate.locked() else [lead]
+        lead = None
+        filler = lambda fd, md5: self._fill(f, fd, md5, fill, leads.pop() if leads else None)  # noqa: E731
         fd = None
         try:
             async with gate:
-                held = await tier.fetch(f.key, f.etag, f.size, filler, fill.check)  # type: ignore[arg-type]
+                held = await tier.fetch(f.key, f.etag, f.size, filler, fill.check,  # type: ignore[arg-type]
+                                        waiting=leads.clear)
             if held is not None:  # the fill reads by its own descriptor; the tier's is given back
                 try:
                     fd = os.dup(held.fd)
