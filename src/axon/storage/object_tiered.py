@@ -58,6 +58,8 @@ class Lead:
     async def read(cls, result: Any, at_least: int) -> Lead:
         """``result`` (obstore's answer to a GET) with its first ``at_least`` bytes read, or
         more (what arrived with them), or all of a shorter one."""
+        # Chunks of ``at_least`` for the whole stream: of 1 MiB (a ranged piece's), the opening
+        # would wait for a megabyte, and a cold 64 MiB object measured 10-20 ms slower.
         rest = result.stream(min_chunk_size=at_least)
         return cls(memoryview(await anext(rest, b"")), rest)
 
