@@ -14,7 +14,7 @@ import pytest
 from engine_support import engine
 
 from axon.bench import relay
-from axon.engines.ahead import Ahead, PlannedBatch, in_order
+from axon.engines.ahead import AHEAD, Ahead, PlannedBatch, in_order
 
 torch = engine("torch", "torch")
 
@@ -192,7 +192,7 @@ def test_a_plain_loader_reads_further_ahead_once_its_batches_are_known_to_be_sma
         _, ahead = dataset._fs.get()
         assert len(ahead) == 4  # the first batch's size was not known when it planned
         got += next(batches)
-        assert len(ahead) == 8  # 5 small files a batch: the default's eight fit its bytes
+        assert len(ahead) == AHEAD  # 5 small files a batch: as many as the default's count fit its bytes
         got += [data for batch in batches for data in batch]
         seen = served.requests_since(mark)
     assert got == expected(served, rels)

@@ -30,7 +30,7 @@ from typing import Any
 
 __all__ = ["AHEAD", "AHEAD_BYTES", "Ahead", "Key", "PlannedBatch", "in_order"]
 
-AHEAD = 8  # batches a process reads beyond the one asked for, by default, at most
+AHEAD = 16  # batches a process reads beyond the one asked for, by default, at most
 AHEAD_BYTES = 64 << 20  # the bytes those batches may hold, by default, estimated (see Ahead)
 #: Batches read ahead before any batch's size is known: the start of a pass cannot tell 4 KiB
 #: files from 64 MiB ones, so it reads no further ahead than it did before the bytes counted.

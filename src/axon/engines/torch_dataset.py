@@ -124,7 +124,7 @@ class AxonDataset(Dataset):
 
     ``DataLoader(AxonDataset(paths), batch_size=64)`` reads each batch of 64 files in one request;
     in order (no shuffle) it reads each process's next batches while the current one is used: at
-    most ``ahead`` batches (default 8) beyond the one asked for, per process, each still one
+    most ``ahead`` batches (default 16) beyond the one asked for, per process, each still one
     request, and no more than ``ahead_bytes`` (default 64 MiB) hold at the size of the largest
     batch read so far (4 before the first batch was read). ``dataset.loader(batch_size=64, shuffle=True, num_workers=...)`` reads ahead in any
     order (its sampler names the next batches). ``close()`` (or leaving ``with dataset:``)
