@@ -173,10 +173,7 @@ class TieredSource:
             if self.tier is None or isinstance(found, HTTPError):
                 return found
             lead = leads[0] if leads else None
-            if lead is None and leading is not None:  # (its GET failed and a HEAD opened it): none to lead
-                self._leading.pop(leading).set_result(None)
-                leading = None
-            return await self._through_tier(found, lead)
+            return await self._through_tier(found, lead, leading is not None)
         finally:
             if leading is not None:
                 self._leading.pop(leading).set_result(None)
@@ -213,13 +210,15 @@ class TieredSource:
         held = await self.tier.lookup(key, known[0], known[1])
         return (held, (*known, key)) if held is not None else (None, None)
 
-    async def _through_tier(self, found: ObjectFile, lead: Lead | None = None) -> ObjectFile:
+    async def _through_tier(self, found: ObjectFile, lead: Lead | None = None, leading: bool = False) -> ObjectFile:
         """``found`` from its file in the disk tier, else read behind its fill (started now unless
         this process fills it already: :mod:`.object_fill`, which goes on with the opening's
         ``lead`` when there is one, or behind the fill of an opening under way that leads one);
         ``found`` itself when it is not kept (no tier, no ETag, too large). An object that
         opening brought whole is sent from memory and kept on disk by a thread. A ``lead`` no
-        fill takes is dropped on return (and its connection with it)."""
+        fill takes is dropped on return (and its connection with it). ``leading``: this is the
+        key's leading opening (with its lead, or without one if its GET failed and a HEAD opened
+        it), which waits for no other."""
         tier = self._keeping(found.etag, found.size)
         if tier is None:
             return found
@@ -229,7 +228,7 @@ class TieredSource:
         version = (found.key, found.etag)
         fills = self._fills()
         fill = fills.get(version)
-        leader = None if fill is not None or lead is not None else self._leading.get(found.key)
+        leader = None if fill is not None or leading else self._leading.get(found.key)
         if leader is not None:  # another opening leads a fill of the key: read behind that one
             await asyncio.shield(leader)
             fill = fills.get(version)
@@ -296,15 +295,8 @@ class TieredSource:
         if f.size > FILL_PIECE:
             written = await self._fill_ranges(f, fd, hashing, fill, lead)
         else:
-            if lead is not None:
-                chunks = lead.chunks()
-            else:
-                result = await obstore.get_async(self._store, f.key, options={"if_match": f.etag})
-                if result.meta.get("e_tag") != f.etag or result.meta["size"] != f.size:
-                    raise FillFailed("the store answered with another version")
-                chunks = result.stream(min_chunk_size=1 << 20)
             written = 0
-            async for chunk in chunks:
+            async for chunk in await self._bytes_of(f, lead):
                 written = await _write(fd, chunk, written, hashing)
                 fill.advance(written)
         await hashing.done()
@@ -342,20 +334,27 @@ class TieredSource:
                 got.cancel()
         return offset
 
+    async def _bytes_of(self, f: ObjectFile, lead: Lead | None, span: tuple[int, int] | None = None) -> Any:
+        """The chunks of ``f``'s bytes (of ``span``, a range, else all of them) as the store sends
+        them: the opening's ``lead`` when given (it asked for them, of the version it opened),
+        else a GET with ``If-Match`` on ``f``'s ETag. FillFailed if another version answers."""
+        if lead is not None:
+            return lead.chunks()
+        options: dict[str, Any] = {"if_match": f.etag}
+        if span is not None:
+            options["range"] = span
+        result = await obstore.get_async(self._store, f.key, options=options)
+        if result.meta.get("e_tag") != f.etag or (span is None and result.meta["size"] != f.size):
+            raise FillFailed("the store answered with another version")
+        return result.stream(min_chunk_size=1 << 20)
+
     async def _piece(self, f: ObjectFile, start: int, stop: int, arrived: asyncio.Queue[Any],
                      lead: Lead | None = None) -> None:
         """Bytes ``start`` to ``stop`` of ``f`` put in ``arrived`` as they come (from ``lead``,
         the opening's GET of the same bytes, when given), then None."""
         try:
-            if lead is not None:
-                chunks = lead.chunks()
-            else:
-                result = await obstore.get_async(self._store, f.key, options={"range": (start, stop), "if_match": f.etag})
-                if result.meta.get("e_tag") != f.etag:
-                    raise FillFailed("the store answered with another version")
-                chunks = result.stream(min_chunk_size=1 << 20)
             got = 0
-            async for chunk in chunks:
+            async for chunk in await self._bytes_of(f, lead, (start, stop)):
                 got += len(chunk)
                 if got > stop - start:
                     break
