@@ -39,6 +39,8 @@ class SlowStore:
         self.cutting = False
         #: GETs of the first piece (an opening that leads a fill) still to answer with a 503.
         self.refuse_leads = 0
+        #: The first piece's answer stalls past its first MiB until set (:meth:`hold_first_piece`).
+        self._first_piece_goes_on: asyncio.Event | None = None
         self._next_free = 0.0
         self._transports: set[asyncio.BaseTransport] = set()
         self.loop = asyncio.new_event_loop()
@@ -62,9 +64,13 @@ class SlowStore:
         up_reader, up_writer = await asyncio.open_connection(HOST, self.target)
         self._transports |= {writer.transport, up_writer.transport}
 
+        first_piece = False  # this connection asked for the first piece
+
         async def asks() -> None:
+            nonlocal first_piece
             while data := await reader.read(65536):
                 asked = [(int(a), int(b)) for a, b in _RANGE.findall(data)]
+                first_piece = first_piece or (0, 8 * MiB - 1) in asked
                 if self.refuse_leads and (0, 8 * MiB - 1) in asked:
                     self.refuse_leads -= 1
                     writer.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
@@ -74,7 +80,12 @@ class SlowStore:
                 up_writer.write(data)
 
         async def answers() -> None:
+            sent = 0
             while data := await up_reader.read(65536):
+                held = self._first_piece_goes_on
+                if first_piece and held is not None and sent > MiB:
+                    await held.wait()
+                sent += len(data)
                 now = self.loop.time()
                 self._next_free = max(now, self._next_free) + len(data) / RATE
                 await asyncio.sleep(self._next_free - now)
@@ -89,6 +100,15 @@ class SlowStore:
             for w in (writer, up_writer):
                 self._transports.discard(w.transport)
                 w.transport.abort()
+
+    def hold_first_piece(self) -> None:
+        """From now on the first piece's answer stalls after its first MiB, until :meth:`release`."""
+        self._first_piece_goes_on = asyncio.Event()
+
+    def release(self) -> None:
+        held = self._first_piece_goes_on
+        if held is not None:
+            self.loop.call_soon_threadsafe(held.set)
 
     def cut(self) -> None:
         def abort() -> None:
@@ -239,6 +259,43 @@ def test_the_first_bytes_arrive_while_the_object_fills(large, slow, served):
     assert head + rest_of(response) == payload
     conn.close()
     assert kept_soon(cache_dir) == 1
+    assert slow.fill_ranges() == [(s, min(s + 8 * MiB, SIZE) - 1) for s in range(0, SIZE, 8 * MiB)]
+
+
+@pytest.mark.slow
+def test_pieces_are_written_as_they_arrive_and_checked_in_order(weed, large, slow, served):
+    # The first piece (the opening's lead) stalls after its first MiB: the pieces behind it are
+    # written at their own places meanwhile (none waits in memory for its turn), the response
+    # stops at the gap, and once the first piece goes on the object is sent whole and kept, its
+    # MD5 (one part: the ETag is the MD5) summed in the file's order.
+    import hashlib
+
+    import obstore
+
+    prefix, key, payload = large
+    etag = obstore.put(weed.store, f"{prefix}/{key}", payload, use_multipart=False)["e_tag"]
+    assert etag.strip('"') == hashlib.md5(payload).hexdigest()
+    server, cache_dir = served
+    slow.hold_first_piece()
+    conn, response, head = first_bytes(server.port, key)
+    try:
+        assert response.status == 200 and head == payload[:4096]
+        deadline = time.monotonic() + 20
+        while True:
+            assert time.monotonic() < deadline, "the pieces behind the first were not written meanwhile"
+            temporary = [os.path.join(d, f) for d, _, fs in os.walk(cache_dir) for f in fs if f.endswith(".tmp")]
+            if temporary:
+                with open(temporary[0], "rb") as f:
+                    if os.pread(f.fileno(), SIZE, 8 * MiB) == payload[8 * MiB :]:
+                        break
+            time.sleep(0.05)
+        assert files_in(cache_dir)[0] == []
+        slow.release()
+        assert head + rest_of(response) == payload
+    finally:
+        slow.release()
+        conn.close()
+    assert kept_soon(cache_dir) == 1  # whole, and its MD5 agreed
     assert slow.fill_ranges() == [(s, min(s + 8 * MiB, SIZE) - 1) for s in range(0, SIZE, 8 * MiB)]
 
 

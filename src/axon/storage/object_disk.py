@@ -54,7 +54,7 @@ TOUCHES = 65536
 KEEP_QUEUE_BYTES = 16 << 20
 #: Threads per process that write those objects (each write ends with a sync).
 KEEPERS = 4
-#: Large objects filled at once per process (each holds a few pieces in memory).
+#: Large objects filled at once per process (each keeps object_tiered.FILL_AHEAD connections to the store).
 LARGE_FILLS = 2
 #: Seconds between polls of a fill that another process holds.
 POLL = 0.01

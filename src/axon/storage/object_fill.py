@@ -1,7 +1,8 @@
 """An object being filled into the disk tier, sent while it fills (:mod:`.object_tiered`).
 
-The fill writes the object into the tier's temporary file in order; a :class:`Fill` says how
-far it got, and the responses that want the object read behind it (by offset, from a duplicate
+The fill writes the object into the tier's temporary file (a large one by ranges, each at its
+own offset as it arrives); a :class:`Fill` says how far it is written from the start without a
+gap, and the responses that want the object read behind it (by offset, from a duplicate
 of the temporary file's descriptor) instead of waiting for the whole object before their status
 line. Every request of the process that wants the object while it fills reads behind the same
 writer: one set of GETs to the store.
@@ -47,7 +48,7 @@ class Fill:
     def __init__(self, key: str, size: int) -> None:
         self.key = key
         self.size = size
-        self.written = 0  # bytes written from the start, in order
+        self.written = 0  # bytes written from the start without a gap
         self.checked = False  # whole, and its bytes checked (the commit may be under way)
         self.state = FILLING
         self._fd = -1  # a duplicate of the temporary file's descriptor (the committed file's after)

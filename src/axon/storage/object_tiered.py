@@ -28,17 +28,15 @@ from .object_fill import Fill, FillingFile
 #: whole, and kept on disk from those bytes.
 OPEN_READ = 64 * 1024
 #: A larger object is filled by ranged GETs of this many bytes, FILL_AHEAD of them at once (a
-#: store serves one connection at a fraction of what several give); a fill holds at most
-#: FILL_AHEAD + 1 pieces in memory (and HASH_AHEAD bytes written but not yet hashed), and a
-#: process makes object_disk.LARGE_FILLS such fills at once.
+#: store serves one connection at a fraction of what several give), each written at its own
+#: offset as it arrives and the next asked as soon as one ends; a process makes
+#: object_disk.LARGE_FILLS such fills at once.
 FILL_PIECE = 8 << 20
 FILL_AHEAD = 4
 #: Smaller objects (one GET each) filled at once per process.
 FILLS = 64
-#: Bytes of one fill written but not yet hashed, at most: its MD5 is summed by a thread of the
-#: process's own behind the writes (the store loop streams meanwhile), and the fill waits for it
-#: past this.
-HASH_AHEAD = 16 << 20
+#: Bytes the MD5's thread reads from a fill's file at a time.
+HASH_BLOCK = 1 << 20
 
 
 class Lead:
@@ -263,7 +261,8 @@ class TieredSource:
         told how it ended."""
         tier = self.tier
         assert tier is not None
-        # Large fills hold pieces in memory: a few at once (and their room is made in turn).
+        # Large fills keep FILL_AHEAD connections to the store each: a few at once (and their
+        # room is made in turn).
         gate = tier.large_fills if f.size > FILL_PIECE else self._fill_gate
         # The lead is never held idle while the fill waits (its turn here, or another process's
         # fill): it is dropped, and the fill asks for its first piece itself.
@@ -286,53 +285,54 @@ class TieredSource:
             fill.release()
 
     async def _fill(self, f: ObjectFile, fd: int, md5: Any, fill: Fill, lead: Lead | None = None) -> int:
-        """Write ``f``'s bytes into ``fd`` in order (the MD5 is of the bytes in order), telling
-        ``fill`` how far: one GET with ``If-Match`` on its ETag (or the opening's ``lead``,
-        which brings all of it), or for a large object ranged GETs of :data:`FILL_PIECE`,
-        :data:`FILL_AHEAD` at once (the ``lead`` the first of them); the bytes written."""
+        """Write ``f``'s bytes into ``fd``, telling ``fill`` how far the object is written from its
+        start: one GET with ``If-Match`` on its ETag (or the opening's ``lead``, which brings all
+        of it), or for a large object ranged GETs (:meth:`_fill_ranges`); the bytes written."""
         fill.begin(fd)
-        hashing = Hashing(md5, self._hashing)
-        if f.size > FILL_PIECE:
-            written = await self._fill_ranges(f, fd, hashing, fill, lead)
-        else:
-            written = 0
-            async for chunk in await self._bytes_of(f, lead):
-                written = await _write(fd, chunk, written, hashing)
-                fill.advance(written)
+        hashing = Hashing(md5, self._hashing, fd)
+        try:
+            if f.size > FILL_PIECE:
+                written = await self._fill_ranges(f, fd, hashing, fill, lead)
+            else:
+                written = 0
+                async for chunk in await self._bytes_of(f, lead):
+                    written = _write(fd, chunk, written)
+                    _advance(fill, hashing, written)
+        except BaseException:
+            await hashing.abandon()  # its thread reads the file no more once the fill gives it up
+            raise
         await hashing.done()
         return written
 
     async def _fill_ranges(self, f: ObjectFile, fd: int, hashing: Hashing, fill: Fill, lead: Lead | None) -> int:
-        """Ranged GETs at once (the opening's ``lead`` the first, when given); the first in the
-        file's order is written as its bytes arrive, the ones behind it wait in memory for their
-        turn."""
-        starts = iter(range(0, f.size, FILL_PIECE))
-        pieces: deque[tuple[asyncio.Future[None], asyncio.Queue[Any]]] = deque()
+        """Ranged GETs of :data:`FILL_PIECE`, :data:`FILL_AHEAD` at once (the opening's ``lead``
+        the first, when given), each piece written at its own offset as its bytes arrive and the
+        next piece asked as soon as one ends: no connection waits for the file's order, and no
+        piece waits in memory. ``fill`` (and the MD5) follow the prefix written without a gap."""
+        spans = [(start, min(start + FILL_PIECE, f.size)) for start in range(0, f.size, FILL_PIECE)]
+        written = Written(spans)
+        unasked = iter(range(len(spans)))
 
-        def ask_next() -> None:
-            start = next(starts, None)
-            if start is not None:
-                arrived: asyncio.Queue[Any] = asyncio.Queue()
-                got = asyncio.ensure_future(self._piece(f, start, min(start + FILL_PIECE, f.size), arrived,
-                                                        lead if start == 0 else None))
-                pieces.append((got, arrived))
+        async def pieces_in_turn() -> None:
+            for k in unasked:  # shared: each loop takes the next piece not yet asked
+                start, stop = spans[k]
+                at = start
+                async for chunk in await self._bytes_of(f, lead if k == 0 else None, (start, stop)):
+                    if at + len(chunk) > stop:
+                        raise FillFailed(f"the store sent more than the {stop - start} bytes of a range")
+                    at = _write(fd, chunk, at)
+                    _advance(fill, hashing, written.wrote(k, at))
+                if at != stop:
+                    raise FillFailed(f"the store sent {at - start} bytes of a range of {stop - start}")
 
-        offset = 0
+        tasks = [asyncio.ensure_future(pieces_in_turn()) for _ in range(min(FILL_AHEAD, len(spans)))]
         try:
-            for _ in range(FILL_AHEAD):
-                ask_next()
-            while pieces:
-                got, arrived = pieces[0]
-                while (chunk := await arrived.get()) is not None:
-                    offset = await _write(fd, chunk, offset, hashing)
-                    fill.advance(offset)
-                await got  # raises if the piece failed
-                pieces.popleft()
-                ask_next()
-        finally:
-            for got, _ in pieces:
-                got.cancel()
-        return offset
+            await asyncio.gather(*tasks)
+        finally:  # one failed (or the fill was cancelled): the others stop writing too
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return f.size
 
     async def _bytes_of(self, f: ObjectFile, lead: Lead | None, span: tuple[int, int] | None = None) -> Any:
         """The chunks of ``f``'s bytes (of ``span``, a range, else all of them) as the store sends
@@ -348,64 +348,82 @@ class TieredSource:
             raise FillFailed("the store answered with another version")
         return result.stream(min_chunk_size=1 << 20)
 
-    async def _piece(self, f: ObjectFile, start: int, stop: int, arrived: asyncio.Queue[Any],
-                     lead: Lead | None = None) -> None:
-        """Bytes ``start`` to ``stop`` of ``f`` put in ``arrived`` as they come (from ``lead``,
-        the opening's GET of the same bytes, when given), then None."""
-        try:
-            got = 0
-            async for chunk in await self._bytes_of(f, lead, (start, stop)):
-                got += len(chunk)
-                if got > stop - start:
-                    break
-                arrived.put_nowait(chunk)
-            if got != stop - start:
-                raise FillFailed(f"the store sent {got} bytes of a range of {stop - start}")
-        finally:
-            arrived.put_nowait(None)
+
+class Written:
+    """How far a fill's pieces (``spans``, in the file's order) are written, each from its own
+    start: the length of the object written without a gap."""
+
+    __slots__ = ("spans", "ends", "head")
+
+    def __init__(self, spans: list[tuple[int, int]]) -> None:
+        self.spans = spans
+        self.ends = [start for start, _ in spans]  # each piece written up to here
+        self.head = 0  # the first piece not written whole
+
+    def wrote(self, k: int, end: int) -> int:
+        """Piece ``k`` is written up to ``end``: the bytes written from the object's start."""
+        self.ends[k] = end
+        spans, ends = self.spans, self.ends
+        while self.head < len(spans) and ends[self.head] == spans[self.head][1]:
+            self.head += 1
+        return ends[self.head] if self.head < len(spans) else spans[-1][1]
 
 
 class Hashing:
-    """A fill's MD5 (None: unchecked), summed in order by ``executor`` (one thread) while the
-    store loop goes on: at most :data:`HASH_AHEAD` bytes given and not yet hashed."""
+    """A fill's MD5 (None: unchecked), summed in order by ``executor`` (one thread) from the
+    fill's file while the store loop goes on: each span once it is written without a gap before
+    it (:meth:`add`), read back from the page cache, so no bytes wait in memory for it."""
 
-    def __init__(self, md5: Any, executor: Executor) -> None:
+    def __init__(self, md5: Any, executor: Executor, fd: int) -> None:
         self.md5 = md5
         self._executor = executor
-        self._pending: deque[tuple[asyncio.Future[None], int]] = deque()
-        self._ahead = 0
+        self._fd = fd
+        self._given = 0
+        self._pending: deque[asyncio.Future[None]] = deque()
 
-    async def add(self, data: Any) -> None:
-        """Hash ``data`` after what was given before; wait while too much is not hashed yet."""
-        if self.md5 is None:
+    def add(self, written: int) -> None:
+        """The bytes up to ``written`` are in the file: hash those not given before."""
+        if self.md5 is None or written <= self._given:
             return
-        while self._ahead + len(data) > HASH_AHEAD and self._pending:
-            await self._oldest()
-        hashed = asyncio.get_running_loop().run_in_executor(self._executor, self.md5.update, data)
-        self._pending.append((hashed, len(data)))
-        self._ahead += len(data)
+        while self._pending and self._pending[0].done():
+            self._pending.popleft().result()  # a hash that failed fails the fill
+        start, self._given = self._given, written
+        self._pending.append(asyncio.get_running_loop().run_in_executor(self._executor, self._hash, start, written))
+
+    def _hash(self, start: int, stop: int) -> None:
+        while start < stop:
+            data = os.pread(self._fd, min(HASH_BLOCK, stop - start), start)
+            if not data:
+                raise FillFailed("the fill's file came up short of what was written")
+            self.md5.update(data)
+            start += len(data)
 
     async def done(self) -> None:
         """Once everything given is hashed (``md5`` is then the digest of all of it)."""
         while self._pending:
-            await self._oldest()
+            await self._pending.popleft()
 
-    async def _oldest(self) -> None:
-        hashed, size = self._pending[0]
-        await hashed
-        self._pending.popleft()
-        self._ahead -= size
+    async def abandon(self) -> None:
+        """Once nothing given is being hashed, whatever came of it."""
+        pending, self._pending = self._pending, deque()
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
-async def _write(fd: int, data: Any, offset: int, hashing: Hashing) -> int:
-    """Write ``data`` at ``offset`` and give it to ``hashing``; the offset after it."""
+def _write(fd: int, data: Any, offset: int) -> int:
+    """Write ``data`` at ``offset``; the offset after it."""
     view = memoryview(data)
     while view:
         written = os.pwrite(fd, view, offset)
         offset += written
         view = view[written:]
-    await hashing.add(data)
     return offset
+
+
+def _advance(fill: Fill, hashing: Hashing, written: int) -> None:
+    """The object is written up to ``written`` from its start: its readers and its MD5 may follow."""
+    if written > fill.written:
+        fill.advance(written)
+        hashing.add(written)
 
 
 def keep_on_disk(tier: DiskTier | None, key: str, etag: str | None, data: bytes) -> None:
