@@ -125,6 +125,15 @@ def test_the_best_peer_is_the_fastest_peer_of_the_run_for_each_set():
     assert table[5].startswith("| 40 x 4 KiB | floor: floor |") and table[5].endswith("| 2.00x |")
 
 
+def test_a_bound_asks_no_server_and_shows_how_far_it_is_from_the_best_peer():
+    bound = loaders.Row("40 x 4 KiB", "DataLoader alone", "bound", "", 0.5, 60.0, 40, 40, 0, "", None, None)
+    rows = [_row("tar", "peer", 1.0), bound]
+    assert loaders.best_peers(rows) == {"40 x 4 KiB": rows[0]}  # a bound is never the best peer
+    line = loaders.table(rows).splitlines()[3]
+    assert line.startswith("| 40 x 4 KiB | bound: DataLoader alone |") and "| none |" in line
+    assert line.endswith("| 2.00x |")
+
+
 def test_a_reader_stopped_at_its_budget_shows_as_more_than_the_budget():
     rows = [_row("s3", "peer", None, files="6,000 x 4 KiB", read=6000, error=""), _row("axon", "axon", 1.0, read=6000)]
     assert loaders.best_peers(rows) == {}
@@ -201,6 +210,8 @@ def test_every_reader_side_by_side(tmp_path: Path):
                 assert row["ratio"] == pytest.approx(row["rate"] / best["rate"]), row
             if row["batches"] is not None:  # AxonDataset, AxonShards: one request per batch
                 assert row["per_batch"] == 1, row
+        bounds = [r for r in mine if r["kind"] == "bound"]
+        assert len(bounds) == 3 and all(r["requests"] == 0 for r in bounds), bounds  # the bytes were in memory
         shards = next(r for r in mine if r["reader"] == "AxonShards, 4 workers")
         assert shards["kinds"].startswith(f"{-(-count // 8)} POST /api/stream-files.tar"), shards
         tar = next(r for r in mine if r["reader"] == "nginx tar shards, tarfile")

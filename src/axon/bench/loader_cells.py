@@ -20,6 +20,9 @@ The readers, each as an engineer feeding a training loop would write it:
   ``webdataset.WebDataset`` (which opens each shard with ``curl``) or by ``tarfile`` on one
   kept connection a worker;
 * floors: ``fs.cat_file`` one file after another (HTTPFileSystem, s3fs);
+* bounds: the ``DataLoader`` of Axon's readers' settings over the files' bytes already in memory
+  (made by the untimed warm-up, as the files were written): what that ``DataLoader`` costs on
+  this machine with nothing to read, which no reader in it can beat;
 * Axon: ``fs.cat(urls)`` over ``axon://``; :class:`~axon.engines.torch_dataset.AxonDataset` and
   :class:`~axon.engines.torch_dataset.AxonShards` in a ``DataLoader``.
 """
@@ -173,6 +176,43 @@ def tarfile_shards(spec: Spec, warm: bool) -> Result:
                            f"DataLoader batch {LOADER_BATCH}, {SHARD_WORKERS} workers")
 
 
+# -- the bounds: a DataLoader with nothing to read ---------------------------------------------
+
+
+_MADE: dict[FileSet, list[bytes]] = {}
+
+
+class InMemory:
+    """A map-style dataset of bytes already in memory."""
+
+    def __init__(self, items: list[bytes]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> bytes:
+        return self.items[index]
+
+    def __getitems__(self, indices: list[int]) -> list[bytes]:
+        return [self.items[i] for i in indices]
+
+
+def loader_alone(batch: int, workers: int) -> Callable[[Spec, bool], Result]:
+    """The ``DataLoader`` of ``batch`` and ``workers`` over the set's bytes in memory: all of them
+    made by the warm-up (untimed), and the timed read hands them through the workers as a reader
+    in that ``DataLoader`` would."""
+    def read(spec: Spec, warm: bool) -> Result:
+        fileset = FileSet(spec.count, spec.size)
+        if fileset not in _MADE:
+            _MADE[fileset] = [fileset.content(index) for index in range(spec.count)]
+        items = _MADE[fileset][:WARMUP_FILES] if warm else _MADE[fileset]
+        digests = [digest(data) for chunk in _loader(InMemory(items), batch, workers) for data in chunk]
+        return Result(digests, f"DataLoader batch {batch}, {workers} workers, over the files' bytes in memory")
+
+    return read
+
+
 # -- Axon --------------------------------------------------------------------------------------
 
 
@@ -217,8 +257,8 @@ def axon_shards(spec: Spec, warm: bool) -> Result:
 @dataclass(frozen=True)
 class Reader:
     label: str
-    kind: str  # "peer" | "floor" | "axon"
-    server: str  # "http" (nginx) | "s3" | "axon": whose records count its requests
+    kind: str  # "peer" | "floor" | "bound" | "axon"
+    server: str  # "http" (nginx) | "s3" | "axon": whose records count its requests (a bound's: none)
     read: Callable[[Spec, bool], Result]
 
 
@@ -229,6 +269,9 @@ READERS = {
     "s3-cat": Reader("s3fs on SeaweedFS, concurrent `cat`", "peer", "s3", s3_cat),
     "http-floor": Reader("HTTPFileSystem on nginx, one file after another", "floor", "http", http_floor),
     "s3-floor": Reader("s3fs on SeaweedFS, one file after another", "floor", "s3", s3_floor),
+    **{f"alone-{b}-{w}": Reader(f"DataLoader alone, batch {b}, {w} workers (no I/O)", "bound", "axon",
+                                loader_alone(b, w))
+       for b, w in ((64, 0), (64, 4), (256, 4))},
     "axon-cat": Reader("`fs.cat` over axon://", "axon", "axon", axon_cat),
     **{f"dataset-{b}-{w}": Reader(f"AxonDataset, batch {b}, {w} workers", "axon", "axon", axon_dataset(b, w))
        for b in (64, 256) for w in (0, 4)},

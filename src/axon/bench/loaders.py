@@ -14,6 +14,9 @@ each in a process of its own (:mod:`.loader_cells`):
   on SeaweedFS;
 * the floors: ``fs.cat_file`` one file after another (``--floor-seconds`` at most, its rate from
   what it read by then);
+* the bounds: the ``DataLoader`` of Axon's readers' settings (batch 64 and 256, 0 and 4 workers)
+  over the files' bytes already in memory: no reader in that ``DataLoader`` can be faster, so
+  its ratio to the best peer is the most a goal of that ``DataLoader`` can ask on this machine;
 * Axon: ``fs.cat`` over ``axon://``, ``AxonDataset`` (batch 64 and 256, 0 and 4 workers),
   ``AxonShards`` (4 workers).
 
@@ -56,7 +59,7 @@ BATCH_KINDS = ("POST /api/stream-files", "POST /api/stream-files.tar", "GET /api
 class Row:
     files: str  # the set: "10,000 x 4 KiB"
     reader: str
-    kind: str  # "peer" | "floor" | "axon"
+    kind: str  # "peer" | "floor" | "bound" | "axon"
     settings: str
     seconds: float | None  # None: it failed, or was stopped after budget seconds
     budget: float
@@ -194,14 +197,15 @@ def table(rows: list[Row]) -> str:
             rate = "-"
         else:
             rate = f"< {r.count / r.budget:,.0f}" if r.rate is None else f"{r.rate:,.0f}"
-        name = f"**{r.reader}**" if r.kind == "axon" else r.reader if r.kind == "peer" else f"floor: {r.reader}"
+        name = f"**{r.reader}**" if r.kind == "axon" else r.reader if r.kind == "peer" else f"{r.kind}: {r.reader}"
         per_batch = "" if r.per_batch is None else f"{r.per_batch:g}"
         if r.error or r.seconds is None:
             checked = r.error or f"stopped after {r.budget:g} s"
         else:
             checked = f"{r.read:,} files, CRC-32" if r.kind != "floor" else f"first {r.read:,}, CRC-32"
         cpu = "" if r.error or r.cpu_per_file is None else f"{r.cpu_per_file:,.0f}"
-        lines.append(f"| {r.files} | {name} | {r.settings} | {_seconds(r)} | {rate} | {cpu} | {r.requests:,}: {r.kinds} "
+        requests = f"{r.requests:,}: {r.kinds}" if r.requests else "none"
+        lines.append(f"| {r.files} | {name} | {r.settings} | {_seconds(r)} | {rate} | {cpu} | {requests} "
                      f"| {per_batch} | {checked} | {versus} |")
     return "\n".join(lines)
 

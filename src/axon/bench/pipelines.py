@@ -70,6 +70,10 @@ class FileSet:
     def paths(self) -> list[str]:
         return [f"{self.count}x{self.size}/{i:06}.bin" for i in range(self.count)]
 
+    def content(self, index: int) -> bytes:
+        """The bytes of file ``index`` (of :meth:`paths`): random, the same in every run."""
+        return random.Random(index).randbytes(self.size)
+
 
 @dataclass(frozen=True)
 class Row:
@@ -92,7 +96,7 @@ def write_files(root: Path, fileset: FileSet) -> str:
     digest = hashlib.sha256()
     for index, rel in enumerate(fileset.paths()):
         path = root / rel
-        data = random.Random(index).randbytes(fileset.size)
+        data = fileset.content(index)
         try:
             fresh = path.stat().st_size != fileset.size or path.read_bytes() != data
         except FileNotFoundError:
