@@ -478,3 +478,38 @@ def test_a_fill_hashes_its_bytes_off_the_store_loop(weed, tmp_path, monkeypatch)
     finally:
         os.close(fd)
     assert hashed_by and all(name.startswith("axon-md5") for name in hashed_by), hashed_by
+
+
+def test_a_fill_given_up_waits_for_its_hash_even_when_cancelled_again(tmp_path):
+    # The MD5's thread reads the fill's file by its descriptor, which the fill's undoing closes:
+    # a fill given up waits for the hashing under way, even if it is cancelled meanwhile (a thread
+    # cannot be stopped), and raises the cancellation once the thread is done with the file.
+    from axon.storage.object_tiered import Hashing
+
+    gate = threading.Event()
+    hashed: list[int] = []
+
+    class SlowMd5:
+        def update(self, data) -> None:
+            gate.wait(5)
+            hashed.append(len(data))
+
+    async def give_up() -> None:
+        fd = os.open(tmp_path / "filling", os.O_RDWR | os.O_CREAT, 0o600)
+        os.pwrite(fd, b"x" * 100, 0)
+        with ThreadPoolExecutor(1) as executor:
+            hashing = Hashing(SlowMd5(), executor, fd)
+            hashing.add(50)
+            hashing.add(100)
+            undoing = asyncio.ensure_future(hashing.abandon())
+            await asyncio.sleep(0.05)
+            undoing.cancel()
+            await asyncio.sleep(0.05)
+            assert not undoing.done(), "gave up while its thread still read the file"
+            gate.set()
+            with pytest.raises(asyncio.CancelledError):
+                await undoing
+            assert hashed == [50, 50]
+        os.close(fd)
+
+    asyncio.run(give_up())

@@ -159,7 +159,7 @@ class DiskTier:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._queued = 0  # bytes of keep_later's writes queued or under way
         self._keepers: ThreadPoolExecutor | None = None  # made at the first keep (threads do not fork)
-        #: Fills by ranged GETs this process makes at once (object_tiered): their pieces are in memory.
+        #: Fills by ranged GETs this process makes at once (object_tiered): each keeps FILL_AHEAD connections to the store.
         self.large_fills = asyncio.Semaphore(LARGE_FILLS)
         self._logged = float("-inf")
         self.hits = self.misses = self.bytes_filled = self.fill_failures = 0

@@ -30,9 +30,11 @@ OPEN_READ = 64 * 1024
 #: A larger object is filled by ranged GETs of this many bytes, FILL_AHEAD of them at once (a
 #: store serves one connection at a fraction of what several give), each written at its own
 #: offset as it arrives and the next asked as soon as one ends; a process makes
-#: object_disk.LARGE_FILLS such fills at once.
+#: object_disk.LARGE_FILLS such fills at once. Eight at once (the whole of a 64 MiB object) were
+#: a little faster cold than four, once no piece waited in memory (BENCHMARKS.md, 2026-11-29);
+#: pieces of 4 MiB were slower.
 FILL_PIECE = 8 << 20
-FILL_AHEAD = 4
+FILL_AHEAD = 8
 #: Smaller objects (one GET each) filled at once per process.
 FILLS = 64
 #: Bytes the MD5's thread reads from a fill's file at a time.
@@ -298,10 +300,10 @@ class TieredSource:
                 async for chunk in await self._bytes_of(f, lead):
                     written = _write(fd, chunk, written)
                     _advance(fill, hashing, written)
+            await hashing.done()
         except BaseException:
             await hashing.abandon()  # its thread reads the file no more once the fill gives it up
             raise
-        await hashing.done()
         return written
 
     async def _fill_ranges(self, f: ObjectFile, fd: int, hashing: Hashing, fill: Fill, lead: Lead | None) -> int:
@@ -401,12 +403,27 @@ class Hashing:
     async def done(self) -> None:
         """Once everything given is hashed (``md5`` is then the digest of all of it)."""
         while self._pending:
-            await self._pending.popleft()
+            await self._pending[0]  # (left in the queue until it ended: abandon() waits for it)
+            self._pending.popleft()
 
     async def abandon(self) -> None:
-        """Once nothing given is being hashed, whatever came of it."""
+        """Once nothing given is being hashed, whatever came of it, even if cancelled meanwhile (a
+        thread cannot be stopped, and the file it reads is closed once the fill is undone); the
+        cancellation is raised once it ended."""
         pending, self._pending = self._pending, deque()
-        await asyncio.gather(*pending, return_exceptions=True)
+        cancelled: asyncio.CancelledError | None = None
+        for job in pending:
+            while not job.done():
+                try:
+                    await asyncio.shield(job)
+                except asyncio.CancelledError as exc:
+                    cancelled = exc
+                except Exception:  # noqa: BLE001 - the fill failed already; this is not its cause
+                    break
+            if not job.cancelled():
+                job.exception()  # retrieved: the fill's own error is the one raised
+        if cancelled is not None:
+            raise cancelled
 
 
 def _write(fd: int, data: Any, offset: int) -> int:
