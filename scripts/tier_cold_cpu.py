@@ -46,8 +46,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delay-ms", type=float, default=10.0, help="each way (default 10)")
     args = parser.parse_args(argv)
 
-    from obstore.store import S3Store
-
     from axon.bench import objects_tier, seaweed
     from axon.bench import relay as relay_module
     from axon.bench.objects import PREFIX, WARMUP, WARMUP_BYTES, payload, upload
@@ -58,10 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp_name)
         keys = {f"l/{i:05d}.bin": payload("l", i, args.mib * MiB) for i in range(args.objects)}
         asyncio.run(upload(store, {WARMUP: WARMUP_BYTES, **keys}))
-        link = relay_module.start("127.0.0.1:0", ("127.0.0.1", int(store.endpoint.rsplit(":", 1)[1])), args.delay_ms)
-        direct = S3Store(store.bucket, endpoint=f"http://127.0.0.1:{link.port}", access_key_id=seaweed.ACCESS_KEY,
-                         secret_access_key=seaweed.SECRET_KEY, region=seaweed.REGION,
-                         client_options={"allow_http": True})
+        link = relay_module.start("127.0.0.1:0", ("127.0.0.1", store.port), args.delay_ms)
+        direct = store.client(f"http://127.0.0.1:{link.port}")
         try:
             for n, key in enumerate(keys):
                 busy = busy_ms()

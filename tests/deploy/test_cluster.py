@@ -85,7 +85,7 @@ def cluster(request, tmp_path: Path):
     request.addfinalizer(made.close)
     made.network()
     # The store listens on this host's loopback: the nodes reach it through the bridge.
-    port = made.relay(int(store.endpoint.rsplit(":", 1)[1]))
+    port = made.relay(store.port)
     made.env.update(store.env(AWS_ENDPOINT_URL=f"http://{made.gateway}:{port}"))
     return made.start_all()
 

@@ -146,7 +146,7 @@ def large(weed):
 
 @pytest.fixture
 def slow(weed):
-    proxy = SlowStore(int(weed.endpoint.rsplit(":", 1)[1]))
+    proxy = SlowStore(weed.port)
     yield proxy
     proxy.close()
 

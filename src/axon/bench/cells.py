@@ -190,7 +190,7 @@ def servers(root: Path, workdir: Path, delay_ms: float, rels: list[str], s3: boo
             scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="axon-engines-weed-"))
             store = stack.enter_context(seaweed.running(Path(scratch)))
             upload(store, root, rels)
-            targets["s3"] = int(store.endpoint.rsplit(":", 1)[1])
+            targets["s3"] = store.port
             counters["s3"] = StoreMetrics(store)
         links = {way: stack.enter_context(relay.start(f"{HOST}:0", f"{HOST}:{port}", delay_ms,
                                                              connect_ms=connect_ms)).port

@@ -256,8 +256,6 @@ def start_axon(store: seaweed.Seaweed, log: Path, flags: list[str], root: str | 
 def run(small: int, small_size: int, large: int, large_size: int, delay_ms: float, concurrency: int,
         rounds: int, flags: list[str] | None = None) -> list[Row]:
     flags = flags or []
-    from obstore.store import S3Store
-
     sets = [
         (f"{small} x {small_size // KiB} KiB", {f"s/{i:05d}.bin": payload("s", i, small_size) for i in range(small)}),
         (f"{large} x {large_size // KiB} KiB", {f"l/{i:05d}.bin": payload("l", i, large_size) for i in range(large)}),
@@ -271,16 +269,12 @@ def run(small: int, small_size: int, large: int, large_size: int, delay_ms: floa
         axon, axon_port = start_axon(store, Path(tmp) / "axon.log", flags)
         tier_flags = [*flags, *TIER_FLAGS, str(Path(tmp) / "tier")]
         tiered, tiered_port = start_axon(store, Path(tmp) / "axon-tier.log", tier_flags)
-        store_port = int(store.endpoint.rsplit(":", 1)[1])
+        store_port = store.port
         try:
             with relay_module.start("127.0.0.1:0", ("127.0.0.1", axon_port), delay_ms) as to_axon, \
                     relay_module.start("127.0.0.1:0", ("127.0.0.1", tiered_port), delay_ms) as to_tiered, \
                     relay_module.start("127.0.0.1:0", ("127.0.0.1", store_port), delay_ms) as to_store:
-                client = S3Store(
-                    store.bucket, endpoint=f"http://127.0.0.1:{to_store.port}", access_key_id=seaweed.ACCESS_KEY,
-                    secret_access_key=seaweed.SECRET_KEY, region=seaweed.REGION,
-                    client_options={"allow_http": True, "pool_max_idle_per_host": str(concurrency)},
-                )
+                client = store.client(f"http://127.0.0.1:{to_store.port}", pool_max_idle_per_host=str(concurrency))
                 batch = batch_client()
                 for label, keys in sets:
                     if not keys:

@@ -102,8 +102,6 @@ def tier_flags(args: argparse.Namespace, directory: Path) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> list[dict]:
-    from obstore.store import S3Store
-
     rng = random.Random(38)
     sets = {
         "s": (args.small, 4 * KiB), "m": (args.mid, 512 * KiB), "l": (args.large, args.large_mib * MiB),
@@ -125,7 +123,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         tier_dir = tmp / "tier"
         servers = [start_axon(store, tmp / "local.log", [], root=str(local)),
                    start_axon(store, tmp / "tier.log", tier_flags(args, tier_dir))]
-        store_port = int(store.endpoint.rsplit(":", 1)[1])
+        store_port = store.port
         relays = [relay_module.start("127.0.0.1:0", ("127.0.0.1", port), args.delay_ms) for _, port in servers]
         relays.append(relay_module.start("127.0.0.1:0", ("127.0.0.1", store_port), args.delay_ms))
         try:
@@ -152,9 +150,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                 rows.append({"row": f"warm: {shape}{valid}", "local s": round(best["local"], 3),
                              "tier s": round(best["tier"], 3), "ratio": round(best["local"] / best["tier"], 2),
                              "goal": goal})
-            client = S3Store(store.bucket, endpoint=f"http://127.0.0.1:{to_store}", access_key_id=seaweed.ACCESS_KEY,
-                             secret_access_key=seaweed.SECRET_KEY, region=seaweed.REGION,
-                             client_options={"allow_http": True})
+            client = store.client(f"http://127.0.0.1:{to_store}")
             if "cold" in args.rows:
                 rows += cold_rows(args, store, tmp, keys["l"], client)
             if "restart" in args.rows:
@@ -182,7 +178,7 @@ def on_fresh_tier(args: argparse.Namespace, store: seaweed.Seaweed, tmp: Path, d
     first; with the store's requests it caused, by kind. ``near``: the client beside the tier
     (``port`` is the server's own) and the store across the link (the server reaches it through
     a relay); else the client across the link (``port`` is a relay's) and the store beside it."""
-    store_port = int(store.endpoint.rsplit(":", 1)[1])
+    store_port = store.port
     link = relay_module.start("127.0.0.1:0", ("127.0.0.1", store_port), args.delay_ms) if near else None
     proc, port = start_axon(store, tmp / "cold.log", tier_flags(args, directory),
                             endpoint=None if link is None else f"http://127.0.0.1:{link.port}")

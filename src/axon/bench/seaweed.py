@@ -70,15 +70,25 @@ class Seaweed:
         return f"s3://{self.bucket}/{prefix}".rstrip("/")
 
     @property
+    def port(self) -> int:
+        """The port of its S3 endpoint (on loopback): what a relay to it forwards to."""
+        return int(self.endpoint.rsplit(":", 1)[1])
+
+    def client(self, endpoint: str | None = None, **options: str) -> Any:
+        """An obstore client of the bucket, reaching it at ``endpoint`` (a relay's) or its own,
+        with more of obstore's ``client_options``."""
+        from obstore.store import S3Store
+
+        return S3Store(
+            self.bucket, endpoint=endpoint or self.endpoint, access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY,
+            region=REGION, client_options={"allow_http": True, **options},
+        )
+
+    @property
     def store(self) -> Any:
         """An obstore client of the bucket, for the test's own uploads."""
         if self._store is None:
-            from obstore.store import S3Store
-
-            self._store = S3Store(
-                self.bucket, endpoint=self.endpoint, access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY,
-                region=REGION, client_options={"allow_http": True},
-            )
+            self._store = self.client()
         return self._store
 
     def put(self, key: str, data: bytes) -> str:
