@@ -151,6 +151,63 @@ def test_a_streamed_buffer_is_sent_as_it_was_when_yielded(serve, root) -> None:
             assert resp.status == 200 and resp.body == expected, target
 
 
+def test_a_stream_that_hands_file_slices_has_them_sent_from_the_file(serve, root, tmp_path) -> None:
+    """A stream that can hand slices of files (an object body: objects the disk tier keeps or
+    fills) is asked for them, at least ``sendfile_min`` long, and they are sent from the file:
+    with a declared length, and chunked (where an empty slice must not end the body)."""
+    from axon.http.segments import FileSlice
+    from axon.server.config import ServerConfig
+
+    path = tmp_path / "slices.bin"
+    data = os.urandom(300_000)
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    asked: list[int] = []
+
+    class Slices:
+        def __init__(self) -> None:
+            self.closed = False
+
+        def __aiter__(self):
+            raise AssertionError("a runtime with sendfile reads the slices itself")
+
+        async def _chunks(self):
+            yield b"<"
+            yield FileSlice(fd, 0, 200_000)
+            yield FileSlice(fd, 0, 0)
+            yield memoryview(b"|")
+            yield FileSlice(fd, 200_000, 100_000)
+            yield b">"
+
+        def with_file_slices(self, smallest: int):
+            asked.append(smallest)
+            return self._chunks()
+
+        def close(self) -> None:
+            self.closed = True
+
+    app = App(root)
+    streams: list[Slices] = []
+
+    @app.route("/slices")
+    def slices(request: Request):
+        streams.append(Slices())
+        length = [("Content-Length", str(len(data) + 3))] if request.query_string == "length" else []
+        return Response(200, length, stream=streams[-1])
+
+    server = serve(app)
+    try:
+        with Client(server.port) as c:
+            for query in ("length", "chunked"):
+                resp = c.get(f"/slices?{query}")
+                assert resp.status == 200 and resp.body == b"<" + data[:200_000] + b"|" + data[200_000:] + b">"
+                assert (resp.header("transfer-encoding") == "chunked") == (query == "chunked")
+            assert c.get("/api/health").status == 200  # the connection is still usable
+    finally:
+        os.close(fd)
+    assert asked == [ServerConfig().sendfile_min] * 2 and all(s.closed for s in streams)
+
+
 def test_only_a_read_only_view_of_bytes_is_sent_uncopied() -> None:
     from axon.server.writer import _unchanging
 

@@ -21,10 +21,14 @@ from conftest import HOST, serve
 
 pytest.importorskip("obstore")
 
+from axon.storage.object_tiered import fill_spans  # noqa: E402
+
 MiB = 1 << 20
 #: The store's answers, all connections together, in bytes a second: a fill of SIZE takes seconds.
 RATE = 16 * MiB
-SIZE = 5 * 8 * MiB - 12345  # five ranged GETs (object_tiered.FILL_PIECE), the last one short
+SIZE = 5 * 8 * MiB - 12345  # five ranged GETs (object_tiered.fill_spans)
+#: The ranges a fill of SIZE asks for (the rule: test_a_fills_first_round_grows_and_covers_the_object_once).
+FILL_RANGES = [(start, stop - 1) for start, stop in fill_spans(SIZE)]
 _RANGE = re.compile(rb"(?i)\r\nrange: bytes=(\d+)-(\d+)")
 
 
@@ -226,6 +230,58 @@ def test_the_last_piece_waits_for_the_commit_and_a_failed_fill_gives_nothing_mor
     asyncio.run(scenario(commit=False))
 
 
+@pytest.mark.parametrize("mib", [0, 0.001, 8, 8.001, 17, 20, 40 - 0.01, 64, 65, 300])
+def test_a_fills_first_round_grows_and_covers_the_object_once(mib):
+    from axon.storage.object_tiered import FILL_AHEAD, FILL_PIECE
+
+    size = int(mib * MiB)
+    spans = fill_spans(size)
+    if not size:
+        assert spans == []
+        return
+    assert spans[0] == (0, min(size, FILL_PIECE))  # what a leading opening asks for
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:])) and spans[-1][1] == size
+    assert len(spans) == -(-size // FILL_PIECE)  # no more GETs than equal pieces make
+    lengths = [stop - start for start, stop in spans]
+    first_round = lengths[1:FILL_AHEAD]
+    # Asked together, each ends about when the one before it has: what readers may take grows.
+    assert first_round == sorted(first_round) and all(length > 0 for length in first_round)
+    if len(first_round) >= 3:
+        assert first_round[0] < FILL_PIECE < first_round[-1]
+    assert all(length == FILL_PIECE for length in lengths[FILL_AHEAD:-1])
+
+
+def test_ready_names_the_bytes_in_the_fills_file_when_read_would_give_them(tmp_path):
+    # For a server that sends them from the file itself (sendfile): the same waits as read's.
+    from axon.http.segments import FileSlice
+    from axon.storage.object_fill import Fill
+    from axon.storage.object_stream import ObjectStreamBroken
+
+    async def scenario() -> None:
+        fd = os.open(tmp_path / "object.tmp", os.O_RDWR | os.O_CREAT)
+        fill = Fill("key", 300)
+        fill.begin(fd)
+        os.pwrite(fd, b"a" * 200, 0)
+        fill.advance(200)
+        first = await fill.ready(0, 100)
+        assert type(first) is FileSlice and first[1:] == (0, 100) and first.fd != fd
+        assert os.pread(first.fd, 100, 0) == b"a" * 100
+        last = asyncio.ensure_future(fill.ready(200, 100))
+        await asyncio.sleep(0.02)
+        assert not last.done(), "bytes not yet written were named"
+        os.pwrite(fd, b"b" * 100, 200)
+        fill.advance(300)
+        await asyncio.sleep(0.02)
+        assert not last.done(), "the last piece was named before the object was checked"
+        fill.finish(None)  # the check failed
+        with pytest.raises(ObjectStreamBroken):
+            await last
+        os.close(fd)
+        fill.release()
+
+    asyncio.run(scenario())
+
+
 def test_the_last_piece_is_given_once_checked_not_after_the_sync(tmp_path):
     # The commit's sync and rename change no byte: a whole response need not wait for them.
     from axon.storage.object_fill import Fill
@@ -259,7 +315,7 @@ def test_the_first_bytes_arrive_while_the_object_fills(large, slow, served):
     assert head + rest_of(response) == payload
     conn.close()
     assert kept_soon(cache_dir) == 1
-    assert slow.fill_ranges() == [(s, min(s + 8 * MiB, SIZE) - 1) for s in range(0, SIZE, 8 * MiB)]
+    assert slow.fill_ranges() == FILL_RANGES
 
 
 @pytest.mark.slow
@@ -296,7 +352,7 @@ def test_pieces_are_written_as_they_arrive_and_checked_in_order(weed, large, slo
         slow.release()
         conn.close()
     assert kept_soon(cache_dir) == 1  # whole, and its MD5 agreed
-    assert slow.fill_ranges() == [(s, min(s + 8 * MiB, SIZE) - 1) for s in range(0, SIZE, 8 * MiB)]
+    assert slow.fill_ranges() == FILL_RANGES
 
 
 @pytest.mark.slow
@@ -312,7 +368,7 @@ def test_an_opening_whose_lead_fails_is_filled_by_the_fills_own_gets(large, slow
         assert response.status == 200 and head + rest_of(response) == payload
         conn.close()
     assert slow.refuse_leads == 0
-    assert slow.fill_ranges() == [(s, min(s + 8 * MiB, SIZE) - 1) for s in range(0, SIZE, 8 * MiB)]
+    assert slow.fill_ranges() == FILL_RANGES
     assert kept_soon(cache_dir) == 1
 
 
@@ -379,7 +435,7 @@ def test_twenty_requests_at_once_read_behind_one_fill(large, slow, served):
     # how many start before the fill ends depends on how soon a loaded machine runs their threads.
     assert any(during for _, during in started_at), "the readers waited for the fill to end"
     ranges = slow.fill_ranges()
-    assert ranges == [(s, min(s + 8 * MiB, SIZE) - 1) for s in range(0, SIZE, 8 * MiB)]  # once, whole
+    assert ranges == FILL_RANGES  # once, whole
 
 
 def test_the_crc_of_a_committed_fill_lets_the_store_loop_turn(tmp_path):

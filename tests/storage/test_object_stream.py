@@ -5,6 +5,7 @@ stream with an error rather than its new bytes."""
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 
 import pytest
@@ -79,6 +80,33 @@ def test_a_whole_piece_goes_out_as_a_read_only_view_of_the_stores_buffer(source,
     # last pieces, under a chunk, are joined to the bytes around them).
     assert len(views) == 2 * ((SIZE - OPEN_READ) // 16_384)
     assert all(v.readonly and len(v) == 16_384 for v in views)
+
+
+def test_a_runtime_that_sends_files_itself_gets_the_slices_of_files(source, small_pieces, tmp_path):
+    # Axon's server sends what lies in a file (an object the disk tier keeps, or fills) by
+    # sendfile: those slices come as they are, at least `smallest` bytes; shorter ones, read.
+    from axon.http.segments import FileSlice
+
+    path = tmp_path / "kept.bin"
+    path.write_bytes(b"k" * 40_000)
+    fd = os.open(path, os.O_RDONLY)
+    segments = [*body(source), FileSlice(fd, 100, 39_900), b"!"]
+    expected = EXPECTED + b"k" * 39_900 + b"!"
+
+    async def read(stream) -> list:
+        return [chunk async for chunk in stream]
+
+    try:
+        chunks = asyncio.run(read(ObjectBody(source, segments, 4096).with_file_slices(10_000)))
+        plain = asyncio.run(read(ObjectBody(source, segments, 4096)))
+        text = b"".join(os.pread(c.fd, c.count, c.offset) if type(c) is FileSlice else bytes(c) for c in chunks)
+    finally:
+        os.close(fd)
+    slices = [c for c in chunks if type(c) is FileSlice]
+    # In pieces of at most PIECE (16 KiB here): two whole ones, and a last of 7,132 bytes, read.
+    assert slices == [(fd, 100, 16_384), (fd, 16_484, 16_384)]
+    assert text == expected
+    assert all(type(c) is not FileSlice for c in plain) and b"".join(plain) == expected
 
 
 def test_pieces_in_flight_stay_within_the_prefetch_budget(source, small_pieces, monkeypatch):

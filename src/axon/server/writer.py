@@ -8,7 +8,9 @@ and a stream, takes the waiting path (:meth:`ResponseWriter.respond`). Both walk
 one method, :meth:`_gather`: bytes and small file slices gathered into one buffer list that
 leaves in one ``writev`` (uvloop's ``writelines``); a slice of at least ``sendfile_min`` stops
 the gathering and leaves by ``os.sendfile`` on the socket itself, zero-copy, once the transport's
-own buffer is empty so that bytes stay in order. What precedes it (the head, part headers) is
+own buffer is empty so that bytes stay in order (and so does a slice of a file that an object
+body hands over: an object the disk tier keeps or fills, :meth:`ObjectBody.with_file_slices`).
+What precedes it (the head, part headers) is
 sent with ``MSG_MORE``, so that it rides in a full segment with the file's data. The socket is
 not corked (``TCP_CORK``): a cork costs two ``setsockopt`` calls a response, and a response held
 back whole makes the kernel's loopback path costlier (BENCHMARKS.md). Under TLS, or with
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..chunks import read_slice
 from ..errors import ClientGone, FileChanged, HTTPError
+from ..http.segments import FileSlice
 from ..response import Response, error_response
 from ..streams import aiter_stream
 from .answer import MEMORY_BODY_MAX, BadResponse, Prepared, fits_one_write, prepare, to_read
@@ -412,11 +415,31 @@ class ResponseWriter:
         transport = self.transport
         transport.write(head)
         sent = 0
-        async for data in aiter_stream(response.stream, self._app.executor):  # type: ignore[arg-type]
+        stream = response.stream
+        # A stream that can hand slices of files (an object body: objects the disk tier keeps or
+        # fills) sends those as the files of any body are sent: by sendfile, not read and copied.
+        with_file_slices = getattr(stream, "with_file_slices", None)
+        if with_file_slices is not None and self._big >= 0:
+            chunks = with_file_slices(self._big)
+        else:
+            chunks = aiter_stream(stream, self._app.executor)  # type: ignore[arg-type]
+        async for data in chunks:
             if not data:
                 continue
             if flow.gone():
                 raise ClientGone()
+            if type(data) is FileSlice:
+                if not data.count:  # (chunked, an empty chunk would end the body)
+                    continue
+                sent += data.count
+                if declared is not None and sent > declared:
+                    raise BodyLengthMismatch(f"stream longer than its Content-Length {declared}")
+                if chunked:
+                    transport.write(chunk_head(data.count))
+                await self._sendfile(*data)
+                if chunked:
+                    transport.write(CRLF)
+                continue
             if type(data) is not bytes:
                 data = _unchanging(data)
             sent += len(data)

@@ -35,6 +35,7 @@ import asyncio
 import os
 import threading
 
+from ..http.segments import FileSlice
 from .object_file import ObjectFile
 from .object_stream import ObjectStreamBroken
 
@@ -109,10 +110,13 @@ class Fill:
         if fd >= 0:
             os.close(fd)
 
-    async def read(self, offset: int, count: int) -> bytes | None:
-        """Bytes ``offset`` to ``offset + count`` once the fill has them (the last piece once the
-        object is checked); None when the object is not kept (fetch it from the store);
-        :class:`ObjectStreamBroken` when the fill failed after it had written bytes."""
+    async def ready(self, offset: int, count: int) -> FileSlice | None:
+        """Bytes ``offset`` to ``offset + count`` in the fill's file once the fill has them (the
+        last piece once the object is checked), for a reader that sends them from the file
+        itself and closes its :class:`FillingFile` only after (no byte there is ever written
+        again: each is written once, and a later fill writes a file of its own); None when the
+        object is not kept (fetch it from the store); :class:`ObjectStreamBroken` when the fill
+        failed after it had written bytes."""
         stop = offset + count
         while self.state is FILLING and not stop <= min(self.written, self.size - (not self.checked)):
             await asyncio.shield(self._moved)
@@ -120,6 +124,15 @@ class Fill:
             return None
         if self.state is FAILED:
             raise ObjectStreamBroken(f"the fill of {self.key} into the disk cache failed midway")
+        if self._fd < 0:
+            raise ObjectStreamBroken(f"{self.key}: read after its response was closed")
+        return FileSlice(self._fd, offset, count)
+
+    async def read(self, offset: int, count: int) -> bytes | None:
+        """The bytes :meth:`ready` names, read now (under the lock :meth:`release` takes, which
+        another thread may call)."""
+        if await self.ready(offset, count) is None:
+            return None
         with self._lock:
             if self._fd < 0:
                 raise ObjectStreamBroken(f"{self.key}: read after its response was closed")

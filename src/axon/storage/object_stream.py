@@ -5,6 +5,10 @@ between the format's blocks), so the length, the ETag, Range and the formats are
 as for local files. The App hands such a body to :class:`ObjectBody`, which the runtimes send as
 a stream with its ``Content-Length`` declared: WSGI iterates it, the async runtimes await it.
 
+Axon's own server takes the bytes that lie in a file on disk (an object the disk tier keeps, or
+has written while it fills it) as file slices, which it sends by ``sendfile``
+(:meth:`ObjectBody.with_file_slices`); the other runtimes get them read.
+
 Fetching: the bytes opening brought (an object's first bytes, ``ObjectFile.head``) are sent
 from memory, and so is a small object whose bytes the source keeps for the ETag it was opened
 or listed with (:mod:`.object_cache`); the rest of each slice is cut into pieces of at most :data:`PIECE` bytes, each a
@@ -89,9 +93,9 @@ class ObjectBody:
         self._chunk_size = chunk_size
         self._gen: AsyncIterator[bytes] | None = None
 
-    def _start(self) -> AsyncIterator[bytes]:
+    def _start(self, send_from_files: int = -1) -> AsyncIterator[Any]:
         if self._gen is None:
-            self._gen = _chunks(self._source, self._segments, self._chunk_size)
+            self._gen = _chunks(self._source, self._segments, self._chunk_size, send_from_files)
         return self._gen
 
     def __iter__(self) -> Iterator[bytes]:
@@ -108,8 +112,15 @@ class ObjectBody:
         be a read-only memoryview of the store's buffer (the runtimes that need bytes copy it)."""
         return self._async_iter()
 
-    async def _async_iter(self) -> AsyncIterator[bytes | memoryview]:
-        gen = self._start()
+    def with_file_slices(self, smallest: int) -> AsyncIterator[bytes | memoryview | FileSlice]:
+        """As :meth:`__aiter__`, for a runtime that sends from files itself (Axon's server, by
+        ``sendfile``): bytes that lie in a file on disk (an object the disk tier keeps, or has
+        written while it fills it), ``smallest`` of them or more, come as a :class:`FileSlice`
+        instead of being read, its descriptor open until :meth:`close`."""
+        return self._async_iter(smallest)
+
+    async def _async_iter(self, send_from_files: int = -1) -> AsyncIterator[Any]:
+        gen = self._start(send_from_files)
         while True:
             try:
                 yield await self._source.submit(gen.__anext__())
@@ -154,7 +165,10 @@ def _pieces(segments: list[Segment]) -> Iterator[bytes | FileSlice | tuple[Strea
             count -= take
 
 
-async def _chunks(source: StreamSource, segments: list[Segment], chunk_size: int) -> AsyncIterator[bytes | memoryview]:
+async def _chunks(source: StreamSource, segments: list[Segment], chunk_size: int,
+                  send_from_files: int = -1) -> AsyncIterator[bytes | memoryview | FileSlice]:
+    """The body's chunks; a slice of a file of at least ``send_from_files`` bytes (-1: none) as
+    it is, for the runtime to send (:meth:`ObjectBody.with_file_slices`)."""
     budget = source.prefetch_bytes
     todo = deque(_pieces(segments))
     window: deque[tuple[Any, int]] = deque()  # (bytes or a fetch task, bytes it holds ahead)
@@ -171,14 +185,19 @@ async def _chunks(source: StreamSource, segments: list[Segment], chunk_size: int
                 if window and ahead + count > budget:
                     break
                 todo.popleft()
-                window.append((asyncio.ensure_future(_fetch(source, *item)), count))
+                window.append((asyncio.ensure_future(_fetch(source, *item, send_from_files)), count))
                 ahead += count
             first, count = window.popleft()
-            if type(first) is FileSlice:
-                data = _read(first)
-            else:
-                data = first if count == 0 and type(first) is bytes else await first
+            data = first if count == 0 else await first
             ahead -= count
+            if type(data) is FileSlice:
+                if 0 <= send_from_files <= data.count:
+                    if pending:
+                        yield bytes(pending)
+                        pending = bytearray()
+                    yield data
+                    continue
+                data = _read(data)
             if not pending and len(data) >= chunk_size:
                 # A whole piece goes out as the store gave it: a read-only view of obstore's
                 # buffer, not a copy (a copy of each piece cost ~15 ms of CPU per 32 MiB).
@@ -204,9 +223,9 @@ def _read(piece: FileSlice) -> bytes:
     return data
 
 
-async def _fetch(source: StreamSource, obj: StreamObject, offset: int, count: int) -> Any:
+async def _fetch(source: StreamSource, obj: StreamObject, offset: int, count: int, send_from_files: int = -1) -> Any:
     if obj.fill is not None:  # read behind the disk tier's fill (object_fill), unless it was not kept
-        data = await obj.fill.read(offset, count)
+        data = await (obj.fill.ready if 0 <= send_from_files <= count else obj.fill.read)(offset, count)
         if data is not None:
             return data
     # A small object whole: from the bytes kept for its ETag if there are (the listing that

@@ -311,7 +311,7 @@ class TieredSource:
         the first, when given), each piece written at its own offset as its bytes arrive and the
         next piece asked as soon as one ends: no connection waits for the file's order, and no
         piece waits in memory. ``fill`` (and the MD5) follow the prefix written without a gap."""
-        spans = [(start, min(start + FILL_PIECE, f.size)) for start in range(0, f.size, FILL_PIECE)]
+        spans = fill_spans(f.size)
         written = Written(spans)
         unasked = iter(range(len(spans)))
 
@@ -349,6 +349,38 @@ class TieredSource:
         if result.meta.get("e_tag") != f.etag or (span is None and result.meta["size"] != f.size):
             raise FillFailed("the store answered with another version")
         return result.stream(min_chunk_size=1 << 20)
+
+
+def fill_spans(size: int) -> list[tuple[int, int]]:
+    """The ranges a large object of ``size`` bytes is filled by, in the file's order, as many as
+    pieces of :data:`FILL_PIECE` would make: its first :data:`FILL_PIECE` bytes (what an opening
+    that leads the fill asks for), then the others of the first round (the :data:`FILL_AHEAD`
+    asked at once) growing in size, then pieces of :data:`FILL_PIECE`. Ranges asked together
+    share the link about equally: equal ones would all end at the end of the round, and the
+    readers, who follow the bytes written without a gap from the start, would wait until then
+    for most of them. The ``m`` pieces after the first grow by ``1/m``, ``1/(m-1)``, ... ``1/1``
+    of an equal share (each ends about when the link has brought ``1/m`` more of them), so what
+    readers may take grows as the bytes arrive."""
+    if size <= 0:
+        return []
+    first = min(FILL_PIECE, size)
+    spans = [(0, first)]
+    rest = size - first
+    m = min(-(-rest // FILL_PIECE), FILL_AHEAD - 1)
+    if m:
+        graded = min(rest, m * FILL_PIECE)
+        harmonic = [0.0]
+        for j in range(1, m + 1):
+            harmonic.append(harmonic[-1] + 1 / j)
+        start, share = first, 0.0
+        for k in range(1, m + 1):
+            share += harmonic[m] - harmonic[m - k]  # the shares sum to m
+            stop = first + graded if k == m else first + round(graded * share / m)
+            spans.append((start, stop))
+            start = stop
+    start = spans[-1][1]
+    spans.extend((at, min(at + FILL_PIECE, size)) for at in range(start, size, FILL_PIECE))
+    return spans
 
 
 class Written:
