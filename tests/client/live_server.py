@@ -12,13 +12,14 @@ import http.client
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from axon.bench.procs import free_port
 
 COMMANDS = {
     # One worker each: tests that need two workers to agree build two Apps in-process instead.
@@ -75,12 +76,6 @@ def runtime_available(runtime: str) -> str | None:
     except Exception as exc:  # the core may be mid-way through a change
         return f"{module} cannot be imported: {exc}"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def dead_netloc() -> str:

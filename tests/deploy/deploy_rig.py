@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from axon.bench.procs import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL = REPO / "deploy" / "install.sh"
@@ -31,12 +32,6 @@ KiB, MiB, GiB = 1024, 1024 * 1024, 1024 * 1024 * 1024
 
 def nginx_binary() -> str | None:
     return shutil.which("nginx") or (shutil.which("nginx", path="/usr/sbin:/sbin") or None)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def run_install(*args: str, check: bool = True) -> subprocess.CompletedProcess:

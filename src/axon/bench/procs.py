@@ -11,7 +11,6 @@ benchmark stops the servers' masters, which then stop their workers.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import shutil
 import signal
@@ -151,22 +150,40 @@ class Group:
         self.procs.clear()
 
 
+#: The ports :func:`free_port` picks from lie below Linux's ephemeral range (32768-60999 by
+#: default), where ``bind(0)`` picks: there an outgoing connection may take a port as its source
+#: before the server binds it, and two processes asking at once may be handed the same one.
+#: Each pytest-xdist worker (``gw0``, ``gw1``, ...) picks in a band of its own, so no two workers'
+#: servers ever meet on one port and take each other's requests.
+PORTS_FROM = 20000
+PORT_BAND = 1500
+_picked = [0]  # ports this process has picked: each call goes on from the last
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now. Another process could take it before the server binds;
-    on a benchmark machine that race is rare, and a failed start says so."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A port nothing listens on now, not picked before by this process (until its band wraps
+    round): from :data:`PORTS_FROM`, in this xdist worker's band. Another process could still
+    bind it before the server does; a failed start then says so."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    band = int(worker[2:]) % 8 if worker[:2] == "gw" and worker[2:].isdigit() else 0
+    first = PORTS_FROM + band * PORT_BAND
+    for _ in range(PORT_BAND):
+        # From an offset of this process's own, so that processes of one band start apart.
+        port = first + (os.getpid() * 7 + _picked[0]) % PORT_BAND
+        _picked[0] += 1
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        return port
+    raise OSError(f"no free port in {first}-{first + PORT_BAND - 1}")
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct ports nothing listens on now: all held open together while picked, so
-    the kernel cannot hand out one twice (as it may to :func:`free_port` called in a row)."""
-    with contextlib.ExitStack() as held:
-        socks = [held.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind((host, 0))
-        return [sock.getsockname()[1] for sock in socks]
+    """``count`` distinct ports nothing listens on now (:func:`free_port` never picks one twice
+    in a row)."""
+    return [free_port(host) for _ in range(count)]
 
 
 def wait_ready(url: str, group: Group | None = None, timeout: float = 30.0) -> None:
