@@ -58,14 +58,24 @@ def batch(port: int, names: list[str], parse_multipart) -> list[bytes]:
     return [p.get_payload(decode=True) for p in parse_multipart(headers["content-type"], body)]
 
 
-def gets(weed) -> int:
-    return weed.requests().get("GET", 0)
+def gets(weed, settle: float = 0.3) -> int:
+    """The store's GETs once their count has stood still for ``settle`` seconds: the store
+    counts a request once its answer is written, and a fill's GET may end after the response
+    the test read (at most 10 s)."""
+    deadline = time.monotonic() + 10
+    count = weed.requests().get("GET", 0)
+    while time.monotonic() < deadline:
+        time.sleep(settle)
+        now = weed.requests().get("GET", 0)
+        if now == count:
+            break
+        count = now
+    return count
 
 
 def quiet(weed) -> int:
     """The store's GETs once the server's start (its health check, in the background) is over."""
-    time.sleep(0.5)
-    return gets(weed)
+    return gets(weed, settle=0.5)
 
 
 def kept_files(cache_dir) -> list[str]:
