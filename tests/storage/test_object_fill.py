@@ -199,17 +199,25 @@ def rest_of(response: http.client.HTTPResponse) -> bytes:
     return got
 
 
-def test_the_last_piece_waits_for_the_commit_and_a_failed_fill_gives_nothing_more(tmp_path):
+def written_fill(path, data: bytes, size: int = 300):
+    """A fill of an object of ``size`` bytes (on the running loop) whose temporary file at
+    ``path`` holds ``data`` from its start, written and not yet checked: (its descriptor, the fill)."""
     from axon.storage.object_fill import Fill
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    fill = Fill("key", size)
+    fill.begin(fd)
+    os.pwrite(fd, data, 0)
+    fill.advance(len(data))
+    return fd, fill
+
+
+def test_the_last_piece_waits_for_the_commit_and_a_failed_fill_gives_nothing_more(tmp_path):
     from axon.storage.object_stream import ObjectStreamBroken
 
     async def scenario(commit: bool) -> None:
         path = tmp_path / f"object-{commit}.tmp"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT)
-        fill = Fill("key", 300)
-        fill.begin(fd)
-        os.pwrite(fd, b"a" * 300, 0)
-        fill.advance(300)  # all written, not yet checked
+        fd, fill = written_fill(path, b"a" * 300)  # all written, not yet checked
         assert await fill.read(0, 100) == b"a" * 100
         last = asyncio.ensure_future(fill.read(200, 100))
         await asyncio.sleep(0.05)
@@ -254,15 +262,10 @@ def test_a_fills_first_round_grows_and_covers_the_object_once(mib):
 def test_ready_names_the_bytes_in_the_fills_file_when_read_would_give_them(tmp_path):
     # For a server that sends them from the file itself (sendfile): the same waits as read's.
     from axon.http.segments import FileSlice
-    from axon.storage.object_fill import Fill
     from axon.storage.object_stream import ObjectStreamBroken
 
     async def scenario() -> None:
-        fd = os.open(tmp_path / "object.tmp", os.O_RDWR | os.O_CREAT)
-        fill = Fill("key", 300)
-        fill.begin(fd)
-        os.pwrite(fd, b"a" * 200, 0)
-        fill.advance(200)
+        fd, fill = written_fill(tmp_path / "object.tmp", b"a" * 200)
         first = await fill.ready(0, 100)
         assert type(first) is FileSlice and first[1:] == (0, 100) and first.fd != fd
         assert os.pread(first.fd, 100, 0) == b"a" * 100
@@ -284,14 +287,8 @@ def test_ready_names_the_bytes_in_the_fills_file_when_read_would_give_them(tmp_p
 
 def test_the_last_piece_is_given_once_checked_not_after_the_sync(tmp_path):
     # The commit's sync and rename change no byte: a whole response need not wait for them.
-    from axon.storage.object_fill import Fill
-
     async def scenario() -> None:
-        fd = os.open(tmp_path / "object.tmp", os.O_RDWR | os.O_CREAT)
-        fill = Fill("key", 300)
-        fill.begin(fd)
-        os.pwrite(fd, b"a" * 300, 0)
-        fill.advance(300)
+        fd, fill = written_fill(tmp_path / "object.tmp", b"a" * 300)
         last = asyncio.ensure_future(fill.read(200, 100))
         await asyncio.sleep(0.02)
         assert not last.done()
