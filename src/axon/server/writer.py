@@ -424,29 +424,26 @@ class ResponseWriter:
         else:
             chunks = aiter_stream(stream, self._app.executor)  # type: ignore[arg-type]
         async for data in chunks:
-            if not data:
+            from_file = type(data) is FileSlice
+            if not from_file and type(data) is not bytes:
+                data = _unchanging(data)
+            size = data.count if from_file else len(data)
+            if not size:  # (chunked, an empty chunk would end the body)
                 continue
             if flow.gone():
                 raise ClientGone()
-            if type(data) is FileSlice:
-                if not data.count:  # (chunked, an empty chunk would end the body)
-                    continue
-                sent += data.count
-                if declared is not None and sent > declared:
-                    raise BodyLengthMismatch(f"stream longer than its Content-Length {declared}")
+            sent += size
+            if declared is not None and sent > declared:
+                raise BodyLengthMismatch(f"stream longer than its Content-Length {declared}")
+            if from_file:
                 if chunked:
-                    transport.write(chunk_head(data.count))
+                    transport.write(chunk_head(size))
                 await self._sendfile(*data)
                 if chunked:
                     transport.write(CRLF)
                 continue
-            if type(data) is not bytes:
-                data = _unchanging(data)
-            sent += len(data)
-            if declared is not None and sent > declared:
-                raise BodyLengthMismatch(f"stream longer than its Content-Length {declared}")
             if chunked:
-                transport.writelines((chunk_head(len(data)), data, CRLF))
+                transport.writelines((chunk_head(size), data, CRLF))
             else:
                 transport.write(data)
             if flow.paused:

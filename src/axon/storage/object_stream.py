@@ -191,7 +191,7 @@ async def _chunks(source: StreamSource, segments: list[Segment], chunk_size: int
             data = first if count == 0 else await first
             ahead -= count
             if type(data) is FileSlice:
-                if 0 <= send_from_files <= data.count:
+                if _sent_from_file(data.count, send_from_files):
                     if pending:
                         yield bytes(pending)
                         pending = bytearray()
@@ -215,6 +215,11 @@ async def _chunks(source: StreamSource, segments: list[Segment], chunk_size: int
                 task.cancel()
 
 
+def _sent_from_file(count: int, send_from_files: int) -> bool:
+    """Whether ``count`` bytes in a file go to the runtime as a slice it sends itself."""
+    return 0 <= send_from_files <= count
+
+
 def _read(piece: FileSlice) -> bytes:
     """A piece of a file on disk, whole: a file that came up short is a body that cannot be sent."""
     data = os.pread(piece.fd, piece.count, piece.offset)
@@ -225,7 +230,7 @@ def _read(piece: FileSlice) -> bytes:
 
 async def _fetch(source: StreamSource, obj: StreamObject, offset: int, count: int, send_from_files: int = -1) -> Any:
     if obj.fill is not None:  # read behind the disk tier's fill (object_fill), unless it was not kept
-        data = await (obj.fill.ready if 0 <= send_from_files <= count else obj.fill.read)(offset, count)
+        data = await (obj.fill.ready if _sent_from_file(count, send_from_files) else obj.fill.read)(offset, count)
         if data is not None:
             return data
     # A small object whole: from the bytes kept for its ETag if there are (the listing that

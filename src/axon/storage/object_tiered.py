@@ -27,10 +27,10 @@ from .object_fill import Fill, FillingFile
 #: Bytes of an object read when it is opened (:mod:`.objects`): a smaller object is then held
 #: whole, and kept on disk from those bytes.
 OPEN_READ = 64 * 1024
-#: A larger object is filled by ranged GETs of this many bytes, FILL_AHEAD of them at once (a
-#: store serves one connection at a fraction of what several give), each written at its own
-#: offset as it arrives and the next asked as soon as one ends; a process makes
-#: object_disk.LARGE_FILLS such fills at once. Eight at once (the whole of a 64 MiB object) were
+#: A larger object is filled by ranged GETs of about this many bytes (fill_spans), FILL_AHEAD
+#: of them at once (a store serves one connection at a fraction of what several give), each
+#: written at its own offset as it arrives and the next asked as soon as one ends; a process
+#: makes object_disk.LARGE_FILLS such fills at once. Eight at once (the whole of a 64 MiB object) were
 #: a little faster cold than four, once no piece waited in memory (BENCHMARKS.md, 2026-11-29);
 #: pieces of 4 MiB were slower.
 FILL_PIECE = 8 << 20
@@ -307,7 +307,7 @@ class TieredSource:
         return written
 
     async def _fill_ranges(self, f: ObjectFile, fd: int, hashing: Hashing, fill: Fill, lead: Lead | None) -> int:
-        """Ranged GETs of :data:`FILL_PIECE`, :data:`FILL_AHEAD` at once (the opening's ``lead``
+        """The ranged GETs of :func:`fill_spans`, :data:`FILL_AHEAD` at once (the opening's ``lead``
         the first, when given), each piece written at its own offset as its bytes arrive and the
         next piece asked as soon as one ends: no connection waits for the file's order, and no
         piece waits in memory. ``fill`` (and the MD5) follow the prefix written without a gap."""
