@@ -27,6 +27,10 @@
 #include <Python.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#ifndef Py_T_OBJECT_EX /* before 3.12: structmember.h's name */
+#include <structmember.h>
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#endif
 
 static unsigned char TOKEN[256];  /* RFC 9110 tchar, lower-cased; 0 if not one */
 static unsigned char TARGET[256]; /* what a target may hold: visible ASCII */
@@ -246,11 +250,69 @@ static PyObject *S_PAUSED, *S_DATE_LINE, *S_WHOLE, *S_PATHS, *S_WATCHER, *S_FD, 
     *S_ENTRIES, *S_KNOWN, *S_ANSWER, *S_CLOCK, *S_CHECKED, *S_VALID, *S_LENGTH, *S_FILES, *S_BODY,
     *S_HEAD, *S_MOVED, *S_MOVE_TO_END, *S_USED, *S_MOVE_UP, *S_HOLD, *S_PATH, *S_QUERY;
 
+/* ---- attributes read where the Python path keeps them ----
+ *
+ * PyObject_GetAttr costs some 190 instructions (the type's lookup, the descriptor's call) where
+ * CPython's own bytecode reads a slot (__slots__) in a few, once it has specialised: read that
+ * way, this call cost more than the Python it replaces. So each place below that reads an
+ * attribute (an AT_* site) keeps what it learnt of the last type it read from: where the type
+ * keeps the attribute when it is a plain slot, for as long as the type is unchanged (its version
+ * tag, which CPython changes when a type changes). Anything else (an attribute of an instance
+ * dict, a type with its own __getattribute__, a slot that is empty) is read by PyObject_GetAttr. */
+enum {
+    AT_WATCHER, AT_FD, AT_BEGUN, AT_TAKEN, AT_WHOLE, AT_PATHS, AT_KNOWN, AT_RECORD_PATH, AT_RECORD_QUERY,
+    AT_RECORD_LENGTH, AT_ENTRIES, AT_ANSWER, AT_CLOCK, AT_CHECKED, AT_VALID, AT_LENGTH, AT_FILES, AT_BODY, AT_HEAD,
+    AT_MOVED, AT_USED, AT_PAUSED, AT_DATE_LINE, AT_SIZE
+};
+
+typedef struct {
+    PyTypeObject *type; /* the type last read from (a reference), or NULL */
+    unsigned int tag;   /* its version tag then; 0: none, learn again */
+    Py_ssize_t offset;  /* where its instances keep the attribute, or -1: PyObject_GetAttr */
+} Site;
+
+static Site SITES[AT_SIZE];
+
+static void
+learn(Site *site, PyTypeObject *type, PyObject *name)
+{
+    Py_ssize_t offset = -1;
+    if (type->tp_getattro == PyObject_GenericGetAttr) {
+        PyObject *descr = _PyType_Lookup(type, name); /* borrowed; gives the type a version tag */
+        if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+            PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+            if (member->type == Py_T_OBJECT_EX && member->flags == 0) offset = member->offset;
+        }
+    }
+    Py_INCREF(type);
+    Py_XDECREF(site->type);
+    site->type = type;
+    site->tag = type->tp_version_tag;
+    site->offset = offset;
+}
+
+/* obj.name, a new reference (NULL with an error set), read as the site `at` learnt to. */
+static PyObject *
+get(PyObject *obj, PyObject *name, int at)
+{
+    Site *site = &SITES[at];
+    PyTypeObject *type = Py_TYPE(obj);
+    if (type != site->type || site->tag == 0 || type->tp_version_tag != site->tag) learn(site, type, name);
+    if (site->offset >= 0) {
+        PyObject *value = *(PyObject **)((char *)obj + site->offset);
+        if (value != NULL) {
+            Py_INCREF(value);
+            return value;
+        }
+    }
+    return PyObject_GetAttr(obj, name);
+}
+
 /* obj.name as a double (a float or an int), or -1 with an error set. */
 static int
-attr_double(PyObject *obj, PyObject *name, double *out)
+attr_double(PyObject *obj, PyObject *name, int at, double *out)
 {
-    PyObject *value = PyObject_GetAttr(obj, name);
+    PyObject *value = get(obj, name, at);
     if (value == NULL) return -1;
     *out = PyFloat_AsDouble(value);
     Py_DECREF(value);
@@ -262,21 +324,21 @@ attr_double(PyObject *obj, PyObject *name, double *out)
 static int
 no_news(PyObject *cache)
 {
-    PyObject *watcher = PyObject_GetAttr(cache, S_WATCHER);
+    PyObject *watcher = get(cache, S_WATCHER, AT_WATCHER);
     if (watcher == NULL) return -1;
     if (watcher == Py_None) {
         Py_DECREF(watcher);
         return 0;
     }
-    PyObject *fd_obj = PyObject_GetAttr(watcher, S_FD);
+    PyObject *fd_obj = get(watcher, S_FD, AT_FD);
     Py_DECREF(watcher);
     if (fd_obj == NULL) return -1;
     long fd = PyLong_AsLong(fd_obj);
     Py_DECREF(fd_obj);
     if (fd == -1 && PyErr_Occurred()) return -1;
-    PyObject *begun = PyObject_GetAttr(cache, S_BEGUN);
+    PyObject *begun = get(cache, S_BEGUN, AT_BEGUN);
     if (begun == NULL) return -1;
-    PyObject *taken = PyObject_GetAttr(cache, S_TAKEN);
+    PyObject *taken = get(cache, S_TAKEN, AT_TAKEN);
     if (taken == NULL) {
         Py_DECREF(begun);
         return -1;
@@ -309,7 +371,7 @@ static int
 answer_fixed(PyObject *fixed, Head *head, PyObject *date, PyObject *writer)
 {
     if (!PyTuple_Check(fixed) || PyTuple_GET_SIZE(fixed) != 2) return 0;
-    PyObject *whole = PyObject_GetAttr(PyTuple_GET_ITEM(fixed, head->method == GET ? 0 : 1), S_WHOLE);
+    PyObject *whole = get(PyTuple_GET_ITEM(fixed, head->method == GET ? 0 : 1), S_WHOLE, AT_WHOLE);
     if (whole == NULL) return -1;
     int done = 0;
     if (PyTuple_Check(whole) && PyTuple_GET_SIZE(whole) == 4 && PyTuple_GET_ITEM(whole, 0) == date
@@ -346,13 +408,13 @@ varies(PyObject *headers, PyObject *variant)
 /* dict[key] (a new reference in *item) and its attribute `name` (a new reference in *value):
  * 1, 0 when the key is missing, -1 with an error set. */
 static int
-item_attr(PyObject *dict, PyObject *key, PyObject *name, PyObject **item, PyObject **value)
+item_attr(PyObject *dict, PyObject *key, PyObject *name, int at, PyObject **item, PyObject **value)
 {
     PyObject *found = PyDict_GetItemWithError(dict, key);
     if (found == NULL) return PyErr_Occurred() ? -1 : 0;
     Py_INCREF(found);
     *item = found;
-    *value = PyObject_GetAttr(found, name);
+    *value = get(found, name, at);
     return *value == NULL ? -1 : 1;
 }
 
@@ -385,9 +447,9 @@ static int
 record(PyObject *record_sent, PyObject *remembered, PyObject *started, PyObject *headers, PyObject *peer)
 {
     int done = -1;
-    PyObject *path = PyObject_GetAttr(remembered, S_PATH);
-    PyObject *query = path == NULL ? NULL : PyObject_GetAttr(remembered, S_QUERY);
-    PyObject *length = query == NULL ? NULL : PyObject_GetAttr(remembered, S_LENGTH);
+    PyObject *path = get(remembered, S_PATH, AT_RECORD_PATH);
+    PyObject *query = path == NULL ? NULL : get(remembered, S_QUERY, AT_RECORD_QUERY);
+    PyObject *length = query == NULL ? NULL : get(remembered, S_LENGTH, AT_RECORD_LENGTH);
     PyObject *one = length == NULL ? NULL : PyLong_FromLong(1);
     if (one != NULL) {
         PyObject *call[7] = {path, query, length, one, started, headers, peer};
@@ -424,7 +486,7 @@ answer_remembered(Head *head, PyObject *target, PyObject *tables, PyObject *date
 
     /* The head remembered for (target, Accept): Remembered.recall's lookup. */
     FAIL_IF((key = PyTuple_Pack(2, target, accept == NULL ? Py_None : accept)) == NULL);
-    FAIL_IF((found = item_attr(heads, key, S_PATHS, &remembered, &paths)) < 0);
+    FAIL_IF((found = item_attr(heads, key, S_PATHS, AT_PATHS, &remembered, &paths)) < 0);
     DECLINE_IF(found == 0 || !PyTuple_Check(paths) || PyTuple_GET_SIZE(paths) != 1);
     path = PyTuple_GET_ITEM(paths, 0);
     Py_INCREF(path);
@@ -432,21 +494,21 @@ answer_remembered(Head *head, PyObject *target, PyObject *tables, PyObject *date
     /* Its file as FileCache.peek_all finds it, with no news to take in first. */
     FAIL_IF((found = no_news(cache)) < 0);
     DECLINE_IF(found == 0);
-    FAIL_IF((entries = PyObject_GetAttr(cache, S_ENTRIES)) == NULL);
-    FAIL_IF((found = item_attr(entries, path, S_KNOWN, &entry, &known)) < 0);
+    FAIL_IF((entries = get(cache, S_ENTRIES, AT_ENTRIES)) == NULL);
+    FAIL_IF((found = item_attr(entries, path, S_KNOWN, AT_KNOWN, &entry, &known)) < 0);
     DECLINE_IF(found == 0 || known == Py_None);
-    FAIL_IF((made = PyObject_GetAttr(known, S_ANSWER)) == NULL);
+    FAIL_IF((made = get(known, S_ANSWER, AT_ANSWER)) == NULL);
     DECLINE_IF(!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 2 || PyTuple_GET_ITEM(made, 0) != remembered);
     prepared = PyTuple_GET_ITEM(made, 1);
     Py_INCREF(prepared);
-    FAIL_IF((clock = PyObject_GetAttr(cache, S_CLOCK)) == NULL);
+    FAIL_IF((clock = get(cache, S_CLOCK, AT_CLOCK)) == NULL);
     FAIL_IF((now = now_of(clock)) == -1.0 && PyErr_Occurred());
-    FAIL_IF(attr_double(entry, S_CHECKED, &checked) < 0 || attr_double(cache, S_VALID, &valid) < 0);
+    FAIL_IF(attr_double(entry, S_CHECKED, AT_CHECKED, &checked) < 0 || attr_double(cache, S_VALID, AT_VALID, &valid) < 0);
     DECLINE_IF(now - checked >= valid);
 
     /* What ResponseWriter.send writes at once: bytes only (no file to read), held_at_once's. */
-    FAIL_IF((length = PyObject_GetAttr(prepared, S_LENGTH)) == NULL || (files = PyObject_GetAttr(prepared, S_FILES)) == NULL
-            || (body = PyObject_GetAttr(prepared, S_BODY)) == NULL || (framed = PyObject_GetAttr(prepared, S_HEAD)) == NULL);
+    FAIL_IF((length = get(prepared, S_LENGTH, AT_LENGTH)) == NULL || (files = get(prepared, S_FILES, AT_FILES)) == NULL
+            || (body = get(prepared, S_BODY, AT_BODY)) == NULL || (framed = get(prepared, S_HEAD, AT_HEAD)) == NULL);
     Py_ssize_t nbytes = PyLong_AsSsize_t(length), held_max = PyLong_AsSsize_t(PyTuple_GET_ITEM(tables, T_HELD_MAX));
     FAIL_IF(PyErr_Occurred() || (found = PyObject_IsTrue(files)) < 0);
     DECLINE_IF(found || nbytes > held_max || !PyList_Check(body) || !PyBytes_Check(framed));
@@ -459,7 +521,7 @@ answer_remembered(Head *head, PyObject *target, PyObject *tables, PyObject *date
     if (head_clock != clock) FAIL_IF((head_now = now_of(head_clock)) == -1.0 && PyErr_Occurred());
     double head_reorder = PyFloat_AsDouble(PyTuple_GET_ITEM(tables, T_HEAD_REORDER));
     double file_reorder = PyFloat_AsDouble(PyTuple_GET_ITEM(tables, T_FILE_REORDER));
-    FAIL_IF(PyErr_Occurred() || attr_double(remembered, S_MOVED, &moved) < 0 || attr_double(entry, S_USED, &used) < 0);
+    FAIL_IF(PyErr_Occurred() || attr_double(remembered, S_MOVED, AT_MOVED, &moved) < 0 || attr_double(entry, S_USED, AT_USED, &used) < 0);
     if (head_now - moved >= head_reorder) {
         PyObject *result = PyObject_CallMethodOneArg(heads, S_MOVE_TO_END, key);
         Py_XDECREF(result);
@@ -523,12 +585,12 @@ answer_head(Head *head, PyObject *target, Py_ssize_t size, PyObject *tables, PyO
     Py_ssize_t most_bytes = PyLong_AsSsize_t(PyTuple_GET_ITEM(tables, T_MOST_BYTES));
     if (PyErr_Occurred()) return -1;
     if (head->count > most_fields || head->end > most_bytes) return 0; /* check_head decides: Python's */
-    PyObject *paused = PyObject_GetAttr(flow, S_PAUSED);
+    PyObject *paused = get(flow, S_PAUSED, AT_PAUSED);
     if (paused == NULL) return -1;
     int busy = PyObject_IsTrue(paused);
     Py_DECREF(paused);
     if (busy != 0) return busy < 0 ? -1 : 0;
-    PyObject *date = PyObject_GetAttr(PyTuple_GET_ITEM(tables, T_WORKER), S_DATE_LINE);
+    PyObject *date = get(PyTuple_GET_ITEM(tables, T_WORKER), S_DATE_LINE, AT_DATE_LINE);
     if (date == NULL) return -1;
     int done;
     PyObject *fixed = PyDict_GetItemWithError(PyTuple_GET_ITEM(tables, T_FIXED), target);

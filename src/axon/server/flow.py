@@ -35,6 +35,9 @@ class Stalls(Protocol):
 
 
 class FlowControl:
+    # Slots: the compiled answer reads ``paused`` on every request (_simplehead.c, ``get``).
+    __slots__ = ("transport", "read_paused", "paused", "closed", "_conn", "_loop", "_sock_fd", "_waiter", "_own_sock")
+
     def __init__(self, conn: Stalls, transport: Any, loop: asyncio.AbstractEventLoop, sock_fd: int) -> None:
         #: The connection's transport; the connection sets it again if it is replaced.
         self.transport = transport

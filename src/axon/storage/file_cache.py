@@ -233,6 +233,12 @@ class FileCache:
     unused for ``inactive`` seconds, its path checked again (``recheck``) every ``valid`` seconds."""
 
     REORDER = REORDER_SECONDS  # for the compiled answer (below)
+    # Slots: the compiled answer reads several of these on every request, and reads a slot at
+    # its place (axon/server/_simplehead.c, ``get``) where an instance dict costs a lookup.
+    __slots__ = (
+        "size", "valid", "inactive", "small_bytes", "small_total", "_recheck", "_trusted", "clock", "entries", "_lock",
+        "watcher", "_watched", "_syncs", "begun", "taken", "_taking", "_watch_limit", "_immutable", "_walked", "__weakref__",
+    )
 
     def __init__(
         self, size: int = DEFAULT_SIZE, valid: float = DEFAULT_VALID, *, inactive: float = DEFAULT_INACTIVE,
