@@ -20,9 +20,12 @@ from pathlib import Path
 
 import pytest
 from conftest import Client, Resp, head_reader_set, shared_app, wait_for
+from live import Live
 from test_server_freshness import VALID, mapped, rewrite
 
+from axon.app import App
 from axon.server import reading, simplehead
+from axon.server.answer import JOIN_MAX, MEMORY_BODY_MAX
 from axon.server.config import ServerConfig
 from axon.server.worker import ThreadServer
 from axon.storage import FILE_CACHE_VALID, file_cache
@@ -149,6 +152,48 @@ def test_what_it_holds_at_once_is_what_the_writer_holds_at_once() -> None:
     for chunk in (16 * 1024, 64 * 1024, 1024 * 1024):
         most = simplehead.held_at_once(chunk)
         assert fits_one_write(most, 0, chunk) and not fits_one_write(most + 1, 0, chunk)
+
+
+#: Answers held one after another in one turn: a small one in pieces (joined), a second of the
+#: same turn (held behind the first), one past the size that is joined, and pieces past what is
+#: held at once (handed to the transport before the turn ends).
+HELD_TURNS = [
+    [[b"HTTP/1.1 200 OK\r\n", b"Date: x\r\n", b"\r\n", b"a" * 4096]],
+    [[b"head\r\n\r\n", b"b" * 100], [b"head2\r\n\r\n", b"c" * 8000, b"d"]],
+    [[b"h\r\n\r\n", b"e" * JOIN_MAX, b"f" * 10]],
+    [[b"g" * (MEMORY_BODY_MAX // 2), b"h" * (MEMORY_BODY_MAX // 2 + 1)], [b"i" * 10]],
+]
+
+
+@pytest.mark.parametrize("turn", HELD_TURNS, ids=["joined", "two-in-a-turn", "past-join", "past-held"])
+def test_the_compiled_hold_leaves_what_the_writers_hold_leaves(root, turn) -> None:
+    # The compiled answer holds its answer past two Python frames (_simplehead.c, hold_parts):
+    # the steps of ResponseWriter.hold and Outbox.hold, compared here on real connections: what
+    # the writer holds after each answer, whether the outbox will write it, and the bytes the
+    # client gets once the turn ends.
+    compiled = pytest.importorskip("axon.server._simplehead")
+    seen = {}
+    for way in ("python", "compiled"):
+        steps = []
+        with Live(App(root)) as conn:
+            writer, outbox = conn.writer, conn.worker.outbox
+            for pieces in turn:
+                size = sum(map(len, pieces))
+                if way == "python":
+                    writer.hold(list(pieces), size)
+                else:
+                    compiled.hold(writer, list(pieces), size, JOIN_MAX, MEMORY_BODY_MAX)
+                held = writer._held
+                steps.append((held and list(held), writer._held_bytes if held else None, outbox._writers.count(writer)))
+            sent = b"".join(b"".join(pieces) for pieces in turn)
+            conn.run()
+            got = b""
+            while len(got) < len(sent):
+                got += conn._more()
+            steps.append(got == sent)
+        seen[way] = steps
+    assert seen["compiled"] == seen["python"]
+    assert seen["python"][-1] is True
 
 
 def test_a_health_probe_is_answered_alike(served) -> None:
