@@ -155,17 +155,21 @@ def test_what_it_holds_at_once_is_what_the_writer_holds_at_once() -> None:
 
 
 #: Answers held one after another in one turn: a small one in pieces (joined), a second of the
-#: same turn (held behind the first), one past the size that is joined, and pieces past what is
-#: held at once (handed to the transport before the turn ends).
-HELD_TURNS = [
-    [[b"HTTP/1.1 200 OK\r\n", b"Date: x\r\n", b"\r\n", b"a" * 4096]],
-    [[b"head\r\n\r\n", b"b" * 100], [b"head2\r\n\r\n", b"c" * 8000, b"d"]],
-    [[b"h\r\n\r\n", b"e" * JOIN_MAX, b"f" * 10]],
-    [[b"g" * (MEMORY_BODY_MAX // 2), b"h" * (MEMORY_BODY_MAX // 2 + 1)], [b"i" * 10]],
-]
+#: same turn (held behind the first), one of just the size that is joined and one past it, pieces
+#: of just what is held at once and past it (handed to the transport before the turn ends), and a
+#: second answer that takes what is held past it.
+HELD_TURNS = {
+    "joined": [[b"HTTP/1.1 200 OK\r\n", b"Date: x\r\n", b"\r\n", b"a" * 4096]],
+    "two-in-a-turn": [[b"head\r\n\r\n", b"b" * 100], [b"head2\r\n\r\n", b"c" * 8000, b"d"]],
+    "at-join": [[b"h\r\n\r\n", b"e" * (JOIN_MAX - 5)]],
+    "past-join": [[b"h\r\n\r\n", b"e" * JOIN_MAX, b"f" * 10]],
+    "at-held": [[b"g" * (MEMORY_BODY_MAX // 2), b"h" * (MEMORY_BODY_MAX // 2)], [b"i" * 10]],
+    "past-held": [[b"g" * (MEMORY_BODY_MAX // 2), b"h" * (MEMORY_BODY_MAX // 2 + 1)], [b"i" * 10]],
+    "past-held-second": [[b"j" * (MEMORY_BODY_MAX - 100)], [b"k" * 50, b"l" * 51], [b"m"]],
+}
 
 
-@pytest.mark.parametrize("turn", HELD_TURNS, ids=["joined", "two-in-a-turn", "past-join", "past-held"])
+@pytest.mark.parametrize("turn", HELD_TURNS.values(), ids=HELD_TURNS.keys())
 def test_the_compiled_hold_leaves_what_the_writers_hold_leaves(root, turn) -> None:
     # The compiled answer holds its answer past two Python frames (_simplehead.c, hold_parts):
     # the steps of ResponseWriter.hold and Outbox.hold, compared here on real connections: what
@@ -194,6 +198,30 @@ def test_the_compiled_hold_leaves_what_the_writers_hold_leaves(root, turn) -> No
         seen[way] = steps
     assert seen["compiled"] == seen["python"]
     assert seen["python"][-1] is True
+
+
+def test_a_slot_of_another_class_is_not_read_in_place() -> None:
+    # The compiled reads go straight to a slot's place only when the slot belongs to the object's
+    # class or a base of it; a member taken from another class (whose offset means nothing here)
+    # is refused by Python's own lookup, and so here too, instead of reading another object's memory.
+    compiled = pytest.importorskip("axon.server._simplehead")
+
+    class Wide:
+        __slots__ = ("a", "b", "c", "d", "e", "f", "g", "h", "_held")
+
+    class Other:  # the same layout: Wide's _held sits where an Other keeps one of its own
+        __slots__ = ("a", "b", "c", "d", "e", "f", "g", "h", "y")
+        _held = Wide.__dict__["_held"]
+
+    other = Other()
+    for name in Other.__slots__:
+        setattr(other, name, [])
+    with pytest.raises(TypeError):
+        other._held  # noqa: B018 - Python's lookup, for comparison
+    for _ in range(3):  # learnt on the first, then from the site
+        with pytest.raises(TypeError):
+            compiled.hold(other, [b"x"], 1, JOIN_MAX, MEMORY_BODY_MAX)
+    assert all(getattr(other, name) == [] for name in Other.__slots__)
 
 
 def test_a_health_probe_is_answered_alike(served) -> None:

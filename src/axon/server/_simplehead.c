@@ -275,33 +275,46 @@ typedef struct {
 
 static Site SITES[AT_SIZE];
 
-static void
+/* Where `type`'s instances keep `name` as a plain slot, or -1; learnt into `site`. The member
+ * must belong to `type` or a base of it (generic getattr checks the same: a descriptor of
+ * another class is refused there, and its offset means nothing here). The site is updated before
+ * the type it held is let go, which may run Python code that reads this site again. */
+static Py_ssize_t
 learn(Site *site, PyTypeObject *type, PyObject *name)
 {
     Py_ssize_t offset = -1;
     if (type->tp_getattro == PyObject_GenericGetAttr) {
         PyObject *descr = _PyType_Lookup(type, name); /* borrowed; gives the type a version tag */
-        if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type) && PyType_IsSubtype(type, PyDescr_TYPE(descr))) {
             PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
             if (member->type == Py_T_OBJECT_EX && member->flags == 0) offset = member->offset;
         }
     }
+    PyTypeObject *old = site->type;
     Py_INCREF(type);
-    Py_XDECREF(site->type);
     site->type = type;
     site->tag = type->tp_version_tag;
     site->offset = offset;
+    Py_XDECREF(old);
+    return offset;
+}
+
+/* The offset the site `at` knows for `type` (learnt now if it does not), or -1. */
+static Py_ssize_t
+offset_at(int at, PyTypeObject *type, PyObject *name)
+{
+    Site *site = &SITES[at];
+    if (type != site->type || site->tag == 0 || type->tp_version_tag != site->tag) return learn(site, type, name);
+    return site->offset;
 }
 
 /* obj.name, a new reference (NULL with an error set), read as the site `at` learnt to. */
 static PyObject *
 get(PyObject *obj, PyObject *name, int at)
 {
-    Site *site = &SITES[at];
-    PyTypeObject *type = Py_TYPE(obj);
-    if (type != site->type || site->tag == 0 || type->tp_version_tag != site->tag) learn(site, type, name);
-    if (site->offset >= 0) {
-        PyObject *value = *(PyObject **)((char *)obj + site->offset);
+    Py_ssize_t offset = offset_at(at, Py_TYPE(obj), name);
+    if (offset >= 0) {
+        PyObject *value = *(PyObject **)((char *)obj + offset);
         if (value != NULL) {
             Py_INCREF(value);
             return value;
@@ -314,11 +327,10 @@ get(PyObject *obj, PyObject *name, int at)
 static int
 set(PyObject *obj, PyObject *name, int at, PyObject *value)
 {
-    Site *site = &SITES[at];
     PyTypeObject *type = Py_TYPE(obj);
-    if (type != site->type || site->tag == 0 || type->tp_version_tag != site->tag) learn(site, type, name);
-    if (site->offset < 0 || type->tp_setattro != PyObject_GenericSetAttr) return PyObject_SetAttr(obj, name, value);
-    PyObject **slot = (PyObject **)((char *)obj + site->offset);
+    Py_ssize_t offset = offset_at(at, type, name);
+    if (offset < 0 || type->tp_setattro != PyObject_GenericSetAttr) return PyObject_SetAttr(obj, name, value);
+    PyObject **slot = (PyObject **)((char *)obj + offset);
     PyObject *old = *slot;
     Py_INCREF(value);
     *slot = value;
@@ -371,7 +383,7 @@ no_news(PyObject *cache)
 }
 
 /* ResponseWriter.hold(buffers, size) and Outbox.hold, for the compiled answer: the `n` bytes
- * objects of `parts` (size bytes in all) joined into one when more than one and at most
+ * objects of `parts` (their sizes added up are the answer's) joined into one when more than one and at most
  * `join_max`; held by the writer until its worker's outbox writes them at the turn's end (the
  * writer's first answer of the turn is added to the outbox's writers, and the turn's first writer
  * asks the loop's call_soon for the outbox's flush); handed to the transport at once (release)
@@ -380,17 +392,12 @@ no_news(PyObject *cache)
  * and compares what they leave, so a change to one that the other lacks fails there.
  * 0, or -1 with an error set. */
 static int
-hold_parts(PyObject *writer, PyObject *const *parts, Py_ssize_t n, Py_ssize_t size, Py_ssize_t join_max,
-           Py_ssize_t body_max)
+hold_parts(PyObject *writer, PyObject *const *parts, Py_ssize_t n, Py_ssize_t join_max, Py_ssize_t body_max)
 {
+    Py_ssize_t size = 0;
+    for (Py_ssize_t i = 0; i < n; i++) size += PyBytes_GET_SIZE(parts[i]);
     PyObject *buffers;
     if (n > 1 && size <= join_max) {
-        Py_ssize_t total = 0;
-        for (Py_ssize_t i = 0; i < n; i++) total += PyBytes_GET_SIZE(parts[i]);
-        if (total != size) {
-            PyErr_SetString(PyExc_ValueError, "hold: the parts' sizes do not add up to size");
-            return -1;
-        }
         PyObject *joined = PyBytes_FromStringAndSize(NULL, size);
         if (joined == NULL) return -1;
         char *at = PyBytes_AS_STRING(joined);
@@ -472,12 +479,13 @@ out:
 
 /* hold_parts with the sizes of the worker's tables. */
 static int
-hold(PyObject *writer, PyObject *tables, PyObject *const *parts, Py_ssize_t n, Py_ssize_t size)
+hold(PyObject *writer, PyObject *tables, PyObject *const *parts, Py_ssize_t n)
 {
     Py_ssize_t join_max = PyLong_AsSsize_t(PyTuple_GET_ITEM(tables, T_JOIN_MAX));
+    if (join_max == -1 && PyErr_Occurred()) return -1;
     Py_ssize_t body_max = PyLong_AsSsize_t(PyTuple_GET_ITEM(tables, T_BODY_MAX));
-    if (PyErr_Occurred()) return -1;
-    return hold_parts(writer, parts, n, size, join_max, body_max);
+    if (body_max == -1 && PyErr_Occurred()) return -1;
+    return hold_parts(writer, parts, n, join_max, body_max);
 }
 
 /* A fixed answer whose whole bytes are made for this Date line: 1 held, 0 not, -1 error. */
@@ -492,7 +500,7 @@ answer_fixed(PyObject *fixed, Head *head, PyObject *date, PyObject *writer, PyOb
         && PyTuple_GET_ITEM(whole, 1) == Py_True && PyTuple_GET_ITEM(whole, 2) == Py_True
         && PyBytes_Check(PyTuple_GET_ITEM(whole, 3))) {
         PyObject *data = PyTuple_GET_ITEM(whole, 3);
-        done = hold(writer, tables, &data, 1, PyBytes_GET_SIZE(data)) < 0 ? -1 : 1;
+        done = hold(writer, tables, &data, 1) < 0 ? -1 : 1;
     }
     Py_DECREF(whole);
     return done;
@@ -590,7 +598,8 @@ answer_remembered(Head *head, PyObject *target, PyObject *tables, PyObject *date
     if (accept == NULL && PyErr_Occurred()) return -1;
     PyObject *key = NULL, *remembered = NULL, *paths = NULL, *path = NULL, *entries = NULL, *entry = NULL,
              *known = NULL, *made = NULL, *prepared = NULL, *length = NULL, *files = NULL, *body = NULL,
-             *framed = NULL, *started = NULL, *clock = NULL;
+             *framed = NULL, *started = NULL, *clock = NULL, *pieces[3 + MOST_PARTS];
+    Py_ssize_t owned = 0; /* the body's pieces in pieces[3:], each a reference of ours */
     double now, checked, valid, used, moved, head_now;
     int found;
 
@@ -622,9 +631,18 @@ answer_remembered(Head *head, PyObject *target, PyObject *tables, PyObject *date
     Py_ssize_t nbytes = PyLong_AsSsize_t(length), held_max = PyLong_AsSsize_t(PyTuple_GET_ITEM(tables, T_HELD_MAX));
     FAIL_IF(PyErr_Occurred() || (found = PyObject_IsTrue(files)) < 0);
     DECLINE_IF(found || nbytes > held_max || !PyList_Check(body) || !PyBytes_Check(framed));
-    Py_ssize_t parts = PyList_GET_SIZE(body);
+    /* The body's pieces, ours from here (what follows may run Python code, which could change
+     * the list), and their sizes adding up to the length the head says. */
+    Py_ssize_t parts = PyList_GET_SIZE(body), total = 0;
     DECLINE_IF(parts > MOST_PARTS);
-    for (Py_ssize_t i = 0; i < parts; i++) DECLINE_IF(!PyBytes_Check(PyList_GET_ITEM(body, i)));
+    for (Py_ssize_t i = 0; i < parts; i++) {
+        PyObject *part = PyList_GET_ITEM(body, i);
+        DECLINE_IF(!PyBytes_Check(part));
+        Py_INCREF(part);
+        pieces[3 + owned++] = part;
+        total += PyBytes_GET_SIZE(part);
+    }
+    DECLINE_IF(total != nbytes);
 
     /* Answered from here: the record's start, the LRU moves of Remembered.recall and
      * FileCache.peek_all, the answer held (ResponseWriter.send), the record. */
@@ -651,9 +669,10 @@ answer_remembered(Head *head, PyObject *target, PyObject *tables, PyObject *date
         Py_XDECREF(moves);
         FAIL_IF(failed);
     }
-    PyObject *pieces[3 + MOST_PARTS] = {framed, date, CRLF};
-    for (Py_ssize_t i = 0; i < parts; i++) pieces[3 + i] = PyList_GET_ITEM(body, i);
-    FAIL_IF(hold(writer, tables, pieces, 3 + parts, PyBytes_GET_SIZE(framed) + PyBytes_GET_SIZE(date) + 2 + nbytes) < 0);
+    pieces[0] = framed;
+    pieces[1] = date;
+    pieces[2] = CRLF;
+    FAIL_IF(hold(writer, tables, pieces, 3 + owned) < 0);
     FAIL_IF(record(PyTuple_GET_ITEM(tables, T_RECORD_SENT), remembered, started, head->headers, peer) < 0);
     done = 1;
 
@@ -673,6 +692,7 @@ out:
     Py_XDECREF(body);
     Py_XDECREF(framed);
     Py_XDECREF(started);
+    for (Py_ssize_t i = 0; i < owned; i++) Py_DECREF(pieces[3 + i]);
     return done;
 }
 
@@ -757,7 +777,14 @@ hold_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
-    int done = hold_parts(args[0], &PyTuple_GET_ITEM(pieces, 0), n, size, join_max, body_max);
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) total += PyBytes_GET_SIZE(PyTuple_GET_ITEM(pieces, i));
+    if (total != size) {
+        Py_DECREF(pieces);
+        PyErr_SetString(PyExc_ValueError, "hold: size is not the buffers' sizes added up");
+        return NULL;
+    }
+    int done = hold_parts(args[0], &PyTuple_GET_ITEM(pieces, 0), n, join_max, body_max);
     Py_DECREF(pieces);
     if (done < 0) return NULL;
     Py_RETURN_NONE;
