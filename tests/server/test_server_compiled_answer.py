@@ -20,12 +20,9 @@ from pathlib import Path
 
 import pytest
 from conftest import Client, Resp, head_reader_set, shared_app, wait_for
-from live import Live
 from test_server_freshness import VALID, mapped, rewrite
 
-from axon.app import App
 from axon.server import reading, simplehead
-from axon.server.answer import JOIN_MAX, MEMORY_BODY_MAX
 from axon.server.config import ServerConfig
 from axon.server.worker import ThreadServer
 from axon.storage import FILE_CACHE_VALID, file_cache
@@ -154,52 +151,6 @@ def test_what_it_holds_at_once_is_what_the_writer_holds_at_once() -> None:
         assert fits_one_write(most, 0, chunk) and not fits_one_write(most + 1, 0, chunk)
 
 
-#: Answers held one after another in one turn: a small one in pieces (joined), a second of the
-#: same turn (held behind the first), one of just the size that is joined and one past it, pieces
-#: of just what is held at once and past it (handed to the transport before the turn ends), and a
-#: second answer that takes what is held past it.
-HELD_TURNS = {
-    "joined": [[b"HTTP/1.1 200 OK\r\n", b"Date: x\r\n", b"\r\n", b"a" * 4096]],
-    "two-in-a-turn": [[b"head\r\n\r\n", b"b" * 100], [b"head2\r\n\r\n", b"c" * 8000, b"d"]],
-    "at-join": [[b"h\r\n\r\n", b"e" * (JOIN_MAX - 5)]],
-    "past-join": [[b"h\r\n\r\n", b"e" * JOIN_MAX, b"f" * 10]],
-    "at-held": [[b"g" * (MEMORY_BODY_MAX // 2), b"h" * (MEMORY_BODY_MAX // 2)], [b"i" * 10]],
-    "past-held": [[b"g" * (MEMORY_BODY_MAX // 2), b"h" * (MEMORY_BODY_MAX // 2 + 1)], [b"i" * 10]],
-    "past-held-second": [[b"j" * (MEMORY_BODY_MAX - 100)], [b"k" * 50, b"l" * 51], [b"m"]],
-}
-
-
-@pytest.mark.parametrize("turn", HELD_TURNS.values(), ids=HELD_TURNS.keys())
-def test_the_compiled_hold_leaves_what_the_writers_hold_leaves(root, turn) -> None:
-    # The compiled answer holds its answer past two Python frames (_simplehead.c, hold_parts):
-    # the steps of ResponseWriter.hold and Outbox.hold, compared here on real connections: what
-    # the writer holds after each answer, whether the outbox will write it, and the bytes the
-    # client gets once the turn ends.
-    compiled = pytest.importorskip("axon.server._simplehead")
-    seen = {}
-    for way in ("python", "compiled"):
-        steps = []
-        with Live(App(root)) as conn:
-            writer, outbox = conn.writer, conn.worker.outbox
-            for pieces in turn:
-                size = sum(map(len, pieces))
-                if way == "python":
-                    writer.hold(list(pieces), size)
-                else:
-                    compiled.hold(writer, list(pieces), size, JOIN_MAX, MEMORY_BODY_MAX)
-                held = writer._held
-                steps.append((held and list(held), writer._held_bytes if held else None, outbox._writers.count(writer)))
-            sent = b"".join(b"".join(pieces) for pieces in turn)
-            conn.run()
-            got = b""
-            while len(got) < len(sent):
-                got += conn._more()
-            steps.append(got == sent)
-        seen[way] = steps
-    assert seen["compiled"] == seen["python"]
-    assert seen["python"][-1] is True
-
-
 def test_a_slot_of_another_class_is_not_read_in_place() -> None:
     # The compiled reads go straight to a slot's place only when the slot belongs to the object's
     # class or a base of it; a member taken from another class (whose offset means nothing here)
@@ -220,8 +171,31 @@ def test_a_slot_of_another_class_is_not_read_in_place() -> None:
         other._held  # noqa: B018 - Python's lookup, for comparison
     for _ in range(3):  # learnt on the first, then from the site
         with pytest.raises(TypeError):
-            compiled.hold(other, [b"x"], 1, JOIN_MAX, MEMORY_BODY_MAX)
-    assert all(getattr(other, name) == [] for name in Other.__slots__)
+            compiled.read(other, "_held")
+    wide = Wide()
+    wide._held = held = []
+    assert compiled.read(wide, "_held") is held  # its own class's member: read in place
+
+
+def test_a_slot_read_in_place_follows_its_class_when_it_changes() -> None:
+    # A site keeps a slot's place while its class's version stands; a class changed since (here
+    # the attribute replaced by a property) is looked up again, as Python looks it up.
+    compiled = pytest.importorskip("axon.server._simplehead")
+
+    class Kept:
+        __slots__ = ("value",)
+
+    kept = Kept()
+    kept.value = "slot"
+    assert compiled.read(kept, "value") == "slot"
+    slot = Kept.__dict__["value"]
+    Kept.value = property(lambda self: "property of " + slot.__get__(self))
+    assert compiled.read(kept, "value") == kept.value == "property of slot"
+    del kept.__class__.value  # the slot's member is gone: Python's lookup says so too
+    with pytest.raises(AttributeError):
+        kept.value  # noqa: B018
+    with pytest.raises(AttributeError):
+        compiled.read(kept, "value")
 
 
 def test_a_health_probe_is_answered_alike(served) -> None:

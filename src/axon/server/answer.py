@@ -23,8 +23,6 @@ if TYPE_CHECKING:
 #: this size leaves in one ``writev``; the transport keeps references to what the socket did not
 #: take, so a slow reader of one costs little more than the cached bytes it shares.
 MEMORY_BODY_MAX = 256 * 1024
-#: Below this many bytes a writer joins a buffer list into one bytes object (cheaper than an iovec).
-JOIN_MAX = 16 * 1024
 
 
 class BadResponse(Exception):

@@ -39,8 +39,6 @@ class Holder(Protocol):
 class Outbox:
     """The writers holding answers in this turn of ``loop``, released when it ends."""
 
-    __slots__ = ("_loop", "_writers", "_flush")  # read by the compiled answer (_simplehead.c, hold_parts)
-
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._writers: list[Holder] = []

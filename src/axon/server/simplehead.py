@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import environment
 from ..runtime import checked_from
-from .answer import JOIN_MAX, MEMORY_BODY_MAX
+from .answer import MEMORY_BODY_MAX
 from .shortcuts import REORDER_SECONDS, VARIANT_HEADERS
 
 if TYPE_CHECKING:
@@ -79,14 +79,12 @@ def answer_tables(limits: Limits, shortcuts: Shortcuts, cache: Any, record_sent:
     longest body its writers of ``chunk`` write at once (:func:`held_at_once`), its ``shortcuts``' fixed answers and remembered heads, the
     headers that vary an answer, the heads' reorder time and clock, the open-file ``cache`` of
     its shared files (None without) and its reorder time, the App's ``record_sent``, the clock
-    of a record's start, what keeps the ``Date`` line (``dated.date_line``: the worker), and the
-    sizes within which ``ResponseWriter.hold`` joins an answer's pieces and holds answers (the
-    compiled answer holds as it does: ``_simplehead.c``, ``hold_parts``)."""
+    of a record's start, and what keeps the ``Date`` line (``dated.date_line``: the worker)."""
     most_fields, most_bytes = checked_from(limits)
     return (
         most_fields, most_bytes, held_at_once(chunk), shortcuts.fixed, shortcuts.remembered.heads, VARIANT_HEADERS,
         REORDER_SECONDS, time.monotonic, cache, 1.0 if cache is None else cache.REORDER, record_sent,
-        time.perf_counter, dated, JOIN_MAX, MEMORY_BODY_MAX,
+        time.perf_counter, dated,
     )
 
 

@@ -40,7 +40,7 @@ from ..errors import ClientGone, FileChanged, HTTPError
 from ..http.segments import FileSlice
 from ..response import Response, error_response
 from ..streams import aiter_stream
-from .answer import JOIN_MAX, MEMORY_BODY_MAX, BadResponse, Prepared, fits_one_write, prepare, to_read
+from .answer import MEMORY_BODY_MAX, BadResponse, Prepared, fits_one_write, prepare, to_read
 from .wire import CHUNKED, CLOSE, CRLF, KEEP_ALIVE, LAST_CHUNK, chunk_head
 
 if TYPE_CHECKING:
@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 #: Bytes read from the file and handed to the transport when ``sendfile`` finds the socket full
 #: and no descriptor is left to watch the socket with.
 NUDGE = 16 * 1024
+#: Below this many bytes a buffer list is joined into one bytes object (cheaper than an iovec).
+JOIN_MAX = 16 * 1024
 
 log = logging.getLogger("axon.server")
 
@@ -68,10 +70,6 @@ class ResponseWriter:
     :meth:`respond` writes any response of the App, waiting whenever the client does not keep up.
     Both frame the answer for its :class:`~.exchange.Exchange` (:meth:`_tail`).
     """
-
-    # Slots: the compiled answer holds its answers as hold does, reading and writing these where
-    # they are kept (_simplehead.c, hold_parts).
-    __slots__ = ("transport", "_flow", "_worker", "_app", "_sock_fd", "_big", "_chunk", "_outbox", "_pace", "_held", "_held_bytes")
 
     def __init__(self, transport: Any, flow: FlowControl, worker: WorkerView, sock_fd: int) -> None:
         #: Where bytes go; the connection sets it again if it is replaced.
